@@ -1,0 +1,136 @@
+"""Kernel families: a folder with ``manifest.toml`` (the parameter space) and Jinja2 sources.
+
+A manifest declares each parameter's domain and default, the constraints between
+parameters, the supported head dims / dtypes / arches, the nvcc flags, and the launch
+formulas (threads per CTA, query rows per CTA, dynamic shared memory as a function of the
+head dim ``D``). Everything the rest of evo needs to know about a family is read from here,
+so adding a family or a feature flag is a manifest edit plus template code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from evo import paths
+from evo.errors import EvoError
+
+Value = int | str | bool
+
+
+@dataclass(frozen=True)
+class Param:
+    """One gene: a name, its finite ordered domain, its default, and whether it is a feature flag."""
+
+    name: str
+    values: tuple[Value, ...]
+    default: Value
+    kind: str = "tile"  # "tile" (sizes, warps, stages) or "feature" (on/off or variant switches)
+    doc: str = ""
+
+    def parse(self, text: str) -> Value:
+        """Turn CLI text into a domain value, or raise naming what is allowed."""
+        for v in self.values:
+            if str(v).lower() == text.strip().lower():
+                return v
+        raise EvoError(f"parameter {self.name}={text!r} is not allowed; allowed: {self.allowed()}")
+
+    def allowed(self) -> str:
+        return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in self.values)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    expr: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """A parsed manifest."""
+
+    name: str
+    version: int
+    description: str
+    path: Path
+    template: str
+    params: dict[str, Param]
+    constraints: tuple[Constraint, ...]
+    head_dims: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    arches: tuple[str, ...]
+    nvcc_flags: tuple[str, ...]
+    launch: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def defaults(self) -> dict[str, Value]:
+        return {n: p.default for n, p in self.params.items()}
+
+
+def _param(name: str, spec: dict[str, Any], where: Path) -> Param:
+    values = tuple(spec.get("values", ()))
+    if not values:
+        raise EvoError(f"{where}: parameter {name} has no values")
+    default = spec.get("default", values[0])
+    if default not in values:
+        raise EvoError(f"{where}: default of {name} ({default!r}) is not in its values")
+    return Param(name, values, default, spec.get("kind", "tile"), spec.get("doc", ""))
+
+
+def load_family_dir(folder: Path) -> Family:
+    """Parse ``folder/manifest.toml`` into a Family."""
+    mf = folder / "manifest.toml"
+    try:
+        data = tomllib.loads(mf.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise EvoError(f"cannot read manifest {mf}: {exc}") from None
+    fam = data.get("family", {})
+    missing = [k for k in ("name", "version", "template") if k not in fam]
+    if missing:
+        raise EvoError(f"{mf}: [family] lacks {', '.join(missing)}")
+    for key in ("threads", "rows_per_cta", "smem_bytes"):
+        if key not in data.get("launch", {}):
+            raise EvoError(f"{mf}: [launch] lacks {key}")
+    return Family(
+        name=fam["name"],
+        version=int(fam["version"]),
+        description=fam.get("description", ""),
+        path=folder,
+        template=fam["template"],
+        params={n: _param(n, s, mf) for n, s in data.get("params", {}).items()},
+        constraints=tuple(Constraint(c["expr"], c.get("message", c["expr"]))
+                          for c in data.get("constraints", [])),
+        head_dims=tuple(fam.get("head_dims", (64, 128))),
+        dtypes=tuple(fam.get("dtypes", ("fp16", "bf16"))),
+        arches=tuple(fam.get("arches", ("sm_80", "sm_90a"))),
+        nvcc_flags=tuple(fam.get("nvcc_flags", ())),
+        launch=dict(data["launch"]),
+        extra={k: v for k, v in data.items() if k not in ("family", "params", "constraints", "launch")},
+    )
+
+
+@cache
+def _load_cached(folder: str, mtime: float) -> Family:
+    return load_family_dir(Path(folder))
+
+
+def list_families() -> list[str]:
+    """Names of all families found on the template path (folders with a manifest)."""
+    names: list[str] = []
+    for d in paths.template_dirs():
+        if d.is_dir():
+            names += [p.name for p in sorted(d.iterdir()) if (p / "manifest.toml").is_file()]
+    return sorted(set(names))
+
+
+def load_family(name: str) -> Family:
+    """Find and parse the family called ``name``; unknown names list the known ones."""
+    for d in paths.template_dirs():
+        mf = d / name / "manifest.toml"
+        if mf.is_file():
+            return _load_cached(str(d / name), mf.stat().st_mtime)
+    known = ", ".join(list_families()) or "none"
+    raise EvoError(f"unknown family {name!r}; known families: {known}")

@@ -1,0 +1,123 @@
+"""Plain records that cross stage and process boundaries (picklable, no ORM, no torch).
+
+The build stage produces a BuildResult, the GPU worker an Evaluation made of CheckResults
+(GREEN) and Timings (FAST); the store maps them to rows, the search reads their status and
+score. Keeping them here lets every stage be tested alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Status(str, enum.Enum):
+    """The one status column of a candidate (DESIGN.md, status taxonomy)."""
+
+    INVALID = "invalid"                      # violates manifest or constraints, never rendered
+    COMPILE_FAILED = "compile_failed"
+    RESOURCE_REJECTED = "resource_rejected"  # spills / shared memory / registers over limit
+    BUILT = "built"                          # compiled and resource-checked, not yet evaluated
+    CRASHED = "crashed"                      # CUDA fault in the worker
+    TIMEOUT = "timeout"
+    RED = "red"                              # ran, failed GREEN
+    GREEN = "green"                          # passed GREEN, not yet timed
+    FAST = "fast"                            # GREEN and timed
+
+    @property
+    def failed(self) -> bool:
+        return self not in (Status.BUILT, Status.GREEN, Status.FAST)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """ptxas report for one kernel entry."""
+
+    registers: int
+    smem_static: int
+    spill_stores: int
+    spill_loads: int
+    stack_frame: int
+    smem_dynamic: int = 0
+
+
+@dataclass
+class BuildResult:
+    build_id: str
+    source_hash: str
+    arch: str
+    flags: tuple[str, ...]
+    status: Status                       # BUILT, COMPILE_FAILED or RESOURCE_REJECTED
+    reason: str = ""
+    cubin_path: str | None = None
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    resources: dict[str, Resources] = field(default_factory=dict)  # entry name -> report
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention problem: (B, H, L, D), causal, dtype; ``case`` names it in a suite (G1, F3)."""
+
+    case: str
+    B: int
+    H: int
+    L: int
+    D: int
+    causal: bool
+    dtype: str = "fp16"
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs, flash-attention convention: 4*B*H*L*L*D, halved when causal."""
+        f = 4.0 * self.B * self.H * self.L * self.L * self.D
+        return f / 2 if self.causal else f
+
+    @property
+    def tag(self) -> str:
+        return f"{self.case}{'c' if self.causal else ''}-{self.dtype}"
+
+
+@dataclass
+class CheckResult:
+    """One GREEN check: one shape x seed. ``passed`` is the gate's verdict for it."""
+
+    shape: Shape
+    seed: int
+    passed: bool
+    max_abs_err: float
+    ref_err: float           # error of PyTorch's own low-precision SDPA against the fp32 reference
+    tolerance: float         # 2 * ref_err + floor
+    reason: str = ""         # empty when passed; else what failed (nan, unwritten, mismatch, ...)
+
+
+@dataclass
+class Timing:
+    """Device-time statistics of one backend on one shape (microseconds per launch)."""
+
+    shape: Shape
+    backend: str             # "evo", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default"
+    median_us: float
+    p20_us: float
+    p80_us: float
+    samples_us: list[float] = field(default_factory=list)
+    flagged: str = ""        # non-empty when implausible (and what re-measurement said)
+
+    @property
+    def tflops(self) -> float:
+        return self.shape.flops / (self.median_us * 1e-6) / 1e12
+
+
+@dataclass
+class Evaluation:
+    """Everything the GPU worker learned about one built candidate."""
+
+    build_id: str
+    status: Status           # CRASHED, TIMEOUT, RED, GREEN or FAST
+    reason: str = ""
+    checks: list[CheckResult] = field(default_factory=list)
+    timings: list[Timing] = field(default_factory=list)
+    device: dict[str, str] = field(default_factory=dict)
+    green_seconds: float = 0.0
+    fast_seconds: float = 0.0

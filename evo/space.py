@@ -1,0 +1,151 @@
+"""Candidates: one family plus one point of its parameter space, validated before anything else.
+
+``make_candidate`` fills defaults, checks every value against its domain and every manifest
+constraint, and raises :class:`InvalidCandidate` naming the parameter and what is allowed.
+``launch_config`` evaluates the family's launch formulas for a head dim; ``random_candidates``
+and ``mutations`` enumerate valid points for batch builds and for the evolutionary sampler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from evo.errors import EvoError, InvalidCandidate
+from evo.expr import evaluate
+from evo.manifest import Family, Value, load_family
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A family name and a full, ordered parameter assignment (hashable, canonical)."""
+
+    family: str
+    params: tuple[tuple[str, Value], ...]
+
+    @property
+    def p(self) -> dict[str, Value]:
+        return dict(self.params)
+
+    def key(self) -> str:
+        """Canonical JSON of family + params (stable across runs and processes)."""
+        return json.dumps({"family": self.family, "params": self.p}, sort_keys=True)
+
+    def label(self) -> str:
+        return self.family + "(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How to launch one kernel entry of a candidate for head dim ``D``."""
+
+    threads: int
+    rows_per_cta: int
+    smem_bytes: int
+
+    def grid(self, B: int, H: int, L: int) -> tuple[int, int, int]:
+        """Grid of the forward kernel: (query tiles, batch*heads, 1)."""
+        return ((L + self.rows_per_cta - 1) // self.rows_per_cta, B * H, 1)
+
+
+def _fmt(v: Value) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def violations(family: Family, params: Mapping[str, Value]) -> list[str]:
+    """All reasons ``params`` is not a valid point of ``family`` (empty when valid)."""
+    problems = []
+    for name in params:
+        if name not in family.params:
+            problems.append(f"unknown parameter {name!r} for family {family.name}; "
+                            f"parameters: {', '.join(family.params)}")
+    for name, spec in family.params.items():
+        if name not in params:
+            problems.append(f"parameter {name} is missing")
+        elif params[name] not in spec.values or type(params[name]) is not type(spec.default):
+            problems.append(f"parameter {name}={_fmt(params[name])} is not allowed; "
+                            f"allowed: {spec.allowed()}")
+    if problems:
+        return problems
+    for c in family.constraints:
+        if not evaluate(c.expr, params):
+            shown = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items() if k in c.expr)
+            problems.append(f"constraint violated: {c.message} ({c.expr}; got {shown})")
+    return problems
+
+
+def make_candidate(family: Family | str, params: Mapping[str, Value] | None = None) -> Candidate:
+    """Validate ``params`` (defaults fill the rest) and return the canonical Candidate."""
+    fam = load_family(family) if isinstance(family, str) else family
+    full = fam.defaults() | dict(params or {})
+    problems = violations(fam, full)
+    if problems:
+        raise InvalidCandidate(f"{fam.name}: " + "; ".join(problems))
+    return Candidate(fam.name, tuple((n, full[n]) for n in fam.params))
+
+
+def parse_assignments(family: Family, items: list[str]) -> dict[str, Value]:
+    """Parse CLI ``KEY=VALUE`` strings against the family's domains."""
+    out: dict[str, Value] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise EvoError(f"expected KEY=VALUE, got {item!r}")
+        if key not in family.params:
+            raise EvoError(f"unknown parameter {key!r} for family {family.name}; "
+                           f"parameters: {', '.join(family.params)}")
+        out[key] = family.params[key].parse(text)
+    return out
+
+
+def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfig:
+    names = cand.p | {"D": head_dim}
+    vals = {k: int(evaluate(family.launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
+    return LaunchConfig(**vals)
+
+
+def is_valid(family: Family, params: Mapping[str, Value]) -> bool:
+    return not violations(family, params)
+
+
+def all_candidates(family: Family) -> Iterator[Candidate]:
+    """Every valid point of the family, in manifest order (spaces here are small)."""
+    names = list(family.params)
+    for combo in itertools.product(*(family.params[n].values for n in names)):
+        params = dict(zip(names, combo))
+        if is_valid(family, params):
+            yield Candidate(family.name, tuple(params.items()))
+
+
+def random_candidates(family: Family, n: int, rng: random.Random) -> list[Candidate]:
+    """``n`` distinct valid points drawn uniformly from the valid set (fewer if it is smaller)."""
+    pool = list(all_candidates(family))
+    rng.shuffle(pool)
+    return pool[:n]
+
+
+def mutations(family: Family, cand: Candidate, genes: int = 1) -> list[tuple[Candidate, dict[str, tuple[Value, Value]]]]:
+    """Valid neighbours that change exactly ``genes`` parameters, each with its mutation record
+    ``{param: (old, new)}``."""
+    base = cand.p
+    out = []
+    for names in itertools.combinations(family.params, genes):
+        choices = [[v for v in family.params[n].values if v != base[n]] for n in names]
+        for combo in itertools.product(*choices):
+            params = base | dict(zip(names, combo))
+            if is_valid(family, params):
+                out.append((Candidate(family.name, tuple(params.items())),
+                            {n: (base[n], params[n]) for n in names}))
+    return out
+
+
+def diff(a: Candidate, b: Candidate) -> dict[str, tuple[Value, Value]]:
+    """The mutation that turns ``a`` into ``b`` (same family), as ``{param: (old, new)}``."""
+    if a.family != b.family:
+        return {"family": (a.family, b.family)}
+    pa, pb = a.p, b.p
+    return {k: (pa[k], pb[k]) for k in pa if pa[k] != pb[k]}
