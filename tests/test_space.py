@@ -1,0 +1,102 @@
+"""Candidate validation, enumeration and mutation against the real family manifests."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evo.errors import EvoError, InvalidCandidate
+from evo.expr import evaluate
+from evo.manifest import load_family
+from evo.space import (all_candidates, diff, launch_config, make_candidate, mutations,
+                       parse_assignments, random_candidates, violations)
+
+FAMILIES = ["flash_mma", "flash_scalar"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_default_is_valid(family: str) -> None:
+    fam = load_family(family)
+    assert violations(fam, fam.defaults()) == []
+
+
+def test_constraint_violation_names_the_rule() -> None:
+    with pytest.raises(InvalidCandidate, match=r"16 or 32 query rows.*BLOCK_M=32.*NUM_WARPS=8"):
+        make_candidate("flash_mma", {"BLOCK_M": 32, "NUM_WARPS": 8})
+
+
+def test_out_of_domain_value_lists_allowed_values() -> None:
+    with pytest.raises(InvalidCandidate, match=r"BLOCK_N=48 is not allowed; allowed: 32, 64, 128"):
+        make_candidate("flash_mma", {"BLOCK_N": 48})
+
+
+def test_unknown_parameter_is_rejected() -> None:
+    with pytest.raises(InvalidCandidate, match="unknown parameter 'TILE'"):
+        make_candidate("flash_scalar", {"TILE": 4})
+
+
+def test_wrong_type_is_rejected() -> None:
+    # True == 1 in Python: a bool must not pass for an int gene, nor an int for a bool one.
+    with pytest.raises(InvalidCandidate, match="EXP2=1 is not allowed"):
+        make_candidate("flash_mma", {"EXP2": 1})
+
+
+def test_unknown_family_lists_known_ones() -> None:
+    with pytest.raises(EvoError, match="unknown family 'nope'.*flash_mma"):
+        make_candidate("nope")
+
+
+def test_cli_assignments_parse_against_domains() -> None:
+    fam = load_family("flash_mma")
+    assert parse_assignments(fam, ["BLOCK_M=64", "SWIZZLE=none", "EXP2=False"]) == {
+        "BLOCK_M": 64, "SWIZZLE": "none", "EXP2": False}
+    with pytest.raises(EvoError, match="STAGES='9' is not allowed; allowed: 1, 2, 3"):
+        parse_assignments(fam, ["STAGES=9"])
+    with pytest.raises(EvoError, match="expected KEY=VALUE"):
+        parse_assignments(fam, ["STAGES"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_enumeration_yields_only_valid_distinct_points(family: str) -> None:
+    fam = load_family(family)
+    pts = list(all_candidates(fam))
+    assert len(pts) == len(set(pts)) > 10
+    assert all(violations(fam, c.p) == [] for c in pts)
+
+
+def test_random_candidates_are_seeded_and_distinct() -> None:
+    fam = load_family("flash_mma")
+    a = random_candidates(fam, 12, random.Random(3))
+    assert a == random_candidates(fam, 12, random.Random(3))
+    assert len(set(a)) == 12
+
+
+def test_mutations_change_exactly_the_named_genes() -> None:
+    fam = load_family("flash_mma")
+    base = make_candidate(fam)
+    for child, mut in mutations(fam, base, genes=1):
+        assert len(mut) == 1 and diff(base, child) == mut
+    assert all(len(m) == 2 for _, m in mutations(fam, base, genes=2))
+
+
+def test_launch_config_follows_the_manifest() -> None:
+    fam = load_family("flash_mma")
+    cfg = launch_config(fam, make_candidate(fam), 128)
+    assert (cfg.threads, cfg.rows_per_cta, cfg.smem_bytes) == (128, 128, 2 * 128 * (128 + 2 * 2 * 64))
+    assert cfg.grid(2, 4, 1531) == (12, 8, 1)
+
+
+@pytest.mark.parametrize("expr,names,want", [
+    ("A % (16 * B) == 0 and A // (16 * B) <= 2", {"A": 128, "B": 4}, True),
+    ("max(A, B) if C else min(A, B)", {"A": 3, "B": 5, "C": False}, 3),
+    ("X in ('a', 'b') and not Y", {"X": "b", "Y": False}, True),
+])
+def test_expression_evaluator(expr: str, names: dict, want: object) -> None:
+    assert evaluate(expr, names) == want
+
+
+@pytest.mark.parametrize("expr", ["__import__('os')", "A.__class__", "[x for x in A]", "A +"])
+def test_expression_evaluator_refuses_code(expr: str) -> None:
+    with pytest.raises(EvoError):
+        evaluate(expr, {"A": 1})
