@@ -1,0 +1,139 @@
+"""Worker supervision with CPU stand-in targets: crash, hang, restart, pool order, shutdown."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evo.errors import EvoError
+from evo.results import Status
+from evo.worker import EvalRequest, Worker, WorkerPool, _child_env, gpu_count, require_gpu
+
+FIXTURES = Path(__file__).parent / "fixtures" / "worker"
+
+
+@pytest.fixture(autouse=True)
+def _standins_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # spawn copies the parent's sys.path into the child, so the child can import the stand-ins
+    monkeypatch.syspath_prepend(str(FIXTURES))
+
+
+def req(build_id: str = "b", **options: object) -> EvalRequest:
+    return EvalRequest(build_id, "unused.cubin", (), options=options)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def worker() -> Worker:
+    w = Worker(0, "standins:serve")
+    yield w
+    w.close()
+
+
+def test_answers_from_a_child_process(worker: Worker) -> None:
+    ev = worker.evaluate(req("x"), timeout_s=30)
+    assert (ev.build_id, ev.status) == ("x", Status.FAST)
+    assert int(ev.reason) not in (os.getpid(), None)
+
+
+@pytest.mark.parametrize("act", ["exit", "segfault"])
+def test_child_death_is_crashed_and_worker_replaced(worker: Worker, act: str) -> None:
+    first = int(worker.evaluate(req(), 30).reason)
+    ev = worker.evaluate(req("bad", act=act), 30)
+    assert ev.status is Status.CRASHED and ev.build_id == "bad"
+    assert ("exit code 3" if act == "exit" else "signal 11") in ev.reason
+    again = worker.evaluate(req(), 30)
+    assert again.status is Status.FAST and int(again.reason) != first and worker.restarts == 1
+
+
+def test_crashed_reply_replaces_the_poisoned_worker(worker: Worker) -> None:
+    first = int(worker.evaluate(req(), 30).reason)
+    ev = worker.evaluate(req(act="crash_reply"), 30)
+    assert (ev.status, ev.reason) == (Status.CRASHED, "illegal memory access")
+    assert int(worker.evaluate(req(), 30).reason) != first
+
+
+def test_hang_times_out_within_budget_and_worker_is_replaced(worker: Worker) -> None:
+    pid = int(worker.evaluate(req(), 30).reason)
+    t0 = time.monotonic()
+    ev = worker.evaluate(req("slow", act="hang"), timeout_s=1.0)
+    elapsed = time.monotonic() - t0
+    assert ev.status is Status.TIMEOUT and "1 s" in ev.reason
+    assert 1.0 <= elapsed < 4.0
+    assert not alive(pid)
+    assert worker.evaluate(req(), 30).status is Status.FAST
+
+
+def test_worker_that_fails_after_n_requests_keeps_serving() -> None:
+    with Worker(0, "standins:serve_flaky") as w:
+        statuses = [w.evaluate(req(str(i), die_after=3), 30).status for i in range(5)]
+    assert statuses == [Status.FAST, Status.FAST, Status.CRASHED, Status.FAST, Status.FAST]
+
+
+def test_target_that_cannot_import_is_a_setup_error() -> None:
+    with Worker(0, "standins:no_such_target") as w, pytest.raises(EvoError, match="failed to start"):
+        w.evaluate(req(), 30)
+
+
+def test_close_stops_the_child(worker: Worker) -> None:
+    pid = int(worker.evaluate(req(), 30).reason)
+    worker.close()
+    assert not alive(pid)
+
+
+def test_pool_runs_concurrently_and_yields_in_request_order() -> None:
+    delays = [0.6, 0.1, 0.4, 0.0]
+    with WorkerPool([0, 1], target="standins:serve") as pool:
+        list(pool.map([req("warm0"), req("warm1")], 30))  # both children up before timing
+        t0 = time.monotonic()
+        results = list(pool.map([req(str(i), act="sleep", seconds=d) for i, d in enumerate(delays)], 30))
+        elapsed = time.monotonic() - t0
+    assert [r.build_id for r in results] == ["0", "1", "2", "3"]
+    assert len({r.reason for r in results}) == 2      # both workers served
+    assert elapsed < sum(delays)                       # ... at the same time
+
+
+def test_pool_survives_a_crash_among_requests() -> None:
+    with WorkerPool([0, 1], target="standins:serve") as pool:
+        acts = ["answer", "segfault", "answer", "exit", "answer"]
+        statuses = [r.status for r in pool.map([req(str(i), act=a) for i, a in enumerate(acts)], 30)]
+    assert statuses == [Status.FAST, Status.CRASHED, Status.FAST, Status.CRASHED, Status.FAST]
+
+
+@pytest.mark.parametrize(("visible", "device", "expected"), [(None, 1, "1"), ("3,5", 1, "5"), ("GPU-a, GPU-b", 0, "GPU-a")])
+def test_child_sees_only_its_gpu(monkeypatch: pytest.MonkeyPatch, visible: str | None, device: int, expected: str) -> None:
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert _child_env(device) == expected
+
+
+def test_invisible_gpu_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(EvoError, match="not visible"):
+        _child_env(1)
+
+
+def test_no_gpu_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_count() == 0
+    with pytest.raises(EvoError, match=r"^no CUDA GPU: GREEN and FAST need one \(evo build compiles without\)$"):
+        require_gpu()
+
+
+def test_parent_side_does_not_import_torch() -> None:
+    code = "import sys, evo.worker; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
