@@ -1,0 +1,180 @@
+"""build_batch on the tiny fixture family: cache, compile errors, resource checks, atomicity."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from evo import build
+from evo.build import build_batch, gencode, load_cached, resource_problems
+from evo.errors import EvoError
+from evo.render import Entry, Rendered, render
+from evo.results import Resources, Status
+from evo.space import LaunchConfig, make_candidate
+
+FIXTURES = Path(__file__).parent / "fixtures" / "templates"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
+    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
+
+
+def tiny(**params: object) -> Rendered:
+    return render(make_candidate("tiny", params))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real batch shared by the module: default, a syntax error, a spilling kernel, a duplicate."""
+    cache = tmp_path_factory.mktemp("candidates")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
+        mp.setenv("EVO_CANDIDATES", str(cache))
+        items = [tiny(), tiny(FAULT="syntax"), tiny(FAULT="spill"), tiny()]
+        done: list = []
+        results = build_batch(items, arch="sm_90a", jobs=2, on_done=done.append)
+    return {"cache": cache, "items": items, "results": results, "done": done}
+
+
+@needs_nvcc
+def test_built_candidate_has_cubin_and_resources(batch: dict) -> None:
+    ok = batch["results"][0]
+    assert ok.status is Status.BUILT and not ok.cached and ok.seconds > 0
+    assert Path(ok.cubin_path).read_bytes()[:4] == b"\x7fELF"
+    assert set(ok.resources) == {e.name for e in batch["items"][0].entries}
+    assert all(r.smem_dynamic == 1024 and r.registers > 0 for r in ok.resources.values())
+
+
+@needs_nvcc
+def test_cache_folder_holds_source_cubin_log_and_meta(batch: dict) -> None:
+    ok = batch["results"][0]
+    folder = batch["cache"] / ok.build_id[:2] / ok.build_id
+    assert sorted(p.name for p in folder.iterdir()) == ["kernel.cu", "kernel.cubin", "meta.json", "ptxas.log"]
+    assert json.loads((folder / "meta.json").read_text())["status"] == "built"
+
+
+@needs_nvcc
+def test_second_build_is_answered_from_cache(batch: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVO_CANDIDATES", str(batch["cache"]))
+    monkeypatch.setattr(build, "_compile", lambda *a, **k: pytest.fail("recompiled a cached build"))
+    again = build_batch(batch["items"], arch="sm_90a")
+    assert all(r.cached for r in again)
+    assert [r.status for r in again] == [r.status for r in batch["results"]]
+
+
+@needs_nvcc
+def test_compile_error_is_failed_with_its_log(batch: dict) -> None:
+    bad = batch["results"][1]
+    assert bad.status is Status.COMPILE_FAILED and bad.cubin_path is None
+    assert bad.reason.startswith("nvcc: kernel.cu(") and "error" in bad.log
+
+
+@needs_nvcc
+def test_spilling_kernel_is_resource_rejected(batch: dict) -> None:
+    spill = batch["results"][2]
+    assert spill.status is Status.RESOURCE_REJECTED
+    assert "spills" in spill.reason and all(r.spill_stores > 0 for r in spill.resources.values())
+
+
+@needs_nvcc
+def test_duplicates_are_built_once_and_reported_once(batch: dict) -> None:
+    assert batch["results"][3] == batch["results"][0]
+    assert len(batch["done"]) == 3
+
+
+@needs_nvcc
+def test_no_staging_files_are_left(batch: dict) -> None:
+    assert list((batch["cache"] / ".tmp").iterdir()) == []
+
+
+@needs_nvcc
+def test_incomplete_cache_folder_is_rebuilt(tmp_path: Path) -> None:
+    item = tiny(ROWS=32)
+    bid = build.build_id_for(item, "sm_90a")
+    stale = tmp_path / "candidates" / bid[:2] / bid
+    stale.mkdir(parents=True)
+    (stale / "kernel.cubin").write_bytes(b"\x7fEL")  # what a kill mid-write would leave, no meta.json
+    assert load_cached(bid) is None
+    result = build_batch([item], arch="sm_90a")[0]
+    assert result.status is Status.BUILT and not result.cached
+    assert Path(result.cubin_path).stat().st_size > 3
+
+
+def fake_nvcc(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "nvcc"
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ('for a; do o=$n; n=$a; done; printf "\\177EL" > "$o"; kill -9 $$', "killed by signal 9"),
+    ("sleep 30", "did not finish within 1 s"),
+])
+def test_killed_compile_is_failed_and_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 body: str, reason: str) -> None:
+    monkeypatch.setenv("EVO_NVCC", fake_nvcc(tmp_path, body))
+    monkeypatch.setattr(build, "_nvcc_version", lambda path: "fake")
+    result = build_batch([tiny()], arch="sm_90a", timeout_s=1)[0]
+    assert result.status is Status.COMPILE_FAILED and reason in result.reason
+    assert load_cached(result.build_id) is None
+    assert not (tmp_path / "candidates" / result.build_id[:2]).exists()
+
+
+def entry(threads: int = 128, smem: int = 0) -> Entry:
+    return Entry("k", 64, "fp16", False, LaunchConfig(threads, 64, smem))
+
+
+@pytest.mark.parametrize(("res", "ent", "arch", "needle"), [
+    (Resources(64, 0, 8, 0, 8), entry(), "sm_90a", "spills"),
+    (Resources(64, 0, 0, 4, 8), entry(), "sm_90a", "spills"),
+    (Resources(64, 4096, 0, 0, 0), entry(smem=229376), "sm_90a", "shared memory"),
+    (Resources(64, 0, 0, 0, 0), entry(smem=200000), "sm_80", "shared memory"),
+    (Resources(255, 0, 0, 0, 0), entry(threads=512), "sm_90a", "registers"),
+])
+def test_resource_problems_name_the_limit(res: Resources, ent: Entry, arch: str, needle: str) -> None:
+    problems = resource_problems({"k": res}, [ent], arch)
+    assert len(problems) == 1 and needle in problems[0]
+
+
+def test_resources_within_limits_pass() -> None:
+    assert resource_problems({"k": Resources(128, 0, 0, 0, 0)}, [entry(512, 200000)], "sm_90a") == []
+
+
+@pytest.mark.parametrize(("arch", "flag"), [
+    ("sm_90a", "arch=compute_90a,code=sm_90a"),
+    ("sm_80", "arch=compute_80,code=sm_80"),
+])
+def test_gencode_targets_exactly_the_arch(arch: str, flag: str) -> None:
+    assert gencode(arch) == ["-gencode", flag]
+
+
+def test_unknown_arch_is_an_error() -> None:
+    with pytest.raises(EvoError, match="unsupported arch 'sm_75'"):
+        build_batch([tiny()], arch="sm_75")
+
+
+def test_missing_nvcc_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for var in ("EVO_NVCC", "CUDA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(EvoError, match="nvcc not found; install the CUDA toolkit or put nvcc on PATH"):
+        build_batch([tiny()], arch="sm_90a")
+
+
+@pytest.mark.parametrize(("major", "arch"), [(9, "sm_90a"), (8, "sm_80"), (None, "sm_90a"), (10, "sm_90a")])
+def test_default_arch_follows_the_gpu(monkeypatch: pytest.MonkeyPatch, major: int | None, arch: str) -> None:
+    monkeypatch.setattr(build, "_gpu_major", lambda: major)
+    assert build.default_arch() == arch
+
+
+@needs_nvcc
+def test_nvcc_version_is_dotted() -> None:
+    assert all(part.isdigit() for part in build.nvcc_version().split("."))
