@@ -1,0 +1,149 @@
+"""Loading and launching built candidates through cuda.core (GPU), and the errors without it (CPU)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from evo.build import build_batch, default_arch
+from evo.errors import EvoError
+from evo.render import Entry, render
+from evo.results import Status
+from evo.runtime import CandidateKernels
+from evo.space import make_candidate
+
+FAMILIES = ("flash_scalar", "flash_mma")
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+LOOSE = {"fp16": 5e-3, "bf16": 3e-2}  # plumbing checks only; the gate owns correctness
+
+
+def test_missing_cubin_is_an_evo_error(tmp_path: Path) -> None:
+    with pytest.raises(EvoError, match="cubin not found"):
+        CandidateKernels(tmp_path / "absent.cubin", [])
+
+
+def test_missing_cuda_python_is_an_evo_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    entry = render(make_candidate("flash_scalar")).entries[0]
+    for name in ("cuda", "cuda.bindings", "cuda.bindings.driver", "cuda.core", "cuda.core.experimental"):
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules makes the import fail
+    with pytest.raises(EvoError, match="cuda-python is not installed"):
+        CandidateKernels(cubin, [entry])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, tuple[Entry, ...]]]]:
+    """Each family's default candidate, compiled for this GPU into a private cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
+        rendered = [render(make_candidate(f)) for f in FAMILIES]
+        results = build_batch(rendered, default_arch())
+    for r in results:
+        assert r.status is Status.BUILT and r.cubin_path, f"{r.reason}\n{r.log[-3000:]}"
+    yield {f: (str(r.cubin_path), x.entries) for f, r, x in zip(FAMILIES, results, rendered)}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def kernels(request: pytest.FixtureRequest, built: dict) -> CandidateKernels:  # type: ignore[type-arg]
+    cubin, entries = built[request.param]
+    return CandidateKernels(cubin, entries, torch.cuda.current_device())
+
+
+def _qkvo(B: int, H: int, L: int, D: int, dtype: str) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator(device="cuda").manual_seed(B * 1000 + L)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", generator=gen).to(DTYPES[dtype]) for _ in range(3))
+    return q, k, v, torch.full_like(q, math.nan)
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=scale)
+
+
+@pytest.mark.gpu
+def test_kernel_attributes_cover_every_entry(kernels: CandidateKernels) -> None:
+    attrs = kernels.kernel_attributes()
+    assert set(attrs) == {e.name for e in kernels.entries}
+    for e in kernels.entries:
+        assert attrs[e.name]["num_regs"] > 0
+        assert attrs[e.name]["max_threads_per_block"] >= e.launch.threads
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_launch_computes_attention(kernels: CandidateKernels, D: int, dtype: str, causal: bool) -> None:
+    q, k, v, o = _qkvo(2, 3, 201, D, dtype)
+    assert kernels.supports(q, causal)
+    kernels.launch(q, k, v, o, causal=causal)
+    err = (o.float() - _reference(q, k, v, causal, 1 / math.sqrt(D))).abs().max().item()
+    assert err < LOOSE[dtype]
+
+
+@pytest.mark.gpu
+def test_launch_honours_an_explicit_scale(kernels: CandidateKernels) -> None:
+    q, k, v, o = _qkvo(1, 2, 130, 64, "fp16")
+    kernels(q, k, v, o, False, 0.3)
+    assert (o.float() - _reference(q, k, v, False, 0.3)).abs().max().item() < LOOSE["fp16"]
+
+
+@pytest.mark.gpu
+def test_launch_on_a_side_stream_and_in_a_cuda_graph(kernels: CandidateKernels) -> None:
+    q, k, v, o = _qkvo(1, 4, 300, 128, "fp16")
+    kernels.launch(q, k, v, o, causal=True)
+    eager = o.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        o.fill_(math.nan)
+        kernels.launch(q, k, v, o, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(o, eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernels.launch(q, k, v, o, causal=True)
+    o.fill_(math.nan)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o, eager)
+
+
+@pytest.mark.gpu
+def test_supports_only_what_was_built(kernels: CandidateKernels) -> None:
+    assert not kernels.supports(torch.empty(1, 1, 8, 96, device="cuda", dtype=torch.float16), False)
+    assert not kernels.supports(torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.float32), False)
+
+
+def _bad_inputs() -> list[tuple[str, str]]:
+    return [("float32", "float16 or bfloat16"), ("cpu", "is on cpu"), ("transposed", "not contiguous"),
+            ("short_k", "need \\(B, H, L, D\\)"), ("three_d", "need \\(B, H, L, D\\)"),
+            ("mixed", "the same for q, k, v, o"), ("d96", "no kernel for D=96")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("case", "message"), _bad_inputs())
+def test_launch_rejects_bad_inputs(kernels: CandidateKernels, case: str, message: str) -> None:
+    q, k, v, o = _qkvo(1, 2, 64, 64, "fp16")
+    if case == "float32":
+        q, k, v, o = (t.float() for t in (q, k, v, o))
+    elif case == "cpu":
+        o = o.cpu()
+    elif case == "transposed":
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    elif case == "short_k":
+        k = k[:, :, :32].contiguous()
+    elif case == "three_d":
+        q, k, v, o = (t[0] for t in (q, k, v, o))
+    elif case == "mixed":
+        v = v.to(torch.bfloat16)
+    elif case == "d96":
+        q, k, v, o = _qkvo(1, 2, 64, 96, "fp16")
+    with pytest.raises(EvoError, match=message):
+        kernels.launch(q, k, v, o, causal=False)
