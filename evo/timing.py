@@ -37,6 +37,8 @@ IMPLAUSIBLE_SPEEDUP = 2.0     # faster than the best baseline by more than this 
 TARGET_REPLAY_MS = 1.0        # one replay lasts at least this long
 MAX_LAUNCHES = 4096           # launches captured in one graph, at most
 MAX_INPUT_SETS = 64
+LONG_REPLAY_MS = 5.0          # replays this long need no untimed warm-up replay
+CASE_BUDGET_MS = 400.0        # replay time spent per op per case, about (slow kernels get fewer reps)
 L2_FACTOR = 2.5               # rotated inputs total this many L2 sizes
 RECHECK_FAILED = "re-check FAILED"
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
@@ -166,7 +168,12 @@ def make_inputs(shape: Shape, seed: int) -> list[tuple[Any, Any, Any, Any]]:
 
 
 class GraphTimer:
-    """One captured graph of ``launches`` calls of ``fn``; :meth:`sample` replays it."""
+    """One captured graph of ``launches`` calls of ``fn``; :meth:`sample` replays it.
+
+    Warm-up calls run eagerly on the capture stream first (lazy initialisation, workspace
+    allocation); the last one is timed to pick ``launches`` when it is not given, and a replay
+    that still comes out shorter than ``TARGET_REPLAY_MS`` is recaptured with more launches.
+    """
 
     def __init__(self, fn: Callable[[], Any], *, launches: int | None = None, warmup: int = 3):
         import torch
@@ -175,18 +182,16 @@ class GraphTimer:
         self.stream.wait_stream(torch.cuda.current_stream())
         self.period = getattr(fn, "period", 1)
         with torch.cuda.stream(self.stream):
-            for _ in range(max(warmup, 1)):
-                fn()
-            self.stream.synchronize()
-            auto = launches is None
-            self.launches = self._round(launches or self._estimate(fn))
+            eager_ms = self._warm(fn, max(warmup, 1))
+            self.launches = self._round(launches or math.ceil(TARGET_REPLAY_MS / max(eager_ms, 1e-4)))
             self.graph = self._capture(fn)
-            if auto:
-                ms = self._replay_ms()
-                if ms < 0.9 * TARGET_REPLAY_MS and self.launches < MAX_LAUNCHES:
-                    self.launches = self._round(math.ceil(self.launches * 1.2 * TARGET_REPLAY_MS / ms))
-                    self.graph.reset()
-                    self.graph = self._capture(fn)
+            self.replay_ms = self._replays(2)[-1]
+            if launches is None and self.replay_ms < 0.9 * TARGET_REPLAY_MS and self.launches < MAX_LAUNCHES:
+                more = math.ceil(self.launches * 1.2 * TARGET_REPLAY_MS / max(self.replay_ms, 1e-4))
+                self.launches = self._round(more)
+                self.graph.reset()
+                self.graph = self._capture(fn)
+                self.replay_ms = self._replays(2)[-1]
         torch.cuda.current_stream().wait_stream(self.stream)
 
     def _round(self, n: int) -> int:
@@ -194,18 +199,19 @@ class GraphTimer:
         n = max(1, min(n, MAX_LAUNCHES))
         return max(self.period, math.ceil(n / self.period) * self.period)
 
-    def _estimate(self, fn: Callable[[], Any], calls: int = 5) -> int:
-        """Launches per replay from an eager estimate (host overhead makes it err long)."""
+    def _warm(self, fn: Callable[[], Any], calls: int) -> float:
+        """Run ``fn`` eagerly ``calls`` times; milliseconds of the last call (host overhead makes
+        it err long for tiny kernels, which the recapture corrects)."""
         import torch
 
+        for _ in range(calls - 1):
+            fn()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(calls):
-            fn()
+        fn()
         end.record()
         end.synchronize()
-        per_call_ms = max(start.elapsed_time(end) / calls, 1e-4)
-        return math.ceil(TARGET_REPLAY_MS / per_call_ms)
+        return start.elapsed_time(end)
 
     def _capture(self, fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
         import torch
@@ -215,9 +221,6 @@ class GraphTimer:
             for _ in range(self.launches):
                 fn()
         return graph
-
-    def _replay_ms(self) -> float:
-        return self._replays(2)[-1]
 
     def _replays(self, reps: int) -> list[float]:
         """Milliseconds of ``reps`` back-to-back replays (the queue stays full)."""
@@ -233,9 +236,14 @@ class GraphTimer:
             events[-1][1].synchronize()
         return [start.elapsed_time(end) for start, end in events]
 
+    def affordable(self, reps: int, budget_ms: float) -> int:
+        """``reps`` cut so that sampling costs about ``budget_ms`` (at least 3)."""
+        return max(3, min(reps, int(budget_ms / max(self.replay_ms, 1e-3))))
+
     def sample(self, reps: int) -> list[float]:
-        """``reps`` samples of microseconds per launch (one untimed replay first)."""
-        return [ms * 1e3 / self.launches for ms in self._replays(reps + 1)[1:]]
+        """``reps`` samples of microseconds per launch (after an untimed replay when short)."""
+        warm = 1 if self.replay_ms < LONG_REPLAY_MS else 0
+        return [ms * 1e3 / self.launches for ms in self._replays(reps + warm)[warm:]]
 
     def close(self) -> None:
         self.graph.reset()
@@ -299,8 +307,9 @@ def runs(op: Op, inputs: tuple[Any, Any, Any, Any]) -> bool:
 
 
 def _measure(ops: dict[str, Op], shape: Shape, *, optional: Sequence[str], seed: int, rounds: int,
-             reps: int, warmup: int) -> dict[str, list[float]]:
-    """Samples per op on fresh inputs, interleaved round by round (the starting op rotates).
+             reps: int, warmup: int, budget_ms: float) -> dict[str, list[float]]:
+    """Samples per op on fresh inputs, interleaved round by round (the starting op rotates);
+    an op whose replays are long gets fewer than ``reps`` per round, to stay near ``budget_ms``.
 
     Ops named in ``optional`` (the SDPA backends) are left out when they refuse the shape or
     cannot be captured in a graph; any other failure propagates.
@@ -321,11 +330,12 @@ def _measure(ops: dict[str, Op], shape: Shape, *, optional: Sequence[str], seed:
                     except RuntimeError:
                         torch.cuda.synchronize()   # raises if the failure poisoned the context
         names = list(timers)
+        per_round = {n: timers[n].affordable(reps, budget_ms / rounds) for n in names}
         samples: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:
-                samples[name] += timers[name].sample(reps)
+                samples[name] += timers[name].sample(per_round[name])
         return samples
     finally:
         for t in timers.values():
@@ -337,7 +347,7 @@ def _measure(ops: dict[str, Op], shape: Shape, *, optional: Sequence[str], seed:
 
 def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = BACKENDS, *,
               rounds: int = 5, reps: int = 10, warmup: int = 3, seed: int = 0,
-              recheck: Callable[[Shape], str] | None = None,
+              budget_ms: float = CASE_BUDGET_MS, recheck: Callable[[Shape], str] | None = None,
               known: Sequence[Timing] = ()) -> list[Timing]:
     """Time ``candidate`` (if any) and each SDPA backend on ``shape``, interleaved.
 
@@ -348,14 +358,15 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = BACK
     """
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
     ops |= {b: sdpa_op(b, shape.causal) for b in backends}
-    samples = _measure(ops, shape, optional=backends, seed=seed, rounds=rounds, reps=reps, warmup=warmup)
+    samples = _measure(ops, shape, optional=backends, seed=seed, rounds=rounds, reps=reps,
+                       warmup=warmup, budget_ms=budget_ms)
     out = [make_timing(shape, name, s) for name, s in samples.items()]
     if candidate is None:
         return out
     why = implausible(shape, out[0].median_us, [*out[1:], *known])
     if why:
         again = _measure({EVO: candidate}, shape, optional=(), seed=seed + 1, rounds=rounds,
-                         reps=reps, warmup=warmup)[EVO]
+                         reps=reps, warmup=warmup, budget_ms=budget_ms)[EVO]
         if recheck is None:
             checked = "re-check not run"
         else:

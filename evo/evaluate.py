@@ -1,0 +1,253 @@
+"""The GPU worker's side: gate (GREEN) then time (FAST) one built candidate per request.
+
+:func:`serve` is the default :class:`evo.worker.Worker` target; it runs in a child process that
+sees one GPU. For each :class:`~evo.worker.EvalRequest` it loads the cubin, runs the GREEN
+suite, and only if every gating check passed times the candidate on the requested FAST cases.
+SDPA baselines are measured in this same process by the same method: once per shape and again
+every ``baseline_every`` evaluations (drift), or interleaved with the candidate when the
+request asks (``evo eval``, ``evo bench``). The candidate's Timings come back together with
+the baseline Timings it was compared with, so both are stored with the evaluation.
+
+A CUDA fault poisons the context for good, and an exception cannot tell reliably whether it
+left one behind, so after any exception the worker replies ``crashed`` (with the exception as
+the reason) and exits; the parent starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from evo.render import Entry
+from evo.results import Evaluation, Shape, Status, Timing
+from evo.worker import EvalRequest
+
+QUICK = {"rounds": 2, "reps": 5}      # searches: enough to rank, a fraction of the time
+NORMAL = {"rounds": 3, "reps": 10}
+INTERLEAVED = {"rounds": 5, "reps": 10}  # evo eval / evo bench: the numbers people quote
+BASELINE_EVERY = 50
+RECHECK_BYTES = 1 << 30    # the re-check's float32 score matrix stays under this
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to sample one request's FAST cases (from its options)."""
+
+    rounds: int
+    reps: int
+    interleave: bool
+    baseline_every: int
+    backends: tuple[str, ...]
+    salt: int
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Plan:
+        from evo.timing import BACKENDS
+
+        interleave = bool(options.get("interleave", False))
+        base = INTERLEAVED if interleave else QUICK if options.get("quick") else NORMAL
+        return cls(rounds=int(options.get("rounds", base["rounds"])),
+                   reps=int(options.get("reps", base["reps"])),
+                   interleave=interleave,
+                   baseline_every=int(options.get("baseline_every", BASELINE_EVERY)),
+                   backends=tuple(options.get("backends", BACKENDS)),
+                   salt=int(options.get("salt", 0)))
+
+
+def recheck_shape(shape: Shape) -> Shape:
+    """``shape`` with fewer (batch x heads) when its float32 reference would not fit comfortably;
+    the kernel's work per head, its length, head dim, mask and dtype are unchanged."""
+    per_head = shape.L * shape.L * 4
+    most = max(1, RECHECK_BYTES // per_head)
+    if shape.B * shape.H <= most:
+        return shape
+    return Shape(shape.case, 1, min(shape.H, most), shape.L, shape.D, shape.causal, shape.dtype)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming the failure (CUDA faults arrive as RuntimeError / AcceleratorError)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:1000]
+
+
+def supported(shapes: Sequence[Shape], entries: Sequence[Entry]) -> list[Shape]:
+    """The shapes the candidate has a kernel for (head dim, dtype, causal)."""
+    have = {(e.head_dim, e.dtype, e.causal) for e in entries}
+    return [s for s in shapes if (s.D, s.dtype, s.causal) in have]
+
+
+# ----------------------------------------------------------------------------- device facts
+
+
+def _driver_version() -> str:
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout.split()
+            if out:
+                return out[0]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return "unknown"
+
+
+def device_info() -> dict[str, str]:
+    """GPU name, compute capability and the software versions a measurement depends on."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "gpu": props.name,
+        "sm": f"{props.major}{props.minor}",
+        "l2_mb": f"{props.L2_cache_size / 2**20:.0f}",
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "cudnn": str(cudnn) if cudnn else "none",
+        "driver": _driver_version(),
+        "visible_device": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+class Session:
+    """Per-process state: device facts, the baseline cache, the evaluation counter."""
+
+    def __init__(self) -> None:
+        self.device = device_info()
+        self.evaluations = 0
+        self._baselines: dict[Shape, tuple[int, list[Timing]]] = {}
+
+    def baselines(self, shape: Shape, plan: Plan) -> list[Timing]:
+        """SDPA Timings for ``shape``: cached, re-measured once ``plan.baseline_every`` old."""
+        from evo.timing import time_case
+
+        hit = self._baselines.get(shape)
+        if hit is None or self.evaluations - hit[0] >= plan.baseline_every:
+            timings = time_case(None, shape, plan.backends, rounds=plan.rounds, reps=plan.reps)
+            hit = self._baselines[shape] = (self.evaluations, timings)
+        return [t for t in hit[1] if t.backend in plan.backends]
+
+
+def _candidate(request: EvalRequest) -> tuple[Callable[..., Any] | None, Callable[..., Any], list[Entry] | None]:
+    """(GREEN launch or None, FAST op, entries or None) for a cubin or a promoted package."""
+    package = request.options.get("package")
+    if package:
+        attention = importlib.import_module(str(package)).attention
+
+        def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> Any:
+            return attention(q, k, v, causal=causal)
+
+        return None, package_op, None
+    from evo.runtime import CandidateKernels
+
+    kernels = CandidateKernels(request.cubin_path, request.entries, device=0)
+
+    def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> None:
+        kernels.launch(q, k, v, o, causal=causal)
+
+    return kernels, kernel_op, list(request.entries)
+
+
+def _green(launch: Callable[..., Any], entries: Sequence[Entry], salt: int, ev: Evaluation) -> bool:
+    from evo.gate import run_green, verdict
+    from evo.suites import green_cases, green_settings
+
+    settings = green_settings()
+    t0 = time.perf_counter()
+    ev.checks = run_green(launch, supported(green_cases(), entries), settings, salt)
+    ev.green_seconds = time.perf_counter() - t0
+    status, ev.reason = verdict(ev.checks, settings.gate_dtypes)
+    ev.status = status
+    return status is Status.GREEN
+
+
+def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], str] | None:
+    """The correctness re-check of an implausibly fast FAST case ("" when it passes)."""
+    if launch is None:
+        return None
+    from evo.gate import run_green, verdict
+    from evo.suites import green_settings
+
+    settings = green_settings()
+
+    def recheck(shape: Shape) -> str:
+        status, reason = verdict(run_green(launch, [recheck_shape(shape)], settings, salt + 1))
+        return "" if status is Status.GREEN else reason
+
+    return recheck
+
+
+def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases: Sequence[Shape],
+          plan: Plan, session: Session, ev: Evaluation) -> None:
+    from evo.timing import recheck_failed, time_case
+
+    t0 = time.perf_counter()
+    for i, shape in enumerate(cases):
+        def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal) -> Any:
+            return op(q, k, v, o, causal=_causal)
+
+        if plan.interleave:
+            ev.timings += time_case(cand, shape, plan.backends, rounds=plan.rounds, reps=plan.reps,
+                                    seed=plan.salt + i, recheck=recheck)
+        else:
+            known = session.baselines(shape, plan)
+            ev.timings += time_case(cand, shape, (), rounds=plan.rounds, reps=plan.reps,
+                                    seed=plan.salt + i, recheck=recheck, known=known)
+            ev.timings += known
+    ev.fast_seconds = time.perf_counter() - t0
+    failed = [t for t in ev.timings if recheck_failed(t)]
+    if failed:
+        ev.status, ev.reason = Status.RED, f"{failed[0].shape.tag}: {failed[0].flagged}"
+    else:
+        ev.status = Status.FAST
+        ev.reason = ev.reason or f"timed on {len(cases)} FAST cases"
+
+
+def evaluate(request: EvalRequest, session: Session) -> Evaluation:
+    """GREEN then FAST for one request (exceptions propagate to :func:`serve`)."""
+    from evo.timing import gemm_tflops
+
+    plan = Plan.of(request.options)
+    ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device))
+    launch, op, entries = _candidate(request)
+    if request.options.get("gemm"):
+        ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"
+    if request.green and launch is not None and not _green(launch, entries or (), plan.salt, ev):
+        return ev
+    cases = supported(request.fast_cases, entries) if entries is not None else list(request.fast_cases)
+    if cases:
+        _fast(op, _recheck(launch, plan.salt), cases, plan, session, ev)
+    return ev
+
+
+def serve(conn: Connection) -> None:
+    """Worker loop: one Evaluation per EvalRequest until ``None`` or a closed pipe."""
+    import torch
+
+    torch.cuda.set_device(0)
+    session = Session()
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        try:
+            result = evaluate(request, session)
+        except Exception as exc:  # noqa: BLE001 - reported as crashed; the context may be poisoned
+            conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
+            return
+        session.evaluations += 1
+        conn.send(result)

@@ -1,0 +1,110 @@
+"""evo bench: the benchmark record, its file name, BENCHMARKS.md, and a run through a stand-in worker."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from evo.bench import (
+    COLUMNS, case_records, gpu_slug, load_records, make_record, regenerate, render_benchmarks_md,
+    run_bench, write_record,
+)
+from evo.errors import EvoError
+from evo.results import Evaluation, Shape, Status, Timing
+from evo.worker import EvalRequest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SAMPLE = FIXTURES / "bench" / "nvidia-h100-80gb-hbm3-20261120-abc1234.json"
+F1 = Shape("F1", 1, 8, 512, 64, False)
+F3C = Shape("F3", 32, 8, 128, 64, True)
+DEVICE = {"gpu": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1", "sm": "90"}
+CASE_KEYS = {"case", "B", "H", "L", "D", "causal", "dtype", "candidate_id", "us", "spread_us", "tflops_evo"}
+
+
+def timing(shape: Shape, backend: str, median: float, p20: float | None = None, p80: float | None = None) -> Timing:
+    return Timing(shape, backend, median, median if p20 is None else p20, median if p80 is None else p80, [median])
+
+
+def fake_eval() -> Evaluation:
+    ts = [timing(F1, "evo", 5.0, 4.9, 5.2), timing(F1, "sdpa_flash", 9.0), timing(F1, "sdpa_default", 8.0),
+          timing(F3C, "sdpa_flash", 4.0), timing(F3C, "evo", 2.0)]
+    return Evaluation("b" * 64, Status.FAST, timings=ts, device=DEVICE)
+
+
+@pytest.mark.parametrize(("name", "slug"), [("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+                                            ("NVIDIA H200", "nvidia-h200"), ("", "gpu")])
+def test_gpu_slug(name: str, slug: str) -> None:
+    assert gpu_slug(name) == slug
+
+
+def test_case_records_fill_missing_backends_with_null() -> None:
+    rows = case_records(fake_eval().timings, "cid")
+    assert [r["case"] for r in rows] == ["F1", "F3"] and rows[1]["causal"] is True
+    assert CASE_KEYS <= set(rows[0]) and set(rows[0]["us"]) == set(COLUMNS) == set(rows[0]["spread_us"])
+    assert rows[0]["us"] == {"evo": 5.0, "sdpa_flash": 9.0, "sdpa_cudnn": None, "sdpa_efficient": None,
+                             "sdpa_default": 8.0}
+    assert rows[0]["spread_us"]["evo"] == pytest.approx(0.3)
+    assert rows[0]["tflops_evo"] == pytest.approx(F1.flops / 5e-6 / 1e12)
+
+
+def test_case_without_candidate_timing_is_left_out() -> None:
+    assert case_records([timing(F1, "sdpa_flash", 9.0)], None) == []
+
+
+def test_record_schema_and_file_name(tmp_path: Path) -> None:
+    created = datetime(2026, 11, 21, 23, 30, tzinfo=timezone.utc)
+    record = make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created)
+    assert {"gpu", "versions", "git_sha", "created", "gemm_tflops", "cases"} <= set(record)
+    assert record["versions"] == {"torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1"}
+    path = write_record(record, tmp_path / "benchmarks")
+    assert path.name == "nvidia-h200-20261121-deadbee.json"
+    assert json.loads(path.read_text()) == record
+
+
+def test_nothing_benchmarked_is_an_error() -> None:
+    with pytest.raises(EvoError):
+        make_record([], gemm_tflops=None, sha="x", created=datetime.now(timezone.utc))
+
+
+def test_benchmarks_md_from_sample_json() -> None:
+    md = render_benchmarks_md(load_records(SAMPLE.parent))
+    assert "## NVIDIA H100 80GB HBM3 — 2026-11-20, git abc1234" in md
+    assert "torch 2.11.0+cu130 · CUDA 13.0 · cuDNN 91300 · driver 580.65.06 · dense fp16 GEMM 742 TFLOP/s" in md
+    assert "| F1 | 1,8,512,64 | fp16 | `0123456789` | 5.00 (0.10) | 107.4 | 1.80x | 1.60x |" in md
+    assert "| F7c | 2,16,8192,128 | fp16 | `0123456789` | 2000.0 (5.00) | 274.9 | 0.80x | 0.50x |" in md
+    assert "| **geomean** | | | | | | 1.20x | 0.89x |" in md
+
+
+def test_benchmarks_md_newest_first(tmp_path: Path) -> None:
+    old = json.loads(SAMPLE.read_text())
+    new = old | {"gpu": "NVIDIA H200", "created": "2026-11-21T08:00:00+00:00"}
+    md = render_benchmarks_md([("a.json", old), ("b.json", new)])
+    assert md.index("NVIDIA H200") < md.index("NVIDIA H100")
+
+
+def test_benchmarks_md_without_records() -> None:
+    assert "No benchmarks yet" in render_benchmarks_md([])
+
+
+def test_regenerate_writes_beside_the_folder(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks"
+    out.mkdir()
+    shutil.copy(SAMPLE, out)
+    md = regenerate(out)
+    assert md == tmp_path / "BENCHMARKS.md" and "abc1234" in md.read_text()
+
+
+def test_run_bench_through_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    monkeypatch.setattr("evo.bench.git_sha", lambda root=None: "cafe123")
+    targets = [(cid, EvalRequest(cid * 8, "x.cubin", (), fast_cases=(F1, F3C))) for cid in ("bad", "good", "also")]
+    path, record, problems = run_bench(targets, out_dir=tmp_path / "benchmarks", target="standins:serve_bench")
+    assert path.parent == tmp_path / "benchmarks" and path.name.endswith("-cafe123.json")
+    assert [c["candidate_id"] for c in record["cases"]] == ["good", "good", "also", "also"]
+    assert record["gemm_tflops"] == 700.0
+    assert problems == ["bad: red: wrong answers"]
+    assert "cafe123" in (tmp_path / "BENCHMARKS.md").read_text()
