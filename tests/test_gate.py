@@ -8,9 +8,12 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from evo import gate
+from evo.errors import EvoError
 from evo.gate import (POISON, GuardedOutput, check_case, label, make_inputs, max_abs_err,
-                      run_green, verdict)
+                      reference, run_green, verdict)
 from evo.results import CheckResult, Shape, Status
 from evo.suites import GreenSettings
 
@@ -188,10 +191,28 @@ def test_max_abs_err_of_non_finite_output_is_inf() -> None:
     assert max_abs_err(torch.tensor([[[[0.0, 0.5], [0.0, 0.0]]]]), ref) == (0.5, (0, 0, 0, 1))
 
 
+def test_reference_in_head_chunks_equals_all_at_once() -> None:
+    q, k, v = make_inputs(RAGGED, 0, 0, "cpu")
+    whole = reference(q, k, v, True, 0.25, torch.float64)
+    chunked = reference(q, k, v, True, 0.25, torch.float64, max_scores_bytes=2 * 37 * 37 * 8)
+    assert whole.shape == (2, 3, 37, 16) and torch.equal(whole, chunked)
+
+
 def test_float32_reference_for_large_shapes_also_passes() -> None:
     settings = GreenSettings(seeds=(0,), multiplier=2.0, floors=SETTINGS.floors,
                              guard_elements=64, float64_below=0)
     assert check_case(correct, RAGGED, 0, settings, device="cpu").passed
+
+
+def test_non_finite_torch_result_is_an_error_not_a_free_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = F.scaled_dot_product_attention
+
+    def sdpa(q: Tensor, *args: object, **kwargs: object) -> Tensor:
+        out = real(q, *args, **kwargs)  # type: ignore[arg-type]
+        return out.fill_(math.inf) if q.dtype == torch.float16 else out
+    monkeypatch.setattr(gate.F, "scaled_dot_product_attention", sdpa)
+    with pytest.raises(EvoError, match="not finite"):
+        check(correct, FULL)
 
 
 def test_run_green_checks_every_case_and_seed_in_order() -> None:
