@@ -83,7 +83,7 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
         raise EvoError("nothing was benchmarked")
     device = results[0][1].device
     return {
-        "gpu": device.get("gpu", "unknown"),
+        "gpu": device.get("name", "unknown"),
         "versions": {k: device.get(k, "unknown") for k in VERSION_KEYS},
         "git_sha": sha,
         "created": created.astimezone(timezone.utc).isoformat(timespec="seconds"),

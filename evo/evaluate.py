@@ -106,7 +106,7 @@ def device_info() -> dict[str, str]:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
-        "gpu": props.name,
+        "name": props.name,      # the store matches evaluations of one device by this key
         "sm": f"{props.major}{props.minor}",
         "l2_mb": f"{props.L2_cache_size / 2**20:.0f}",
         "torch": torch.__version__,

@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE = FIXTURES / "bench" / "nvidia-h100-80gb-hbm3-20261120-abc1234.json"
 F1 = Shape("F1", 1, 8, 512, 64, False)
 F3C = Shape("F3", 32, 8, 128, 64, True)
-DEVICE = {"gpu": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1", "sm": "90"}
+DEVICE = {"name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1", "sm": "90"}
 CASE_KEYS = {"case", "B", "H", "L", "D", "causal", "dtype", "candidate_id", "us", "spread_us", "tflops_evo"}
 
 

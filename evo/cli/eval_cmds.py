@@ -1,3 +1,191 @@
-"""CLI commands (filled in by its owner module)."""
+"""``evo eval`` (GREEN then FAST for one candidate, stored) and ``evo bench`` (the FAST suite
+against SDPA for stored candidates or a promoted package, written to ``benchmarks/``).
 
-from evo.cli.app import app  # noqa: F401
+Both need a CUDA GPU; the GPU work runs in a crash-isolated worker process, so this process
+only renders, builds, stores and prints.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evo import paths
+from evo.bench import COLUMNS, case_records, run_bench
+from evo.build import build_batch, default_arch
+from evo.cli.app import DbOption, app
+from evo.errors import EvoError
+from evo.manifest import load_family
+from evo.render import Rendered, render
+from evo.results import BuildResult, Shape, Status
+from evo.space import make_candidate, parse_assignments
+from evo.store import Store, open_store
+from evo.suites import fast_cases
+from evo.timing import EVO
+from evo.worker import EvalRequest, Worker, require_gpu
+
+console = Console()
+CasesOption = typer.Option(None, "--cases", help="FAST cases, e.g. F1,F3c,F5-F8 (default: the whole FAST suite)")
+DtypeOption = typer.Option("fp16", "--dtype", help="fp16 or bf16")
+TimeoutOption = typer.Option(1800.0, "--timeout", help="seconds the GPU worker may take before it is killed")
+
+
+def _cases(cases: str | None, dtype: str) -> tuple[Shape, ...]:
+    return tuple(fast_cases([cases] if cases else None, dtype))
+
+
+def _build(store: Store, rendered: Rendered, arch: str, run_id: int) -> BuildResult:
+    """Build (or take from the cache) and store; EvoError unless it built."""
+    (result,) = build_batch([rendered], arch=arch)
+    store.record_build(rendered, result, run_id)
+    if result.status is not Status.BUILT:
+        raise EvoError(f"{rendered.candidate.label()} ({result.build_id[:12]}): "
+                       f"{result.status.value}: {result.reason}")
+    return result
+
+
+def _render_stored(store: Store, cid: str) -> tuple[str, Rendered, str]:
+    """(full id, rendered source, arch) of a stored candidate, rendered from today's templates."""
+    view = store.get(cid).candidate
+    if view.arch is None:
+        raise EvoError(f"candidate {view.id[:12]} was never built ({view.status.value}: {view.reason})")
+    return view.id, render(make_candidate(view.family, view.params)), view.arch
+
+
+def _fmt_us(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}" if x < 100 else f"{x:.1f}"
+
+
+def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = False) -> Table:
+    """Per case: evo time (spread), TFLOP/s and speedup vs each SDPA backend."""
+    table = Table(title=title, title_justify="left")
+    for name in (["candidate"] if with_candidate else []) + ["case", "B,H,L,D", "evo us (p80-p20)", "TFLOP/s"]:
+        table.add_column(name, justify="left" if name in ("candidate", "case") else "right")
+    baselines = [b for b in COLUMNS if b != EVO]
+    for b in baselines:
+        table.add_column(f"vs {b.removeprefix('sdpa_')}", justify="right")
+    for c in cases:
+        evo = c["us"][EVO]
+        speed = []
+        for b in baselines:
+            base = c["us"].get(b)
+            if base is None:
+                speed.append("—")
+            else:
+                ratio = base / evo
+                speed.append(f"[{'green' if ratio >= 1 else 'red'}]{ratio:.2f}x[/]")
+        row = [f"{c['case']}{'c' if c['causal'] else ''} {c['dtype']}", f"{c['B']},{c['H']},{c['L']},{c['D']}",
+               f"{_fmt_us(evo)} ({_fmt_us(c['spread_us'][EVO])})", f"{c['tflops_evo']:.1f}", *speed]
+        table.add_row(*([(c["candidate_id"] or "—")[:12]] if with_candidate else []), *row)
+    return table
+
+
+@app.command("eval")
+def eval_cmd(
+    family: str | None = typer.Argument(None, help="kernel family (or give --id)"),
+    param: list[str] = typer.Option([], "-p", "--param", help="KEY=VALUE (repeatable); defaults fill the rest"),
+    cand_id: str | None = typer.Option(None, "--id", help="a stored candidate's id (or unique prefix)"),
+    cases: str | None = CasesOption,
+    dtype: str = DtypeOption,
+    db: str | None = DbOption,
+    arch: str | None = typer.Option(None, "--arch", help="sm_90a or sm_80 (default: from the GPU)"),
+    timeout: float = TimeoutOption,
+) -> None:
+    """GREEN then FAST for one candidate on the GPU; stored; a table per FAST case."""
+    if family is None and cand_id is None:
+        raise EvoError("give a FAMILY (with -p KEY=VALUE ...) or --id ID")
+    if family is not None and cand_id is not None:
+        raise EvoError("give a FAMILY or --id ID, not both")
+    if cand_id is not None and param:
+        raise EvoError("-p applies to a FAMILY; --id evaluates a stored candidate as it is")
+    shapes = _cases(cases, dtype)
+    require_gpu()
+    with open_store(db) as store:
+        if family is not None:
+            fam = load_family(family)
+            rendered = render(make_candidate(fam, parse_assignments(fam, param)), fam)
+            old_id, arch = None, arch or default_arch()
+        else:
+            old_id, rendered, stored_arch = _render_stored(store, cand_id or "")
+            arch = arch or stored_arch
+        salt = secrets.randbelow(2**31)
+        run_id = store.start_run("eval", options={"cases": [s.tag for s in shapes], "arch": arch, "salt": salt})
+        status = "failed"
+        try:
+            built = _build(store, rendered, arch, run_id)
+            if old_id is not None and built.build_id != old_id:
+                console.print(f"[yellow]note:[/] {old_id[:12]} renders differently with today's templates; "
+                              f"evaluating the new build {built.build_id[:12]}")
+            console.print(f"{rendered.candidate.label()}  [dim]{built.build_id[:12]} {arch}"
+                          f"{' (cached)' if built.cached else ''}[/]")
+            request = EvalRequest(built.build_id, built.cubin_path or "", rendered.entries, green=True,
+                                  fast_cases=shapes, options={"interleave": True, "salt": salt})
+            with Worker(0) as worker:
+                ev = worker.evaluate(request, timeout)
+            store.record_evaluation(ev, run_id)
+            status = "done"
+        finally:
+            store.finish_run(run_id, status)
+    color = "green" if ev.status is Status.FAST else "red"
+    console.print(f"[{color}]{ev.status.value}[/]: {ev.reason}  "
+                  f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s on {ev.device.get('name', '?')})[/]")
+    rows = case_records(ev.timings, built.build_id)
+    if rows:
+        console.print(speed_table(rows, "FAST: device time per launch, speedup = SDPA / evo"))
+    for t in ev.timings:
+        if t.flagged:
+            console.print(f"[yellow]{t.shape.tag}[/]: {t.flagged}")
+    if ev.status is not Status.FAST:
+        raise typer.Exit(1)
+
+
+@app.command("bench")
+def bench_cmd(
+    ids: list[str] = typer.Option([], "--id", help="stored candidate id or prefix (repeatable)"),
+    best: int | None = typer.Option(None, "--best", help="the N best FAST candidates in the database (default 1)"),
+    package: str | None = typer.Option(None, "--package", help="time an installed promoted package instead"),
+    cases: str | None = CasesOption,
+    dtype: str = DtypeOption,
+    out: Path = typer.Option(None, "--out", help="folder for the JSON (default: benchmarks/)"),
+    db: str | None = DbOption,
+    timeout: float = TimeoutOption,
+) -> None:
+    """The FAST suite against every SDPA backend, interleaved; writes benchmarks/*.json and BENCHMARKS.md."""
+    if package and (ids or best):
+        raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
+    if ids and best:
+        raise EvoError("give --id or --best, not both")
+    shapes = _cases(cases, dtype)
+    out_dir = out or paths.root() / "benchmarks"
+    require_gpu()
+    targets: list[tuple[str | None, EvalRequest]] = []
+    if package:
+        targets.append((None, EvalRequest(f"package:{package}", "", (), green=False, fast_cases=shapes,
+                                          options={"package": package})))
+    else:
+        with open_store(db) as store:
+            chosen = [store.resolve(i) for i in ids] or [c.id for c, _ in store.best(best or 1)]
+            if not chosen:
+                raise EvoError(f"no FAST candidates in {store.url}; run `evo run` or `evo eval` first")
+            for cid in chosen:
+                full, rendered, arch = _render_stored(store, cid)
+                (built,) = build_batch([rendered], arch=arch)
+                if built.build_id != full:
+                    raise EvoError(f"{full[:12]} renders differently with today's templates (now "
+                                   f"{built.build_id[:12]}); `evo eval --id {full[:12]}` evaluates the new build")
+                if built.status is not Status.BUILT:
+                    raise EvoError(f"{full[:12]}: {built.status.value}: {built.reason}")
+                targets.append((full, EvalRequest(full, built.cubin_path or "", rendered.entries, green=False,
+                                                  fast_cases=shapes)))
+    path, record, problems = run_bench(targets, out_dir=out_dir, package=package, timeout_s=timeout)
+    for p in problems:
+        console.print(f"[red]failed[/] {p}")
+    gemm = record["gemm_tflops"]
+    console.print(speed_table(record["cases"], f"{record['gpu']}  (dense fp16 GEMM "
+                              f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s)", with_candidate=not package))
+    console.print(f"wrote {path} and {path.parent.resolve().parent / 'BENCHMARKS.md'}")
