@@ -1,0 +1,12 @@
+"""The search: Optuna ask-and-tell over kernel families, with evo's own samplers.
+
+- :mod:`evo.search.driver`: ``evo run`` minus the terminal (:func:`~evo.search.driver.run`).
+- :mod:`evo.search.loop`: the batch loop (:class:`~evo.search.loop.Search`).
+- :mod:`evo.search.evaluators`: GPU, replay and build-only measurement sources.
+- :mod:`evo.search.sampler_evo`, :mod:`evo.search.proposal`, :mod:`evo.search.samplers`: samplers.
+- :mod:`evo.search.params`: how a candidate is spelled as Optuna params.
+- :mod:`evo.search.study`, :mod:`evo.search.resume`: the study, its settings, heartbeats and
+  recovery of trials left by a dead process.
+
+docs/search.md explains the choices.
+"""

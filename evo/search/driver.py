@@ -1,0 +1,179 @@
+"""``evo run`` without the terminal: pick the measurement source, settle the study's settings,
+open store and study, run the search, record the run.
+
+Source: ``--replay FILE``; else the GPU when one is visible; else the newest
+``data/sweep-*.json.gz`` (said on one line); else build-only. The study's settings (families,
+FAST cases, baseline, objective, source) are fixed when it is created; options left out when
+continuing a study are taken from it (:mod:`evo.search.study`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from evo import paths
+from evo.build import default_arch
+from evo.errors import EvoError
+from evo.manifest import Family, list_families, load_family
+from evo.replay import Recording, load_recording, newest_recording
+from evo.results import Shape
+from evo.search import objective
+from evo.search.evaluators import BuildOnlyEvaluator, Evaluator, GpuEvaluator, ReplayEvaluator
+from evo.search.loop import Reporter, RunSummary, Search
+from evo.search.params import check_compatible
+from evo.search.samplers import make_sampler
+from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, storage, stored_settings
+from evo.store import Store, open_store
+from evo.suites import fast_cases
+from evo.worker import gpu_count
+
+DEFAULT_STUDY = {"gpu": "evo", "replay": "evo-replay", "build-only": "evo-build-only"}
+FLAGS = {"source": "a measurement source", "families": "--families", "cases": "--cases",
+         "baseline": "--baseline", "objective": "--objective"}
+
+
+@dataclass
+class RunOptions:
+    """Everything ``evo run`` accepts (None: not given)."""
+
+    trials: int = 100
+    time_budget_s: float | None = None
+    families: list[str] | None = None
+    cases: list[str] | None = None
+    sampler: str = "evo"
+    seed: int | None = None
+    db: str | None = None
+    study: str | None = None
+    replay: Path | None = None
+    batch: int = 8
+    arch: str | None = None
+    baseline: str | None = None
+    objective: str | None = None
+    jobs: int | None = None
+    heartbeat_s: int = HEARTBEAT_S
+    grace_s: int = GRACE_S
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
+    """The measurement source for this run (see module docstring)."""
+    if opts.replay is not None:
+        return ReplayEvaluator(_replay(opts.replay, opts.arch))
+    if gpu_count() > 0:
+        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, options={"quick": True})
+    found = newest_recording(paths.root() / "data")
+    if found is not None:
+        rec = _replay(found, opts.arch)
+        note(f"no GPU: replaying {found.name} (measured on {rec.gpu}); pass --replay FILE to choose another")
+        return ReplayEvaluator(rec)
+    note("no GPU and no recording under data/: building and resource-checking only")
+    return BuildOnlyEvaluator(opts.arch or default_arch(), opts.jobs)
+
+
+def _replay(path: Path, arch: str | None) -> Recording:
+    rec = load_recording(path)
+    if arch is not None and rec.arch and arch != rec.arch:
+        raise EvoError(f"{path.name} was recorded for {rec.arch}, not {arch}")
+    return rec
+
+
+def _families(names: Sequence[str] | None) -> list[str] | None:
+    if names is None:
+        return None
+    out = [n.strip() for s in names for n in s.split(",") if n.strip()]
+    for n in out:
+        load_family(n)
+    if not out:
+        raise EvoError("--families is empty")
+    return out
+
+
+def _case_pool(ev: Evaluator) -> list[Shape]:
+    return ev.recording.shapes() if isinstance(ev, ReplayEvaluator) else fast_cases()
+
+
+def _select_cases(ev: Evaluator, select: Sequence[str] | None) -> list[str] | None:
+    """Tags of the selected FAST cases; in replay they must be ones the recording covers."""
+    if select is None:
+        return None
+    chosen = fast_cases(list(select))
+    pool = _case_pool(ev)
+    missing = [s.tag for s in chosen if s not in pool]
+    if missing:
+        raise EvoError(f"the recording does not cover {', '.join(missing)}; it covers "
+                       f"{', '.join(s.tag for s in pool)}")
+    return [s.tag for s in chosen]
+
+
+def _defaults(ev: Evaluator) -> dict[str, Any]:
+    if isinstance(ev, ReplayEvaluator):
+        recorded = {r.family for r in ev.recording.records.values()}
+        families = [f for f in list_families() if f in recorded]
+    else:
+        families = list_families()
+    return {"families": families, "cases": [s.tag for s in _case_pool(ev)],
+            "baseline": objective.BASELINES[0], "objective": objective.OBJECTIVES[0]}
+
+
+def settle(opts: RunOptions, ev: Evaluator, rdb: optuna.storages.BaseStorage
+           ) -> tuple[str, dict[str, Any], list[Family], list[Shape]]:
+    """Study name, settings, families and FAST cases for this run."""
+    name = opts.study or DEFAULT_STUDY[ev.name]
+    given = {"source": ev.name, "families": _families(opts.families), "cases": _select_cases(ev, opts.cases),
+             "baseline": opts.baseline, "objective": opts.objective}
+    settings = merge_settings(name, stored_settings(rdb, name), given, FLAGS)
+    settings = {k: (settings.get(k) if settings.get(k) is not None else v) for k, v in
+                (_defaults(ev) | {"source": ev.name}).items()}
+    objective.check(settings["objective"], settings["baseline"])
+    families = [load_family(f) for f in settings["families"]]
+    pool = {s.tag: s for s in _case_pool(ev)}
+    gone = [t for t in settings["cases"] if t not in pool]
+    if gone:
+        raise EvoError(f"study {name!r} was scored on {', '.join(gone)}, which "
+                       f"{'the recording' if isinstance(ev, ReplayEvaluator) else 'the FAST suite'} no longer has")
+    if not families or not settings["cases"]:
+        raise EvoError("nothing to search: no families or no FAST cases")
+    return name, settings, families, [pool[t] for t in settings["cases"]]
+
+
+def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None = None,
+        store: Store | None = None) -> RunSummary:
+    """Run (or continue) a search; the run is recorded as done, interrupted or failed. Ctrl-C
+    returns the summary so far with ``interrupted`` set (open trials are re-queued)."""
+    note = note or reporter.note
+    if opts.trials < 1:
+        raise EvoError("--trials must be at least 1")
+    url = opts.db or paths.default_db_url()
+    store = store or open_store(url)
+    ev = choose_evaluator(opts, note)
+    try:
+        rdb = storage(url, opts.heartbeat_s, opts.grace_s)
+        name, settings, families, cases = settle(opts, ev, rdb)
+        kind = settings["objective"]
+        study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
+                           ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
+        check_compatible(study, families)
+        run_id = store.start_run("evo run", study=name, device={"name": ev.device, "source": ev.name},
+                                 options={"trials": opts.trials, "time_budget_s": opts.time_budget_s,
+                                          "sampler": opts.sampler, "seed": opts.seed, "batch": opts.batch,
+                                          **settings})
+        search = Search(study, store, ev, families, cases, settings["baseline"], kind, run_id,
+                        batch=opts.batch, reporter=reporter, grace_s=opts.grace_s)
+        try:
+            summary = search.run(opts.trials, opts.time_budget_s)
+        except KeyboardInterrupt:
+            store.finish_run(run_id, "interrupted")
+            search.summary.interrupted = True
+            return search.summary
+        except BaseException:
+            store.finish_run(run_id, "failed")
+            raise
+        store.finish_run(run_id, "done")
+        return summary
+    finally:
+        ev.close()

@@ -1,0 +1,173 @@
+"""Where a search's measurements come from, behind one small interface.
+
+An :class:`Evaluator` builds a batch of rendered candidates and then gates and times the
+built ones. Three implementations:
+
+- :class:`GpuEvaluator`: nvcc via :func:`evo.build.build_batch`, GREEN and FAST in crash-
+  isolated GPU workers (:class:`evo.worker.WorkerPool`).
+- :class:`ReplayEvaluator`: outcomes looked up in a recorded sweep (no nvcc, no GPU); a point
+  the recording lacks is :class:`Unmeasured`, never invented.
+- :class:`BuildOnlyEvaluator`: builds and resource-checks for real; GREEN and FAST need a GPU,
+  so built candidates stay unevaluated (``not_evaluated`` says why).
+
+``device`` names where evaluations come from; a stored evaluation is reused only when it was
+made on the same device (replayed measurements carry a ``replay:`` prefix, so they are never
+mistaken for this machine's).
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evo.build import build_batch, build_id_for, compile_flags
+from evo.manifest import load_family
+from evo.render import Rendered
+from evo.replay import Record, Recording
+from evo.results import BuildResult, Evaluation, Shape, Status
+from evo.worker import EvalRequest, WorkerPool
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """A replayed candidate the recording cannot answer for (and why)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """One built candidate to evaluate: GREEN unless it already passed on this device, then
+    FAST on ``cases`` (the selected cases this device has no timings for yet)."""
+
+    rendered: Rendered
+    build: BuildResult
+    green: bool
+    cases: tuple[Shape, ...]
+
+
+class Evaluator(abc.ABC):
+    name: str = ""
+    device: str = ""
+    not_evaluated: str = ""  # non-empty when this evaluator cannot run GREEN/FAST (why)
+
+    @abc.abstractmethod
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        """One result per item, in order."""
+
+    @abc.abstractmethod
+    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+        """One result per job, in order (nothing when ``not_evaluated``)."""
+
+    def close(self) -> None:
+        """Release workers (no-op by default)."""
+
+
+def gpu_name(index: int = 0) -> str:
+    """The name nvidia-smi gives GPU ``index`` (``cuda`` when it cannot tell)."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout.splitlines()
+            if len(out) > index and out[index].strip():
+                return out[index].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return "cuda"
+
+
+class GpuEvaluator(Evaluator):
+    """Real builds, GREEN and FAST on the visible GPUs."""
+
+    name = "gpu"
+
+    def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
+                 timeout_s: float = 300.0, options: dict[str, Any] | None = None) -> None:
+        self.arch, self.jobs, self.timeout_s = arch, jobs or os.cpu_count() or 1, timeout_s
+        self.options = dict(options or {})
+        self.pool = WorkerPool(devices)
+        self.device = gpu_name(self.pool.workers[0].device)
+
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        return list(build_batch(list(items), self.arch, self.jobs)) if items else []
+
+    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+        requests = [EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries,
+                                j.green, j.cases, self.options) for j in jobs]
+        yield from self.pool.map(requests, self.timeout_s)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class BuildOnlyEvaluator(Evaluator):
+    """No GPU and no recording: compile and resource-check, leave GREEN/FAST undone."""
+
+    name = "build-only"
+    not_evaluated = "not evaluated: GREEN and FAST need a GPU (this machine has none)"
+
+    def __init__(self, arch: str, jobs: int | None = None) -> None:
+        self.arch, self.jobs = arch, jobs or os.cpu_count() or 1
+
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        return list(build_batch(list(items), self.arch, self.jobs)) if items else []
+
+    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+        return iter(())
+
+
+class ReplayEvaluator(Evaluator):
+    """Outcomes from a recording, looked up by (family, params) and family version."""
+
+    name = "replay"
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.arch = recording.arch
+        self.device = f"replay:{recording.gpu}"
+        self._info = {"name": self.device, "gpu": recording.gpu, "source": "replay",
+                      "recording": recording.name}
+
+    def _record(self, item: Rendered) -> Record | Unmeasured:
+        rec = self.recording.lookup(item.candidate)
+        if rec is None:
+            return Unmeasured(f"unmeasured: {item.candidate.label()} is not in {self.recording.name}")
+        if rec.family_version != item.family_version:
+            return Unmeasured(f"unmeasured: {self.recording.name} has {item.candidate.family} version "
+                              f"{rec.family_version}, the templates are at version {item.family_version}")
+        return rec
+
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        out: list[BuildResult | Unmeasured] = []
+        for item in items:
+            rec = self._record(item)
+            if isinstance(rec, Unmeasured):
+                out.append(rec)
+                continue
+            built = rec.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
+            out.append(BuildResult(
+                build_id_for(item, self.arch), item.source_hash, self.arch,
+                compile_flags(load_family(item.candidate.family)),
+                rec.status if built else Status.BUILT, rec.reason if built else "",
+                log=f"replayed from {self.recording.name}", cached=True))
+        return out
+
+    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+        for job in jobs:
+            rec = self._record(job.rendered)
+            if isinstance(rec, Unmeasured):
+                yield rec
+                continue
+            if rec.status is Status.FAST:
+                missing = [s.tag for s in job.cases if "evo" not in rec.timings.get(s.tag, {})]
+                if missing:
+                    yield Unmeasured(f"unmeasured: {self.recording.name} has no timing of "
+                                     f"{job.rendered.candidate.label()} on {', '.join(missing)}")
+                    continue
+            yield rec.evaluation(job.build.build_id, job.cases, self._info)

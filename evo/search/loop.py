@@ -1,0 +1,388 @@
+"""The ask-and-tell search loop: batches of trials through validate, build, GREEN+FAST, store, tell.
+
+Per batch: ask K trials (each stamped with its owner and kept alive by a heartbeat); a
+candidate that violates its manifest is stored as ``invalid`` and told FAIL at once; the
+rest are rendered, and a candidate whose outcome the store already holds (same build id, same
+device, or a build failure for the same arch) is answered from it -- never built or evaluated
+twice. What is left is built as one batch ahead of the GPU (build failures told at once),
+then gated and timed through the :class:`~evo.search.evaluators.Evaluator`, stored, and told:
+COMPLETE with the objective values, or FAIL with ``status`` and ``reason`` in the trial's
+user attrs (docs/search.md says why FAIL and not a made-up value).
+
+Lineage: the evolutionary sampler's parents and mutation come from its proposal; for every
+other trial the parent is the nearest completed candidate of the same family in the study
+(Hamming distance over params, ties to the better one), edge kind ``nearest``. Edges are
+stored the first time a candidate appears in the study.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from evo.build import build_id_for
+from evo.errors import InvalidCandidate
+from evo.manifest import Family, Value
+from evo.render import Rendered, render
+from evo.replay import record_key
+from evo.results import Evaluation, Shape, Status, Timing
+from evo.search import objective
+from evo.search.evaluators import Evaluator, Job, Unmeasured
+from evo.search.params import from_trial_params, suggest
+from evo.search.proposal import seen_keys
+from evo.search.resume import OWNER, REASON, RUN, STATUS, Heartbeat, counts, me, recover, release
+from evo.search.sampler_evo import fitness, proposal_of
+from evo.search.storeview import Known, known_outcome
+from evo.space import Candidate, all_candidates, diff, make_candidate
+
+CANDIDATE = "candidate"
+LABEL = "label"
+REUSED = "reused"
+UNMEASURED = "unmeasured"
+NOT_EVALUATED = "built"
+
+
+@dataclass
+class Outcome:
+    """What a trial ended with."""
+
+    status: str
+    reason: str = ""
+    values: list[float] | None = None
+    candidate_id: str | None = None
+    reused: bool = False
+
+
+@dataclass
+class Pending:
+    trial: optuna.Trial
+    family: Family
+    raw: dict[str, Value]
+    candidate: Candidate | None = None
+    invalid: str = ""
+    rendered: Rendered | None = None
+    build_id: str = ""
+    parents: list[tuple[str, dict[str, list[Value]], str]] = field(default_factory=list)
+
+
+@dataclass
+class Best:
+    number: int
+    candidate_id: str
+    label: str
+    values: list[float]
+
+    @property
+    def score(self) -> float:
+        return math.exp(sum(math.log(v) for v in self.values) / len(self.values))
+
+
+@dataclass
+class RunSummary:
+    study: str
+    source: str
+    run_id: Any
+    requested: int
+    finished: int = 0                 # trials this run told
+    total: int = 0                    # trials of the study that count toward --trials
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    reused: int = 0
+    recovered: int = 0
+    stopped: str = ""
+    best: Best | None = None
+    metric_names: list[str] = field(default_factory=list)
+    not_evaluated: str = ""
+    interrupted: bool = False
+
+
+class Reporter(Protocol):
+    def start(self, total: int, done: int) -> None: ...
+    def advance(self, number: int, outcome: Outcome, best: Best | None) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+class NullReporter:
+    def start(self, total: int, done: int) -> None:
+        pass
+
+    def advance(self, number: int, outcome: Outcome, best: Best | None) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+
+def hamming(a: Candidate, b: Candidate) -> int:
+    pb = b.p
+    return sum(v != pb.get(k) for k, v in a.params)
+
+
+def best_trial(trials: Sequence[FrozenTrial]) -> Best | None:
+    """The completed trial with the highest (geometric-mean) value."""
+    done = [(f, t) for t in trials if (f := fitness(t)) is not None and CANDIDATE in t.user_attrs]
+    if not done:
+        return None
+    _, t = max(done, key=lambda ft: (ft[0], -ft[1].number))
+    return Best(t.number, t.user_attrs[CANDIDATE], t.user_attrs.get(LABEL, ""), list(t.values))
+
+
+class Search:
+    """One process's share of a study: run batches until a stop condition holds."""
+
+    def __init__(self, study: optuna.Study, store: Any, evaluator: Evaluator, families: Sequence[Family],
+                 cases: Sequence[Shape], baseline: str, objective_kind: str, run_id: Any, *,
+                 batch: int = 8, reporter: Reporter | None = None, grace_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.study, self.store, self.evaluator = study, store, evaluator
+        self.families = {f.name: f for f in families}
+        self.cases, self.baseline, self.objective = list(cases), baseline, objective_kind
+        self.run_id, self.batch, self.grace_s, self.clock = run_id, max(1, batch), grace_s, clock
+        self.reporter: Reporter = reporter or NullReporter()
+        hb_s = study._storage.get_heartbeat_interval() or 30  # type: ignore[attr-defined]
+        self.heartbeat = Heartbeat(study._storage, hb_s)
+        self.owner = me()
+        self.valid_keys = {record_key(c.family, c.p) for f in families for c in all_candidates(f)}
+        self.in_study: set[str] = set()
+        self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
+                                  metric_names=objective.names(objective_kind, cases),
+                                  not_evaluated=evaluator.not_evaluated)
+
+    # ------------------------------------------------------------------ driving
+
+    def run(self, trials: int, time_budget_s: float | None = None) -> RunSummary:
+        """Run until the study holds ``trials`` counted trials, the time budget is spent, or
+        every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials."""
+        s = self.summary
+        s.requested = trials
+        s.recovered = len(recover(self.study, self.grace_s))
+        if s.recovered:
+            self.reporter.note(f"re-queued {s.recovered} trial(s) left running by a dead process")
+        self.in_study = {t.user_attrs[CANDIDATE] for t in self.study.get_trials(deepcopy=False)
+                         if t.state.is_finished() and CANDIDATE in t.user_attrs}
+        start = self.clock()
+        self.heartbeat.start()
+        try:
+            self.reporter.start(trials, self._counted())
+            while True:
+                k, why = self._next_batch_size(trials, start, time_budget_s)
+                if k == 0:
+                    s.stopped = why
+                    break
+                self._batch(k)
+        except BaseException as exc:
+            n = release(self.study, self.heartbeat.owned(), f"run stopped: {type(exc).__name__}")
+            s.stopped = f"interrupted ({n} open trial(s) re-queued)"
+            raise
+        finally:
+            self.heartbeat.stop()
+            trials_now = self.study.get_trials(deepcopy=False)
+            s.total = sum(counts(t) for t in trials_now)
+            s.best = best_trial(trials_now)
+        return s
+
+    def _counted(self) -> int:
+        return sum(counts(t) for t in self.study.get_trials(deepcopy=False))
+
+    def _next_batch_size(self, trials: int, start: float, budget: float | None) -> tuple[int, str]:
+        all_trials = self.study.get_trials(deepcopy=False)
+        done = sum(counts(t) for t in all_trials)
+        running = sum(t.state == TrialState.RUNNING for t in all_trials)
+        if done >= trials:
+            return 0, f"reached {trials} trials"
+        if budget is not None and self.clock() - start >= budget:
+            return 0, f"time budget of {budget:g} s spent"
+        left = len(self.valid_keys - seen_keys(all_trials))
+        if left == 0:
+            return 0, f"search space exhausted: all {len(self.valid_keys)} valid candidates tried"
+        k = min(self.batch, trials - done - running, left)
+        return (k, "") if k > 0 else (0, "the remaining trials are running in other processes")
+
+    # ------------------------------------------------------------------ one batch
+
+    def _batch(self, k: int) -> None:
+        pending = [self._ask() for _ in range(k)]
+        for p in pending:
+            if p.candidate is None:
+                cid = self.store.record_invalid(Candidate(p.family.name, tuple(p.raw.items())),
+                                                p.invalid, self.run_id)
+                self._finish(p, Outcome(Status.INVALID.value, p.invalid, candidate_id=cid))
+        groups: dict[str, list[Pending]] = collections.defaultdict(list)
+        for p in pending:
+            if p.candidate is not None:
+                groups[p.build_id].append(p)
+        fresh: dict[str, Known | None] = {}
+        for bid, ps in groups.items():
+            known = known_outcome(self.store, bid, self.evaluator.device)
+            done = self._reuse(known)
+            if done is not None:
+                for p in ps:
+                    self._finish(p, done)
+            else:
+                fresh[bid] = known
+        if fresh:
+            self._build_and_evaluate({bid: groups[bid] for bid in fresh}, fresh)
+
+    def _ask(self) -> Pending:
+        with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+            trial = self.study.ask()
+        self.heartbeat.add(trial._trial_id)
+        trial.storage.set_trial_system_attr(trial._trial_id, OWNER, self.owner)
+        trial.storage.set_trial_system_attr(trial._trial_id, RUN, str(self.run_id))
+        fam, raw = suggest(trial, list(self.families.values()))
+        p = Pending(trial, fam, raw)
+        try:
+            p.candidate = make_candidate(fam, raw)
+        except InvalidCandidate as exc:
+            p.invalid = str(exc)
+            return p
+        p.rendered = render(p.candidate, fam)
+        p.build_id = build_id_for(p.rendered, self._arch())
+        p.parents = self._parents(trial, p.candidate)
+        return p
+
+    def _arch(self) -> str:
+        return getattr(self.evaluator, "arch")
+
+    def _parents(self, trial: optuna.Trial, child: Candidate) -> list[tuple[str, dict[str, list[Value]], str]]:
+        """(parent candidate id, mutation, kind) for the edges of this trial's candidate."""
+        trials = self.study.get_trials(deepcopy=False)
+        by_number = {t.number: t for t in trials}
+        frozen = by_number.get(trial.number)
+        prop = proposal_of(frozen, by_number) if frozen is not None else None
+        if prop and prop.get("op") in ("mutation", "crossover"):
+            out = []
+            for n in prop["parents"]:
+                parent = by_number.get(n)
+                pc = self._candidate_of(parent) if parent is not None else None
+                if pc is not None and CANDIDATE in parent.user_attrs:  # type: ignore[union-attr]
+                    out.append((parent.user_attrs[CANDIDATE], _mutation(pc, child), prop["op"]))  # type: ignore[union-attr]
+            return out
+        best: tuple[int, float, str, Candidate] | None = None
+        for t in trials:
+            fit, pc = fitness(t), None
+            if fit is None or CANDIDATE not in t.user_attrs:
+                continue
+            pc = self._candidate_of(t)
+            if pc is None or pc.family != child.family or pc == child:
+                continue
+            d = hamming(pc, child)
+            if best is None or (d, -fit) < (best[0], -best[1]):
+                best = (d, fit, t.user_attrs[CANDIDATE], pc)
+        return [] if best is None else [(best[2], _mutation(best[3], child), "nearest")]
+
+    def _candidate_of(self, t: FrozenTrial) -> Candidate | None:
+        got = from_trial_params(t.params)
+        if got is None or got[0] not in self.families:
+            return None
+        try:
+            return make_candidate(self.families[got[0]], got[1])
+        except InvalidCandidate:
+            return None
+
+    def _reuse(self, known: Known | None) -> Outcome | None:
+        """A final outcome from the store, or None when the candidate still needs work."""
+        if known is None:
+            return None
+        if known.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED, Status.RED,
+                            Status.CRASHED, Status.TIMEOUT):
+            return Outcome(known.status.value, known.reason, candidate_id=known.candidate_id, reused=True)
+        if known.status in (Status.GREEN, Status.FAST) and not objective.missing_cases(
+                known.timings, self.baseline, self.cases):
+            return self._scored(known.candidate_id, known.timings, reused=True)
+        return None
+
+    def _scored(self, cid: str, timings: Sequence[Timing], reused: bool = False) -> Outcome:
+        missing = objective.missing_cases(timings, self.baseline, self.cases)
+        if missing:
+            return Outcome("unscored", "no timing on " + ", ".join(s.tag for s in missing),
+                           candidate_id=cid, reused=reused)
+        vals = objective.values(timings, self.baseline, self.cases, self.objective)
+        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused)
+
+    def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
+        bids = list(groups)
+        builds = self.evaluator.build([groups[b][0].rendered for b in bids])  # type: ignore[misc]
+        jobs: list[tuple[Job, str, list[Timing]]] = []
+        for bid, res in zip(bids, builds):
+            ps = groups[bid]
+            if isinstance(res, Unmeasured):
+                self._finish_all(ps, Outcome(UNMEASURED, res.reason))
+                continue
+            cid = self.store.record_build(ps[0].rendered, res, self.run_id)
+            if res.status is not Status.BUILT:
+                self._finish_all(ps, Outcome(res.status.value, res.reason, candidate_id=cid))
+                continue
+            if self.evaluator.not_evaluated:
+                self._finish_all(ps, Outcome(NOT_EVALUATED, self.evaluator.not_evaluated, candidate_id=cid))
+                continue
+            k = known[bid]
+            passed = k is not None and k.status in (Status.GREEN, Status.FAST)
+            prior = k.timings if passed and k is not None else []
+            need = objective.missing_cases(prior, self.baseline, self.cases) if passed else self.cases
+            jobs.append((Job(ps[0].rendered, res, not passed, tuple(need)), cid, list(prior)))  # type: ignore[arg-type]
+        if not jobs:
+            return
+        results = self.evaluator.evaluate([j for j, _, _ in jobs])
+        for (job, cid, prior), ev in zip(jobs, results):
+            self._finish_all(groups[job.build.build_id], self._evaluated(cid, ev, prior))
+
+    def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: list[Timing]) -> Outcome:
+        if isinstance(ev, Unmeasured):
+            return Outcome(UNMEASURED, ev.reason)
+        self.store.record_evaluation(ev, self.run_id)
+        if ev.status is Status.FAST:
+            return self._scored(cid, prior + list(ev.timings))
+        if ev.status is Status.GREEN:
+            return Outcome(Status.GREEN.value, ev.reason or "passed GREEN, not timed", candidate_id=cid)
+        return Outcome(ev.status.value, ev.reason, candidate_id=cid)
+
+    # ------------------------------------------------------------------ telling
+
+    def _finish_all(self, ps: Sequence[Pending], outcome: Outcome) -> None:
+        for i, p in enumerate(ps):
+            self._finish(p, outcome if i == 0 else Outcome(**{**outcome.__dict__, "reused": True}))
+
+    def _finish(self, p: Pending, outcome: Outcome) -> None:
+        trial, cid = p.trial, outcome.candidate_id
+        label = (p.candidate or Candidate(p.family.name, tuple(p.raw.items()))).label()
+        if cid is not None and cid not in self.in_study:
+            for parent, mutation, kind in p.parents:
+                self.store.add_edge(parent, cid, mutation, kind, self.run_id)
+            self.in_study.add(cid)
+        trial.set_user_attr(STATUS, outcome.status)
+        trial.set_user_attr(LABEL, label)
+        if outcome.reason:
+            trial.set_user_attr(REASON, outcome.reason)
+        if cid is not None:
+            trial.set_user_attr(CANDIDATE, cid)
+        if outcome.reused:
+            trial.set_user_attr(REUSED, True)
+        if outcome.values is not None:
+            self.study.tell(trial, outcome.values)
+            state = TrialState.COMPLETE
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+            state = TrialState.FAIL
+        self.heartbeat.discard(trial._trial_id)
+        value = None if outcome.values is None else Best(0, "", "", outcome.values).score
+        self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
+        s = self.summary
+        s.finished += 1
+        s.counts[outcome.status] += 1
+        s.reused += outcome.reused
+        if outcome.values is not None and (s.best is None or Best(0, "", "", outcome.values).score > s.best.score):
+            s.best = Best(trial.number, cid or "", label, outcome.values)
+        self.reporter.advance(trial.number, outcome, s.best)
+
+
+def _mutation(parent: Candidate, child: Candidate) -> dict[str, list[Value]]:
+    return {k: [old, new] for k, (old, new) in diff(parent, child).items()}

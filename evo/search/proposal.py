@@ -1,0 +1,138 @@
+"""Samplers that pick a whole candidate at once, plus the exhaustive/random sweep samplers.
+
+Optuna asks a sampler one parameter at a time; a sampler that thinks in candidates (a family
+plus a full, valid point) picks the whole candidate in ``before_trial``, writes it to the
+trial's system attrs (``evo:proposal``: family, params, op, parent trial numbers, mutation) and
+then answers each ``sample_independent`` from it. Enqueued trials (retries) carry fixed params
+and are left alone. Both sweep samplers draw only valid points that the study has not tried
+(any state), so a sweep wastes no trial on an invalid point or a duplicate.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from evo.manifest import Family, Value
+from evo.replay import record_key
+from evo.search.params import FAMILY, from_trial_params, param_name
+from evo.space import Candidate, all_candidates
+
+PROPOSAL = "evo:proposal"
+RETRY_OF = "evo:retry_of"
+
+
+@dataclass
+class Proposal:
+    """A whole candidate and how it was made (``op``: immigrant, mutation, crossover, random, grid)."""
+
+    candidate: Candidate
+    op: str
+    parents: list[int] = field(default_factory=list)          # trial numbers
+    mutation: dict[str, list[Value]] = field(default_factory=dict)  # param -> [old, new]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.candidate.family, "params": self.candidate.p, "op": self.op,
+                "parents": self.parents, "mutation": self.mutation}
+
+
+def trial_key(t: FrozenTrial) -> str | None:
+    """Record key of a trial's candidate (from its params, or its fixed params if waiting)."""
+    params = t.params if t.params else t.system_attrs.get("fixed_params", {})
+    got = from_trial_params(params)
+    return record_key(*got) if got else None
+
+
+def seen_keys(trials: Sequence[FrozenTrial]) -> set[str]:
+    """Every candidate the study has tried, is trying, or will retry."""
+    return {k for t in trials if (k := trial_key(t)) is not None}
+
+
+class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
+    """Base: propose a candidate per trial in ``before_trial``; answer parameters from it."""
+
+    def __init__(self, families: Sequence[Family], seed: int | None = None) -> None:
+        self.families = list(families)
+        self._rng = random.Random(seed)
+        self._pool: dict[str, list[tuple[str, Candidate]]] = {}
+        self._proposals: dict[int, dict[str, Any]] = {}
+
+    @abc.abstractmethod
+    def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
+        """A candidate for the next trial, or None to fall back to uniform choices."""
+
+    def valid_points(self, fam: Family) -> list[tuple[str, Candidate]]:
+        """Every valid point of ``fam`` with its record key, in manifest order (cached)."""
+        if fam.name not in self._pool:
+            self._pool[fam.name] = [(record_key(c.family, c.p), c) for c in all_candidates(fam)]
+        return self._pool[fam.name]
+
+    def random_unseen(self, seen: set[str], op: str) -> Proposal | None:
+        """A uniformly drawn family that still has untried valid points, then one of them."""
+        fams = self.families[:]
+        self._rng.shuffle(fams)
+        for fam in fams:
+            fresh = [c for k, c in self.valid_points(fam) if k not in seen]
+            if fresh:
+                return Proposal(self._rng.choice(fresh), op)
+        return None
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if "fixed_params" in trial.system_attrs:
+            return
+        prop = self.propose(study, study.get_trials(deepcopy=False))
+        if prop is not None:
+            data = prop.to_json()
+            study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL, data)
+            self._proposals[trial._trial_id] = data
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name_: str,
+                           param_distribution: BaseDistribution) -> Any:
+        prop = self._proposals.get(trial._trial_id) or trial.system_attrs.get(PROPOSAL)
+        if prop is not None:
+            if param_name_ == FAMILY:
+                return prop["family"]
+            for n, v in prop["params"].items():
+                if param_name(prop["family"], n) == param_name_:
+                    return v
+        return self._rng.choice(list(param_distribution.choices))  # type: ignore[attr-defined]
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._proposals.pop(trial._trial_id, None)
+
+
+class SweepSampler(ProposalSampler):
+    """Untried valid points: ``order="grid"`` walks every family's points in manifest order,
+    families interleaved; ``order="random"`` draws uniformly (family first, then point)."""
+
+    def __init__(self, families: Sequence[Family], seed: int | None = None, order: str = "random") -> None:
+        super().__init__(families, seed)
+        if order not in ("grid", "random"):
+            raise ValueError(f"order must be grid or random, not {order!r}")
+        self.order = order
+
+    def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
+        seen = seen_keys(trials)
+        if self.order == "random":
+            return self.random_unseen(seen, "random")
+        pools = [self.valid_points(f) for f in self.families]
+        for i in range(max(map(len, pools), default=0)):
+            for pool in pools:
+                if i < len(pool) and pool[i][0] not in seen:
+                    return Proposal(pool[i][1], "grid")
+        return None

@@ -1,0 +1,39 @@
+"""What the store already knows about a build id on a device, in the form the search needs.
+
+The search never builds or evaluates the same candidate twice: a build failure (same build id,
+so same source, flags and arch) is final everywhere; an evaluation is reused on the device it
+was made on (red, crashed, timeout: final; green/fast: its timings, to which FAST adds only
+the cases still missing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evo.results import Status, Timing
+from evo.store import Store
+
+BUILD_FAILURES = (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
+
+
+@dataclass(frozen=True)
+class Known:
+    candidate_id: str
+    status: Status
+    reason: str = ""
+    timings: list[Timing] = field(default_factory=list)
+
+
+def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
+    """The stored outcome of ``build_id`` on ``device``, or None when there is nothing to reuse."""
+    status = store.statuses([build_id]).get(build_id)
+    if status is None:
+        return None
+    if status in BUILD_FAILURES:
+        return Known(build_id, status, store.get(build_id).candidate.reason)
+    evaluations = store.evaluations(build_id, device)
+    if not evaluations:
+        return None
+    last = evaluations[-1]
+    timings = store.timings_for(build_id, device) if last.status in (Status.GREEN, Status.FAST) else []
+    return Known(build_id, last.status, last.reason, timings)
