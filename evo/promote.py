@@ -1,0 +1,481 @@
+"""Promote the winners in the database into a pip-installable attention package.
+
+The package's dispatch table is keyed by (head dim, dtype, causal, sequence-length bucket).
+Buckets come from the FAST cases' lengths: each measured length gets the bucket of lengths
+nearest to it on a log scale. In each bucket of each key the kernel is the green candidate
+with the best measured speedup over SDPA on that bucket's FAST cases, if it beats SDPA at all;
+a bucket without one is served by SDPA. Only candidates whose status in the database is
+green or fast, with passing GREEN checks, are considered, and only cubins of the arch the
+timings were taken on ship. Everything the package needs (cubins, sources, the table, the
+GREEN suite for its tests, provenance) is written next to Python sources rendered from
+``templates/package/``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import keyword
+import math
+import re
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+import evo
+from evo import build, paths
+from evo.bench import git_sha
+from evo.errors import EvoError
+from evo.manifest import load_family
+from evo.render import Entry, entries_for, entry_name, render
+from evo.results import Shape, Status, Timing
+from evo.scoring import CANDIDATE, geomean, latest
+from evo.space import make_candidate
+from evo.store import CandidateView, Store, open_store
+from evo.suites import green_cases, green_settings
+from evo.timing import recheck_failed
+
+BASELINE = "sdpa_default"
+PROMOTABLE = (Status.GREEN, Status.FAST)
+RESERVED_NAMES = frozenset({"evo", "torch", "aten", "prim", "prims", "tests", "test"})
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ARCH = re.compile(r"^sm_(\d+)(\d)[af]?$")
+MARKER = "PROVENANCE.json"  # inside NAME/NAME/: a folder promote wrote (replaceable with force)
+
+Key = tuple[int, str, bool]  # head dim, dtype, causal
+
+
+# ----------------------------------------------------------------------------- planning (pure)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Sequence lengths ``lo..hi`` (``hi`` None: no upper bound)."""
+
+    lo: int
+    hi: int | None
+
+    def __contains__(self, length: int) -> bool:
+        return length >= self.lo and (self.hi is None or length <= self.hi)
+
+    def label(self) -> str:
+        return f"{self.lo}..{'inf' if self.hi is None else self.hi}"
+
+
+def length_buckets(lengths: Iterable[int]) -> list[Bucket]:
+    """One bucket per distinct measured length, split at the geometric means of neighbours."""
+    ls = sorted(set(lengths))
+    if not ls or ls[0] < 1:
+        raise EvoError("no measured sequence lengths to derive buckets from")
+    edges = [math.isqrt(a * b) for a, b in zip(ls, ls[1:])]
+    return [Bucket(lo, hi) for lo, hi in zip([1, *(e + 1 for e in edges)], [*edges, None])]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One candidate on one FAST case: its median and the baseline's, same evaluation."""
+
+    shape: Shape
+    evo_us: float
+    base_us: float
+
+    @property
+    def speedup(self) -> float:
+        return self.base_us / self.evo_us
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A promotable candidate and what was measured of it on the chosen device."""
+
+    view: CandidateView
+    cases: tuple[Measured, ...]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One row of the dispatch table: a key, a bucket and its kernel (None: SDPA)."""
+
+    key: Key
+    bucket: Bucket
+    shapes: tuple[Shape, ...]                  # the FAST cases of this key in this bucket
+    winner: str | None = None                  # candidate id
+    speedup: float | None = None               # the winner's geometric mean over ``shapes``
+    best: tuple[str, float] | None = None      # best contender when none beat SDPA
+
+
+def measurements(timings: Iterable[Timing], baseline: str = BASELINE) -> tuple[Measured, ...]:
+    """Per case with a candidate and a baseline timing (newest of each), unless the candidate's
+    timing failed its implausibility re-check."""
+    by = latest(timings)
+    out = []
+    for (tag, backend), t in by.items():
+        base = by.get((tag, baseline))
+        if backend == CANDIDATE and base is not None and t.median_us > 0 and not recheck_failed(t):
+            out.append(Measured(t.shape, t.median_us, base.median_us))
+    return tuple(out)
+
+
+def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
+    """The dispatch table: every bucket of every key that has at least one winner.
+
+    A bucket's winner covers the most of its cases (scores over different case sets are not
+    comparable), then has the highest geometric-mean speedup, which must exceed ``min_speedup``.
+    """
+    measured = [(c.view.id, m) for c in contenders for m in c.cases]
+    if not measured:
+        return []
+    buckets = length_buckets(m.shape.L for _, m in measured)
+    keys = sorted({(m.shape.D, m.shape.dtype, m.shape.causal) for _, m in measured})
+    routes: list[Route] = []
+    for key in keys:
+        rows = []
+        for b in buckets:
+            shapes = {m.shape for _, m in measured if _key(m.shape) == key and m.shape.L in b}
+            ranked = []
+            for c in contenders:
+                mine = [m.speedup for m in c.cases if m.shape in shapes]
+                if mine:
+                    ranked.append((-len(mine), -geomean(mine), c.view.id))
+            ranked.sort()
+            ordered = tuple(sorted(shapes, key=lambda s: (s.L, s.B, s.H, s.case)))
+            if ranked and -ranked[0][1] > min_speedup:
+                rows.append(Route(key, b, ordered, ranked[0][2], -ranked[0][1]))
+            else:
+                best = (ranked[0][2], -ranked[0][1]) if ranked else None
+                rows.append(Route(key, b, ordered, best=best))
+        if any(r.winner for r in rows):
+            routes += rows
+    return routes
+
+
+def _key(s: Shape) -> Key:
+    return (s.D, s.dtype, s.causal)
+
+
+def capability(arch: str) -> tuple[int, int]:
+    """``sm_90a`` -> (9, 0), ``sm_120`` -> (12, 0): the compute capability a cubin runs on."""
+    m = _ARCH.fullmatch(arch)
+    if not m:
+        raise EvoError(f"cannot read a compute capability from arch {arch!r}")
+    return int(m[1]), int(m[2])
+
+
+def check_name(name: str) -> None:
+    """The package name doubles as the import name and the torch.library namespace."""
+    if not _NAME.fullmatch(name) or keyword.iskeyword(name) or name.lower() in RESERVED_NAMES:
+        raise EvoError(f"package name {name!r} must be a Python identifier and not one of "
+                       f"{', '.join(sorted(RESERVED_NAMES))}")
+
+
+def sanitize_url(url: str) -> str:
+    """The database URL with any password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable database URL>"
+
+
+# ----------------------------------------------------------------------------- the database
+
+
+def select_candidates(store: Store, study: str | None, ids: Sequence[str]) -> list[CandidateView]:
+    """The promotable candidates named by ``ids``, or in ``study``, or in the whole database."""
+    if study is not None and ids:
+        raise EvoError("give --study or --candidate, not both")
+    if ids:
+        views = [store.get(i).candidate for i in ids]
+        for v in views:
+            if v.status not in PROMOTABLE:
+                raise EvoError(f"candidate {v.id[:12]} is {v.status.value}, not green: "
+                               f"only kernels that passed GREEN are promoted ({v.reason or 'no reason stored'})")
+        return list({v.id: v for v in views}.values())
+    views = store.find_candidates(status=PROMOTABLE, study=study)
+    if not views:
+        where = f"study {study!r}" if study is not None else "the database"
+        raise EvoError(f"no green candidate in {where} ({sanitize_url(store.url)})")
+    return views
+
+
+def _check_green_evidence(store: Store, view: CandidateView) -> None:
+    """Its newest evaluation with GREEN checks passed them all (status alone could be stale)."""
+    checked = [e for e in store.evaluations(view.id) if e.checks]
+    if not checked:
+        raise EvoError(f"candidate {view.id[:12]} is {view.status.value} but has no stored GREEN checks")
+    failed = [c for c in checked[-1].checks if not c.passed]
+    if failed:
+        raise EvoError(f"candidate {view.id[:12]} failed {len(failed)} GREEN checks in evaluation "
+                       f"{checked[-1].id}; it is not promoted")
+
+
+def choose_device(store: Store, ids: Sequence[str], device: str | None) -> str:
+    """The device the timings are compared on: ``device``, else the one most candidates were
+    last timed on."""
+    if device is not None:
+        return device
+    newest = store.latest_timings(ids)
+    if not newest:
+        raise EvoError("none of the green candidates has FAST timings; run evo eval or evo run first")
+    counts = Counter(dev for dev, _ in newest.values())
+    return sorted(counts, key=lambda d: (-counts[d], d))[0]
+
+
+# ----------------------------------------------------------------------------- the package
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A winner as it goes into the package: its kernels, files and provenance."""
+
+    view: CandidateView
+    entries: dict[Key, Entry]
+    cubin: Path
+    source: str
+    provenance: dict[str, Any]
+
+
+@dataclass
+class Promoted:
+    """What ``promote`` wrote, for the CLI to report."""
+
+    path: Path
+    device: str
+    routes: list[Route]
+    shipped: list[str]
+    unused: list[str] = field(default_factory=list)
+    cases: list[dict[str, Any]] = field(default_factory=list)
+
+
+def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
+            candidate_ids: Sequence[str] = (), baseline: str = BASELINE, device: str | None = None,
+            min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False) -> Promoted:
+    """Write the package ``out/name`` from the per-bucket winners in the database."""
+    check_name(name)
+    target = Path(out).expanduser().resolve() / name
+    with open_store(db_url) as store:
+        views = select_candidates(store, study, candidate_ids)
+        for v in views:
+            _check_green_evidence(store, v)
+        dev = choose_device(store, [v.id for v in views], device)
+        timed = store.latest_timings([v.id for v in views], dev)
+        info = next((e.device_info for v in views for e in reversed(store.evaluations(v.id, dev))
+                     if e.device_info), {})
+        cap = _device_capability(info, views, dev)
+        contenders = [Contender(v, measurements(timed[v.id][1], baseline)) for v in views
+                      if v.id in timed and v.arch is not None and capability(v.arch) == cap]
+        routes = plan_routes(contenders, min_speedup)
+        if not any(r.winner for r in routes):
+            raise EvoError(_nothing_to_promote(contenders, baseline, dev))
+        winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
+        by_id = {c.view.id: c for c in contenders}
+        shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev)
+                   for w in winners]
+        db = sanitize_url(store.url)
+    _check_target(target, force)
+    cases = _case_table(routes, contenders)
+    context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
+                       list(candidate_ids), baseline, min_speedup)
+    _write(target, context, shipped)
+    return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
+                    if candidate_ids else [], cases)
+
+
+def _check_target(target: Path, force: bool) -> None:
+    if target.exists() and any(target.iterdir()):
+        if not force:
+            raise EvoError(f"{target} exists; pass --force to replace a package promote wrote there")
+        if not (target / target.name / MARKER).is_file():
+            raise EvoError(f"{target} exists and is not a package promote wrote; not replacing it")
+
+
+def _device_capability(info: dict[str, Any], views: Sequence[CandidateView], dev: str) -> tuple[int, int]:
+    sm = str(info.get("sm", ""))
+    if sm.isdigit() and len(sm) >= 2:
+        return int(sm[:-1]), int(sm[-1])
+    arches = {v.arch for v in views if v.arch}
+    if len(arches) == 1:
+        return capability(arches.pop())
+    raise EvoError(f"device {dev!r} has no stored compute capability and the candidates were built "
+                   f"for {', '.join(sorted(arches)) or 'no arch'}; promote candidates of one arch")
+
+
+def _nothing_to_promote(contenders: Sequence[Contender], baseline: str, dev: str) -> str:
+    if not any(c.cases for c in contenders):
+        return f"no green candidate has FAST timings with {baseline} on {dev!r}; nothing to promote"
+    best = max(((c.view.id, geomean(m.speedup for m in c.cases)) for c in contenders if c.cases),
+               key=lambda x: x[1])
+    return (f"no candidate beats {baseline} in any length bucket on {dev!r} (best overall: "
+            f"{best[0][:12]} at x{best[1]:.2f}); nothing to promote")
+
+
+def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> Shipped:
+    """Re-derive the winner's kernels (launch configs) and find its cubin and source."""
+    fam = load_family(view.family)
+    rendered = render(make_candidate(fam, view.params), fam)
+    if rendered.source_hash != view.source_hash:
+        raise EvoError(f"candidate {view.id[:12]} ({view.label}) renders differently with today's "
+                       f"{view.family} templates, so its launch configuration cannot be trusted; "
+                       "evaluate a fresh build instead")
+    entries = {(e.head_dim, e.dtype, e.causal): e for e in entries_for(fam, rendered.candidate)}
+    missing = [entry_name(*k) for k in keys if k not in entries]
+    if missing:
+        raise EvoError(f"candidate {view.id[:12]} has no kernel {', '.join(missing)}")
+    record = store.get(view.id)
+    cubins = [Path(b.cubin_path) for b in reversed(record.builds)
+              if b.cubin_path and b.status is Status.BUILT and Path(b.cubin_path).is_file()]
+    cache = build.cache_dir(view.id)
+    cubin = cubins[0] if cubins else cache / build.CUBIN
+    if not cubin.is_file():
+        raise EvoError(f"cubin of candidate {view.id[:12]} not found ({cubin}); rebuild it with evo build")
+    source_file = cache / build.SOURCE
+    source = source_file.read_text() if source_file.is_file() else rendered.source
+    runs = {e.run_id for e in record.evaluations if e.device == dev and e.run_id is not None}
+    shas = sorted({sha for r in runs if (run := store.get_run(r)) and (sha := run.git_sha)})
+    first = store.get_run(view.first_run_id) if view.first_run_id is not None else None
+    provenance = {
+        "id": view.id, "family": view.family, "family_version": view.family_version,
+        "params": view.params, "label": view.label, "status": view.status.value,
+        "source_hash": view.source_hash, "arch": view.arch, "flags": list(view.flags),
+        "built_at_git_sha": first.git_sha if first else None, "timed_at_git_shas": shas,
+        "entries": [entries[k].name for k in keys],
+    }
+    return Shipped(view, {k: entries[k] for k in keys}, cubin, source, provenance)
+
+
+def _case_table(routes: Sequence[Route], contenders: Sequence[Contender]) -> list[dict[str, Any]]:
+    """Per FAST case: which kernel serves it and how fast, or SDPA."""
+    by = {(c.view.id, m.shape): m for c in contenders for m in c.cases}
+    rows = []
+    for r in routes:
+        for s in r.shapes:
+            m = by.get((r.winner, s)) if r.winner else None
+            base = m.base_us if m else next((x.base_us for (_, sh), x in by.items() if sh == s), None)
+            rows.append({"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
+                         "dtype": s.dtype, "served_by": r.winner, "bucket": r.bucket.label(),
+                         "evo_us": m.evo_us if m else None, "sdpa_us": base,
+                         "speedup": m.speedup if m else None})
+    return sorted(rows, key=lambda c: (c["D"], c["dtype"], c["causal"], c["L"], c["case"]))
+
+
+def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequence[Route],
+             cases: list[dict[str, Any]], info: dict[str, Any], dev: str, cap: tuple[int, int],
+             db: str, study: str | None, requested: list[str], baseline: str,
+             min_speedup: float) -> dict[str, Any]:
+    """Everything the templates and the JSON files say."""
+    kernels, index = [], {}
+    for s in shipped:
+        for key, e in s.entries.items():
+            index[(s.view.id, key)] = len(kernels)
+            kernels.append({"id": s.view.id, "entry": e.name, "threads": e.launch.threads,
+                            "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes})
+    table = []
+    for r in routes:
+        d, dt, causal = r.key
+        table.append({"head_dim": d, "dtype": dt, "causal": causal, "min_len": r.bucket.lo,
+                      "max_len": r.bucket.hi,
+                      "kernel": index[(r.winner, r.key)] if r.winner else None,
+                      "candidate": r.winner, "entry": entry_name(*r.key) if r.winner else None,
+                      "speedup": r.speedup, "lengths": sorted({s.L for s in r.shapes}),
+                      "cases": [s.tag for s in r.shapes],
+                      "best_rejected": list(r.best) if r.best else None})
+    served = [c["speedup"] for c in cases if c["speedup"]]
+    arches = sorted({s.view.arch for s in shipped if s.view.arch})
+    return {
+        "name": name, "version": version,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "arch": ", ".join(arches), "capability": list(cap), "device": dev, "device_info": info,
+        "baseline": baseline, "min_speedup": min_speedup, "database": db, "study": study,
+        "requested": requested, "kernels": kernels, "routes": table, "cases": cases,
+        "shipped": [s.provenance for s in shipped],
+        "geomean_served": geomean(served) if served else None,
+        "timed_shas": sorted({sha for s in shipped for sha in s.provenance["timed_at_git_shas"]}),
+        "head_dims": sorted({r.key[0] for r in routes if r.winner}),
+        "evo_version": evo.__version__, "evo_git_sha": git_sha(),
+    }
+
+
+def _dispatch_json(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {"package": ctx["name"], "arch": ctx["arch"], "capability": ctx["capability"],
+            "baseline": ctx["baseline"], "kernels": ctx["kernels"], "routes": ctx["routes"]}
+
+
+def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "package": ctx["name"], "version": ctx["version"], "created": ctx["created"],
+        "evo": {"version": ctx["evo_version"], "git_sha": ctx["evo_git_sha"]},
+        "database": ctx["database"], "study": ctx["study"], "requested": ctx["requested"],
+        "device": {"name": ctx["device"], **ctx["device_info"]},
+        "arch": ctx["arch"], "capability": ctx["capability"],
+        "baseline": ctx["baseline"], "min_speedup": ctx["min_speedup"],
+        "kernels": ctx["shipped"], "routes": ctx["routes"], "cases": ctx["cases"],
+        "geomean_speedup_served": ctx["geomean_served"],
+    }
+
+
+def _green_suite() -> dict[str, Any]:
+    settings = green_settings()
+    return {
+        "cases": [{"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
+                   "dtype": s.dtype} for s in green_cases(settings.dtypes)],
+        "seeds": list(settings.seeds), "multiplier": settings.multiplier,
+        "floors": dict(settings.floors), "float64_below": settings.float64_below,
+    }
+
+
+def template_dir() -> Path:
+    return paths.root() / "templates" / "package"
+
+
+def _render_tree(dest: Path, ctx: dict[str, Any]) -> None:
+    """``templates/package``: ``pkg/`` becomes ``NAME/``; ``*.j2`` are rendered, the rest copied."""
+    src = template_dir()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(src)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             autoescape=False)
+    env.filters["us"] = lambda x: "—" if x is None else f"{x:.2f}" if x < 100 else f"{x:.1f}"
+    env.filters["x"] = lambda x: "—" if x is None else f"x{x:.2f}"
+    for f in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = f.relative_to(src)
+        parts = [ctx["name"] if i == 0 and p == "pkg" else p for i, p in enumerate(rel.parts)]
+        out = dest.joinpath(*parts)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if f.suffix == ".j2":
+            out.with_suffix("").write_text(env.get_template(rel.as_posix()).render(ctx))
+        else:
+            shutil.copyfile(f, out)
+
+
+def _write(target: Path, ctx: dict[str, Any], shipped: Sequence[Shipped]) -> None:
+    """Build the package in a sibling temp folder, then move it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _render_tree(tmp, ctx)
+        pkg = tmp / ctx["name"]
+        kernels = pkg / "kernels"
+        kernels.mkdir(parents=True, exist_ok=True)
+        for s in shipped:
+            shutil.copyfile(s.cubin, kernels / f"{s.view.id}.cubin")
+            (kernels / f"{s.view.id}.cu").write_text(s.source)
+        _dump(pkg / "dispatch.json", _dispatch_json(ctx))
+        _dump(pkg / MARKER, _provenance_json(ctx))
+        _dump(pkg / "tests" / "green_suite.json", _green_suite())
+        if target.exists():  # empty, or a package promote wrote and force allows replacing
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _dump(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")

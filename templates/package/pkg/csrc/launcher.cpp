@@ -1,0 +1,304 @@
+// C++ launcher of a package promoted by evo: picks the kernel for (head dim, dtype, causal,
+// sequence-length bucket), loads its cubin on each device with the CUDA driver API, and launches
+// it with cuLaunchKernel on torch's current stream. No host sync and no allocation outside
+// torch's caching allocator, so calls can be captured in a CUDA graph once the kernels are loaded.
+//
+// Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
+// microseconds of host time, or returns None when the kernels do not cover it (the caller then
+// uses SDPA). The driver is reached through dlopen("libcuda.so.1"), so nothing links -lcuda.
+#include <torch/extension.h>
+
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kMaxGridY = 65535;                       // grid.y = B * H
+constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();  // the ABI indexes with int
+constexpr uintptr_t kAlignment = 16;                       // kernels use 16-byte vector loads
+
+// ---- the driver entry points, resolved once --------------------------------------------------
+struct Driver {
+  decltype(&::cuGetErrorString) get_error_string;
+  decltype(&::cuDeviceGet) device_get;
+  decltype(&::cuDeviceGetAttribute) device_get_attribute;
+  decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain;
+  decltype(&::cuCtxGetCurrent) ctx_get_current;
+  decltype(&::cuCtxPushCurrent) ctx_push_current;
+  decltype(&::cuCtxPopCurrent) ctx_pop_current;
+  decltype(&::cuStreamIsCapturing) stream_is_capturing;
+  decltype(&::cuModuleLoadData) module_load_data;
+  decltype(&::cuModuleGetFunction) module_get_function;
+  decltype(&::cuFuncSetAttribute) func_set_attribute;
+  decltype(&::cuLaunchKernel) launch_kernel;
+};
+
+template <typename F>
+void resolve(void* lib, const char* name, F& out) {
+  void* p = dlsym(lib, name);
+  TORCH_CHECK(p != nullptr, "libcuda.so.1 has no ", name, " (driver too old?)");
+  out = reinterpret_cast<F>(p);
+}
+
+const Driver& driver() {
+  static const Driver d = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    TORCH_CHECK(lib != nullptr, "cannot open libcuda.so.1: ", dlerror());
+    Driver r{};
+    resolve(lib, "cuGetErrorString", r.get_error_string);
+    resolve(lib, "cuDeviceGet", r.device_get);
+    resolve(lib, "cuDeviceGetAttribute", r.device_get_attribute);
+    resolve(lib, "cuDevicePrimaryCtxRetain", r.primary_ctx_retain);
+    resolve(lib, "cuCtxGetCurrent", r.ctx_get_current);
+    resolve(lib, "cuCtxPushCurrent_v2", r.ctx_push_current);
+    resolve(lib, "cuCtxPopCurrent_v2", r.ctx_pop_current);
+    resolve(lib, "cuStreamIsCapturing", r.stream_is_capturing);
+    resolve(lib, "cuModuleLoadData", r.module_load_data);
+    resolve(lib, "cuModuleGetFunction", r.module_get_function);
+    resolve(lib, "cuFuncSetAttribute", r.func_set_attribute);
+    resolve(lib, "cuLaunchKernel", r.launch_kernel);
+    return r;
+  }();
+  return d;
+}
+
+void check(CUresult result, const std::string& what) {
+  if (result == CUDA_SUCCESS) return;
+  const char* message = nullptr;
+  driver().get_error_string(result, &message);
+  TORCH_CHECK(false, what, " failed: ", message ? message : "unknown CUDA error", " (", int(result), ")");
+}
+
+// ---- the dispatch table (set once by configure) ----------------------------------------------
+struct Kernel {
+  int image;           // index into g_images (one cubin per candidate)
+  std::string entry;   // extern "C" name, evo_attn_d{D}_{dtype}_{causal|full}
+  int threads;
+  int rows_per_cta;
+  int smem_bytes;
+};
+
+struct Route {         // (head_dim, dtype, causal, L <= max_len) -> kernel; kernel < 0: SDPA
+  int64_t head_dim;
+  at::ScalarType dtype;
+  bool causal;
+  int64_t max_len;
+  int kernel;
+};
+
+struct DeviceState {
+  std::atomic<int> arch{-1};        // -1 not asked yet, 0 the cubins do not run here, 1 they do
+  std::atomic<bool> loaded{false};
+  std::mutex mutex;                 // guards loading
+  CUcontext context = nullptr;      // the device's primary context (torch's)
+  std::vector<CUfunction> functions;
+};
+
+std::string g_package;
+std::vector<std::string> g_images;
+std::vector<Kernel> g_kernels;
+std::vector<Route> g_routes;
+int g_major = -1, g_minor = -1;
+std::vector<std::unique_ptr<DeviceState>> g_devices;
+std::once_flag g_configured;
+
+at::ScalarType dtype_of(const std::string& name) {
+  if (name == "fp16") return at::kHalf;
+  if (name == "bf16") return at::kBFloat16;
+  TORCH_CHECK(false, "unknown dtype ", name);
+}
+
+bool arch_ok(DeviceState& st, int device) {
+  int known = st.arch.load(std::memory_order_relaxed);
+  if (known < 0) {
+    const Driver& d = driver();
+    CUdevice dev;
+    int major = -1, minor = -1;
+    check(d.device_get(&dev, device), "cuDeviceGet");
+    check(d.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
+    check(d.device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
+    known = major == g_major && minor == g_minor ? 1 : 0;
+    st.arch.store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
+}
+
+// Load every cubin into the device's primary context and look up every kernel. Not allowed
+// while the current stream is being captured: loading is not a stream operation.
+void load(DeviceState& st, int device) {
+  std::lock_guard<std::mutex> lock(st.mutex);
+  if (st.loaded.load(std::memory_order_acquire)) return;
+  const Driver& d = driver();
+  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(d.stream_is_capturing(stream, &capture), "cuStreamIsCapturing");
+  TORCH_CHECK(capture == CU_STREAM_CAPTURE_STATUS_NONE, g_package,
+              ": the kernels are loaded on first use, which cannot happen during CUDA graph capture; "
+              "call ", g_package, ".prepare() (or run one call) before capturing");
+  CUdevice dev;
+  check(d.device_get(&dev, device), "cuDeviceGet");
+  check(d.primary_ctx_retain(&st.context, dev), "cuDevicePrimaryCtxRetain");
+  check(d.ctx_push_current(st.context), "cuCtxPushCurrent");
+  std::vector<CUmodule> modules(g_images.size());
+  std::vector<CUfunction> functions(g_kernels.size());
+  try {
+    for (size_t i = 0; i < g_images.size(); ++i)
+      check(d.module_load_data(&modules[i], g_images[i].data()), g_package + ": cuModuleLoadData");
+    for (size_t i = 0; i < g_kernels.size(); ++i) {
+      const Kernel& k = g_kernels[i];
+      check(d.module_get_function(&functions[i], modules[k.image], k.entry.c_str()),
+            g_package + ": cuModuleGetFunction(" + k.entry + ")");
+      // Raises the limit above the 48 KB default where needed; it also makes the driver load the
+      // function now (with lazy loading it would otherwise load at a first launch, maybe captured).
+      check(d.func_set_attribute(functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 k.smem_bytes),
+            g_package + ": cuFuncSetAttribute(" + k.entry + ", MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+  } catch (...) {
+    CUcontext popped;
+    d.ctx_pop_current(&popped);
+    throw;
+  }
+  CUcontext popped;
+  check(d.ctx_pop_current(&popped), "cuCtxPopCurrent");
+  st.functions = std::move(functions);
+  st.loaded.store(true, std::memory_order_release);
+}
+
+DeviceState* state(int device) {
+  if (device < 0 || device >= static_cast<int>(g_devices.size())) return nullptr;
+  return g_devices[device].get();
+}
+
+bool aligned(const at::Tensor& t) {
+  // A non-contiguous tensor is copied into a fresh (aligned) buffer before the launch.
+  return !t.is_contiguous() || reinterpret_cast<uintptr_t>(t.data_ptr()) % kAlignment == 0;
+}
+
+// The kernel that serves this call, or -1 when SDPA has to.
+int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
+  if (g_kernels.empty() || !q.is_cuda() || q.dim() != 4) return -1;
+  if (k.sizes() != q.sizes() || v.sizes() != q.sizes()) return -1;     // Lq == Lk, Dv == D, no GQA
+  const at::ScalarType dt = q.scalar_type();
+  if ((dt != at::kHalf && dt != at::kBFloat16) || k.scalar_type() != dt || v.scalar_type() != dt)
+    return -1;
+  if (k.device() != q.device() || v.device() != q.device()) return -1;
+  if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
+    return -1;                                                       // forward only: SDPA has autograd
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3);
+  if (B < 1 || H < 1 || L < 1 || B * H > kMaxGridY || q.numel() > kMaxElements) return -1;
+  if (!aligned(q) || !aligned(k) || !aligned(v)) return -1;
+  for (const Route& r : g_routes) {
+    if (r.head_dim == D && r.dtype == dt && r.causal == causal && L <= r.max_len) {
+      if (r.kernel < 0) return -1;
+      DeviceState* st = state(q.get_device());
+      return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
+    }
+  }
+  return -1;
+}
+
+// ---- the Python-facing functions -------------------------------------------------------------
+
+// images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes);
+// routes: (head_dim, dtype, causal, max_len, kernel) in increasing max_len per key.
+void configure(const std::string& package, const std::vector<py::bytes>& images,
+               const std::vector<std::tuple<int, std::string, int, int, int>>& kernels,
+               const std::vector<std::tuple<int64_t, std::string, bool, int64_t, int>>& routes,
+               int arch_major, int arch_minor) {
+  bool first = false;
+  std::call_once(g_configured, [&] {
+    first = true;
+    g_package = package;
+    for (const py::bytes& b : images) g_images.emplace_back(b);
+    for (const auto& [image, entry, threads, rows, smem] : kernels) {
+      TORCH_CHECK(image >= 0 && image < static_cast<int>(g_images.size()), "bad image index");
+      TORCH_CHECK(threads > 0 && rows > 0 && smem >= 0, "bad launch config for ", entry);
+      g_kernels.push_back({image, entry, threads, rows, smem});
+    }
+    for (const auto& [head_dim, dtype, causal, max_len, kernel] : routes) {
+      TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
+      g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, kernel});
+    }
+    g_major = arch_major;
+    g_minor = arch_minor;
+    const int n = c10::cuda::device_count();
+    for (int i = 0; i < n; ++i) g_devices.push_back(std::make_unique<DeviceState>());
+  });
+  TORCH_CHECK(first, "configure() may be called once");
+}
+
+bool supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
+  return pick(q, k, v, causal) >= 0;
+}
+
+// Whether the kernels run on this device; loads them there when they do.
+bool prepare(int device) {
+  DeviceState* st = state(device);
+  if (st == nullptr || g_kernels.empty() || !arch_ok(*st, device)) return false;
+  if (!st->loaded.load(std::memory_order_acquire)) load(*st, device);
+  return true;
+}
+
+std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              bool causal, std::optional<double> scale) {
+  const int index = pick(q, k, v, causal);
+  if (index < 0) return std::nullopt;
+  const int device = q.get_device();
+  DeviceState& st = *g_devices[device];
+  if (!st.loaded.load(std::memory_order_acquire)) load(st, device);
+  const Kernel& kern = g_kernels[index];
+
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  at::Tensor o = at::empty(qc.sizes(), qc.options());
+  int B = static_cast<int>(q.size(0)), H = static_cast<int>(q.size(1));
+  int L = static_cast<int>(q.size(2));
+  float s = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  void* qp = qc.data_ptr();
+  void* kp = kc.data_ptr();
+  void* vp = vc.data_ptr();
+  void* op = o.data_ptr();
+  void* args[] = {&qp, &kp, &vp, &op, &B, &H, &L, &s};
+  const unsigned grid_x = static_cast<unsigned>((L + kern.rows_per_cta - 1) / kern.rows_per_cta);
+  const unsigned grid_y = static_cast<unsigned>(B * H);
+  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+
+  const Driver& d = driver();
+  CUcontext current = nullptr;
+  check(d.ctx_get_current(&current), "cuCtxGetCurrent");
+  const bool swap = current != st.context;  // e.g. tensors on another device than the current one
+  if (swap) check(d.ctx_push_current(st.context), "cuCtxPushCurrent");
+  const CUresult launched = d.launch_kernel(st.functions[index], grid_x, grid_y, 1, kern.threads, 1, 1,
+                                            kern.smem_bytes, stream, args, nullptr);
+  if (swap) {
+    CUcontext popped;
+    d.ctx_pop_current(&popped);
+  }
+  check(launched, g_package + ": cuLaunchKernel(" + kern.entry + ")");
+  return o;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Launcher of the kernels of an evo-promoted attention package";
+  m.def("configure", &configure, "Set the cubins, kernels and dispatch routes (once)");
+  m.def("supports", &supports, "Whether run() would launch a kernel for these inputs");
+  m.def("prepare", &prepare, "Load the kernels on a device; false if they cannot run there");
+  m.def("run", &run, "Attention through the dispatch table, or None when SDPA must serve the call",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"));
+}
