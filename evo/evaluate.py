@@ -33,7 +33,6 @@ QUICK = {"rounds": 2, "reps": 5}      # searches: enough to rank, a fraction of 
 NORMAL = {"rounds": 3, "reps": 10}
 INTERLEAVED = {"rounds": 5, "reps": 10}  # evo eval / evo bench: the numbers people quote
 BASELINE_EVERY = 50
-RECHECK_BYTES = 1 << 30    # the re-check's float32 score matrix stays under this
 
 
 @dataclass(frozen=True)
@@ -59,16 +58,6 @@ class Plan:
                    baseline_every=int(options.get("baseline_every", BASELINE_EVERY)),
                    backends=tuple(options.get("backends", BACKENDS)),
                    salt=int(options.get("salt", 0)))
-
-
-def recheck_shape(shape: Shape) -> Shape:
-    """``shape`` with fewer (batch x heads) when its float32 reference would not fit comfortably;
-    the kernel's work per head, its length, head dim, mask and dtype are unchanged."""
-    per_head = shape.L * shape.L * 4
-    most = max(1, RECHECK_BYTES // per_head)
-    if shape.B * shape.H <= most:
-        return shape
-    return Shape(shape.case, 1, min(shape.H, most), shape.L, shape.D, shape.causal, shape.dtype)
 
 
 def _describe(exc: BaseException) -> str:
@@ -182,7 +171,7 @@ def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], 
     settings = green_settings()
 
     def recheck(shape: Shape) -> str:
-        status, reason = verdict(run_green(launch, [recheck_shape(shape)], settings, salt + 1))
+        status, reason = verdict(run_green(launch, [shape], settings, salt + 1))
         return "" if status is Status.GREEN else reason
 
     return recheck

@@ -1,11 +1,11 @@
-"""The worker's GREEN-then-FAST pass: request options, re-check shapes, case filtering on CPU;
+"""The worker's GREEN-then-FAST pass: request options and case filtering on CPU;
 a family default evaluated end to end in a real worker on a GPU."""
 
 from __future__ import annotations
 
 import pytest
 
-from evo.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, recheck_shape, supported
+from evo.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, supported
 from evo.render import Entry
 from evo.results import Shape, Status
 from evo.space import LaunchConfig
@@ -28,15 +28,6 @@ def test_plan_defaults_compare_with_every_backend() -> None:
     plan = Plan.of({"salt": 9})
     assert plan.backends == ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
     assert (plan.salt, plan.interleave) == (9, False)
-
-
-@pytest.mark.parametrize(("shape", "expected"), [
-    (Shape("F1", 1, 8, 512, 64, False), Shape("F1", 1, 8, 512, 64, False)),
-    (Shape("F8", 4, 32, 4096, 128, True), Shape("F8", 1, 16, 4096, 128, True)),
-    (Shape("F7", 2, 16, 8192, 128, False, "bf16"), Shape("F7", 1, 4, 8192, 128, False, "bf16")),
-])
-def test_recheck_shape_keeps_the_kernel_work_per_head(shape: Shape, expected: Shape) -> None:
-    assert recheck_shape(shape) == expected
 
 
 def test_supported_keeps_shapes_with_a_kernel() -> None:
