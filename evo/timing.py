@@ -330,6 +330,8 @@ def _measure(ops: dict[str, Op], shape: Shape, *, optional: Sequence[str], seed:
                     except RuntimeError:
                         torch.cuda.synchronize()   # raises if the failure poisoned the context
         names = list(timers)
+        if not names:
+            return {}
         per_round = {n: timers[n].affordable(reps, budget_ms / rounds) for n in names}
         samples: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):

@@ -102,3 +102,72 @@ def test_gemm_rate_is_a_hopper_rate() -> None:
     from evo.timing import gemm_tflops
 
     assert 100 < gemm_tflops() < 1500
+
+
+class FakeTimer:
+    """Stands in for GraphTimer: answers a fixed time per (op name, input seed), logs samples."""
+
+    log: list[str] = []
+    us: dict[tuple[str, int], float] = {}
+
+    def __init__(self, fn, *, warmup: int) -> None:
+        self.name, self.seed = fn.op.name, fn.sets[0]
+        self.replay_ms = 1.0
+
+    def affordable(self, reps: int, budget_ms: float) -> int:
+        return reps
+
+    def sample(self, reps: int) -> list[float]:
+        FakeTimer.log.append(self.name)
+        return [FakeTimer.us[(self.name, self.seed)]] * reps
+
+    def close(self) -> None:
+        pass
+
+
+def named(name: str):
+    def op(q, k, v, o):
+        return None
+    op.name = name
+    return op
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> type[FakeTimer]:
+    monkeypatch.setattr("evo.timing.make_inputs", lambda shape, seed: [seed])
+    monkeypatch.setattr("evo.timing.GraphTimer", FakeTimer)
+    monkeypatch.setattr("evo.timing.sdpa_op", lambda backend, causal: named(backend))
+    monkeypatch.setattr("evo.timing.runs", lambda op, inputs: op.name != "sdpa_cudnn")
+    FakeTimer.log = []
+    FakeTimer.us = {("evo", 0): 6.0, ("sdpa_flash", 0): 9.0, ("sdpa_default", 0): 8.0}
+    return FakeTimer
+
+
+def test_time_case_interleaves_rounds_and_skips_refusing_backends(fake_gpu: type[FakeTimer]) -> None:
+    from evo.timing import time_case
+
+    out = time_case(named("evo"), F1, ("sdpa_flash", "sdpa_cudnn", "sdpa_default"), rounds=3, reps=2)
+    assert [t.backend for t in out] == ["evo", "sdpa_flash", "sdpa_default"]
+    assert fake_gpu.log == ["evo", "sdpa_flash", "sdpa_default", "sdpa_flash", "sdpa_default", "evo",
+                            "sdpa_default", "evo", "sdpa_flash"]
+    assert [len(t.samples_us) for t in out] == [6, 6, 6] and out[0].flagged == ""
+
+
+@pytest.mark.parametrize(("recheck", "note"), [(None, "re-check not run"), (lambda s: "", "re-check passed"),
+                                               (lambda s: "NaN in output", f"{RECHECK_FAILED}: NaN in output")])
+def test_implausible_candidate_is_remeasured_on_fresh_inputs_and_rechecked(fake_gpu: type[FakeTimer], recheck,
+                                                                          note: str) -> None:
+    from evo.timing import time_case
+
+    fake_gpu.us |= {("evo", 0): 2.0, ("evo", 1): 3.0}   # 4x faster than flash; fresh inputs (seed 1): 3 us
+    out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=3, recheck=recheck)
+    assert out[0].median_us == 3.0 and out[0].samples_us == [3.0, 3.0, 3.0]
+    assert out[0].flagged.startswith("implausible: 4.5x faster than sdpa_flash") and out[0].flagged.endswith(note)
+
+
+def test_known_baselines_count_for_plausibility(fake_gpu: type[FakeTimer]) -> None:
+    from evo.timing import time_case
+
+    fake_gpu.us |= {("evo", 1): 6.0}
+    out = time_case(named("evo"), F1, (), rounds=1, reps=1, known=[baseline(F1, "sdpa_default", 20.0)])
+    assert [t.backend for t in out] == ["evo"] and "faster than sdpa_default" in out[0].flagged
