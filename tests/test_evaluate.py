@@ -65,3 +65,111 @@ def test_worker_evaluates_a_family_default_end_to_end(family: str) -> None:
     assert {("F1-fp16", "evo"), ("F1c-fp16", "evo"), ("F1-fp16", "sdpa_default")} <= backends
     assert all(t.median_us > 0 for t in ev.timings)
     assert ev.device["name"] and ev.green_seconds > 0 and ev.fast_seconds > 0
+
+
+class FakeConn:
+    """The child end of the pipe: hands out requests, keeps what is sent back."""
+
+    def __init__(self, requests: list[object]) -> None:
+        self.requests, self.sent = list(requests), []
+
+    def recv(self) -> object:
+        if not self.requests:
+            raise EOFError
+        return self.requests.pop(0)
+
+    def send(self, obj: object) -> None:
+        self.sent.append(obj)
+
+
+F1 = Shape("F1", 1, 8, 512, 64, False)
+
+
+@pytest.fixture
+def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """serve() with the GPU parts replaced: GREEN passes unless build id starts with 'red',
+    time_case answers 5 us for the candidate and 9 us per baseline, and logs its calls."""
+    from evo.results import CheckResult, Timing
+
+    calls: dict[str, list] = {"time_case": [], "green": []}
+    monkeypatch.setattr("torch.cuda.set_device", lambda d: None)
+    monkeypatch.setattr("evo.evaluate.device_info", lambda: {"name": "Fake GPU"})
+
+    def candidate(request):
+        if request.build_id.startswith("boom"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return (lambda *a: None), (lambda q, k, v, o, *, causal: None), list(request.entries)
+
+    def run_green(launch, cases, settings, salt):
+        calls["green"].append(len(cases))
+        ok = not calls.get("red")
+        return [CheckResult(s, 0, ok, 0.0, 0.0, 1.0, "" if ok else "mismatch") for s in cases]
+
+    def time_case(cand, shape, backends, **kw):
+        calls["time_case"].append("evo" if cand else "baselines")
+        out = [Timing(shape, b, 9.0, 9.0, 9.0) for b in backends]
+        if cand is not None:
+            flagged = calls.get("flag", [""])[0]
+            out.insert(0, Timing(shape, "evo", 5.0, 5.0, 5.0, flagged=flagged))
+        return out
+
+    monkeypatch.setattr("evo.evaluate._candidate", candidate)
+    monkeypatch.setattr("evo.gate.run_green", run_green)
+    monkeypatch.setattr("evo.timing.time_case", time_case)
+    return calls
+
+
+def _request(build_id: str = "b", **options: object):
+    from evo.worker import EvalRequest
+
+    entries = (Entry("evo_attn_d64_fp16_full", 64, "fp16", False, CFG),)
+    return EvalRequest(build_id, "x.cubin", entries, fast_cases=(F1,), options=options)
+
+
+def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    conn = FakeConn([_request(baseline_every=2) for _ in range(3)] + [None])
+    serve(conn)
+    assert [e.status for e in conn.sent] == [Status.FAST] * 3
+    assert fake_worker["time_case"] == ["baselines", "evo", "evo", "baselines", "evo"]   # re-measured at the 3rd
+    assert [t.backend for t in conn.sent[0].timings][:2] == ["evo", "sdpa_flash"]
+    assert conn.sent[0].device == {"name": "Fake GPU"} and fake_worker["green"][0] > 0
+
+
+def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    conn = FakeConn([_request(interleave=True, backends=["sdpa_flash"])])
+    serve(conn)
+    assert fake_worker["time_case"] == ["evo"]
+    assert [t.backend for t in conn.sent[0].timings] == ["evo", "sdpa_flash"]
+
+
+def test_red_candidate_is_never_timed(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    fake_worker["red"] = [True]
+    conn = FakeConn([_request()])
+    serve(conn)
+    assert conn.sent[0].status is Status.RED and "mismatch" in conn.sent[0].reason
+    assert fake_worker["time_case"] == [] and conn.sent[0].timings == []
+
+
+def test_failed_recheck_of_an_implausible_result_is_red(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+    from evo.timing import RECHECK_FAILED
+
+    fake_worker["flag"] = [f"implausible: x; {RECHECK_FAILED}: NaN in output"]
+    conn = FakeConn([_request()])
+    serve(conn)
+    assert conn.sent[0].status is Status.RED and RECHECK_FAILED in conn.sent[0].reason
+
+
+def test_a_failure_replies_crashed_and_stops_serving(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    conn = FakeConn([_request("boom"), _request("after")])
+    serve(conn)
+    assert len(conn.sent) == 1 and conn.sent[0].status is Status.CRASHED
+    assert "illegal memory access" in conn.sent[0].reason and conn.requests  # the second was never taken
