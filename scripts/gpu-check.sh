@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
+#   scripts/gpu-check.sh STAGE [STAGE ...]
+# Stages: env smoke tests throughput eval sweep:N run:N bench promote save
+# Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
+# The database db/evo.sqlite is carried between calls (the host starts bare each time).
+set -uo pipefail
+OUT=${OUT:-/tmp/evo-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+EVO="python3 -m evo"
+CASES=${EVO_CASES:-F1,F2,F3,F4,F6}      # FAST cases a search scores (both causal modes)
+log() { echo; echo "=== $* ($(date +%T))"; }
+
+for stage in "$@"; do
+  name=${stage%%:*}; arg=${stage#*:}; [ "$arg" = "$stage" ] && arg=""
+  case $name in
+    env)
+      log env
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+      python3 -c 'import torch,sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+      nvcc --version | tail -1; git rev-parse --short HEAD 2>/dev/null
+      $EVO doctor ;;
+    smoke)
+      log smoke
+      for fam in flash_mma flash_scalar; do python3 scripts/smoke_kernel.py $fam 2>&1 | tail -25; done ;;
+    tests)
+      log "pytest -m gpu"
+      python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40 ;;
+    throughput)
+      log "compile throughput (${arg:-20} random candidates per family, 16 jobs)"
+      EVO_CANDIDATES=/tmp/throughput-cache $EVO build flash_mma flash_scalar --random "${arg:-20}" --seed 7 --jobs 16 \
+        --db sqlite:////tmp/throughput.sqlite 2>&1 | tee "$OUT/throughput.log" | tail -8 ;;
+    eval)
+      log "eval family defaults"
+      for fam in flash_mma flash_scalar; do $EVO eval $fam 2>&1 | tee -a "$OUT/eval.log" | tail -30; done ;;
+    sweep)
+      log "sweep: ${arg:-100} more random trials"
+      $EVO run --study sweep --sampler random --trials "${arg:-100}" --cases "$CASES" --batch 32 --jobs 16 2>&1 \
+        | tee -a "$OUT/sweep.log" | tail -15 ;;
+    run)
+      log "evolution: ${arg:-60} trials, evo sampler"
+      $EVO run --study evo-gpu --sampler evo --trials "${arg:-60}" --cases "$CASES" --batch 16 --jobs 16 --seed 1 2>&1 \
+        | tee -a "$OUT/run.log" | tail -15
+      $EVO lineage --study evo-gpu 2>&1 | tee "$OUT/lineage.txt" | head -60
+      $EVO insights --study evo-gpu 2>&1 | tee "$OUT/insights.txt" | head -60 ;;
+    bench)
+      log "bench the best candidate"
+      $EVO bench --best 1 --out "$OUT/benchmarks" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+    promote)
+      log "promote, install offline, package tests, bench --package"
+      rm -rf /tmp/pkg /tmp/pkgsite
+      $EVO promote --name evoattn --study evo-gpu --out /tmp/pkg 2>&1 | tee "$OUT/promote.log" | tail -20
+      python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/evoattn 2>&1 | tail -3
+      (cd /tmp && PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 -m pytest -q -p no:cacheprovider /tmp/pkg/evoattn/tests 2>&1 | tail -15) | tee -a "$OUT/promote.log"
+      PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -30 ;;
+    save)
+      log save
+      python3 - <<'PY'
+import sqlite3; c = sqlite3.connect("db/evo.sqlite"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()
+PY
+      gzip -c db/evo.sqlite > "$OUT/evo.sqlite.gz"; ls -la "$OUT" ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
