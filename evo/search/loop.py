@@ -162,7 +162,7 @@ class Search:
         every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials."""
         s = self.summary
         s.requested = trials
-        s.recovered = len(recover(self.study, self.grace_s))
+        s.recovered = self._recover()
         if s.recovered:
             self.reporter.note(f"re-queued {s.recovered} trial(s) left running by a dead process")
         self.in_study = {t.user_attrs[CANDIDATE] for t in self.study.get_trials(deepcopy=False)
@@ -178,7 +178,8 @@ class Search:
                     break
                 self._batch(k)
         except BaseException as exc:
-            n = release(self.study, self.heartbeat.owned(), f"run stopped: {type(exc).__name__}")
+            n = self._mirror_abandoned(release(self.study, self.heartbeat.owned(),
+                                               f"run stopped: {type(exc).__name__}"), dead_runs=False)
             s.stopped = f"interrupted ({n} open trial(s) re-queued)"
             raise
         finally:
@@ -187,6 +188,21 @@ class Search:
             s.total = sum(counts(t) for t in trials_now)
             s.best = best_trial(trials_now)
         return s
+
+    def _mirror_abandoned(self, abandoned: Sequence[FrozenTrial], dead_runs: bool) -> int:
+        """Mark abandoned trials FAIL in the store too (and, for a dead process, its run)."""
+        for t in abandoned:
+            run = t.system_attrs.get(RUN)
+            run_id = int(run) if run is not None and str(run).isdigit() else None
+            self.store.record_trial(self.study.study_name, t.number, t.user_attrs.get(CANDIDATE), run_id,
+                                    TrialState.FAIL.name, None)
+            if dead_runs and run_id is not None and (view := self.store.get_run(run_id)) \
+                    and view.status == "running":
+                self.store.finish_run(run_id, "failed")
+        return len(abandoned)
+
+    def _recover(self) -> int:
+        return self._mirror_abandoned(recover(self.study, self.grace_s), dead_runs=True)
 
     def _counted(self) -> int:
         return sum(counts(t) for t in self.study.get_trials(deepcopy=False))
@@ -366,15 +382,15 @@ class Search:
             trial.set_user_attr(CANDIDATE, cid)
         if outcome.reused:
             trial.set_user_attr(REUSED, True)
-        if outcome.values is not None:
-            self.study.tell(trial, outcome.values)
-            state = TrialState.COMPLETE
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
-            state = TrialState.FAIL
-        self.heartbeat.discard(trial._trial_id)
+        # the store first: if we die before tell, recovery marks both FAIL (see _recover)
+        state = TrialState.COMPLETE if outcome.values is not None else TrialState.FAIL
         value = None if outcome.values is None else Best(0, "", "", outcome.values).score
         self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
+        if outcome.values is not None:
+            self.study.tell(trial, outcome.values)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        self.heartbeat.discard(trial._trial_id)
         s = self.summary
         s.finished += 1
         s.counts[outcome.status] += 1

@@ -90,17 +90,18 @@ def abandon(study: optuna.Study, t: FrozenTrial, why: str) -> bool:
 def recover(study: optuna.Study, grace_s: float, now: Callable[[], _dt.datetime] | None = None) -> list[FrozenTrial]:
     """Abandon and re-enqueue every RUNNING trial whose owner is dead; returns those trials.
 
-    Owners on this host are checked by pid; any trial whose heartbeat (Optuna's, see
-    :class:`Heartbeat`) is staler than its storage's grace period is failed by Optuna's
-    ``fail_stale_trials`` and re-enqueued by the storage's stale-trial callback
-    (:func:`stale_callback`); a trial with neither owner nor heartbeat is abandoned once it is
-    older than ``grace_s``.
+    Owners on this host are checked by pid. A trial whose heartbeat is staler than the
+    storage's grace period (any host) is failed by Optuna's ``fail_stale_trials`` and
+    re-enqueued by the storage's stale-trial callback (:func:`stale_callback`). A trial with
+    neither owner nor heartbeat is abandoned once it is older than ``grace_s``.
     """
+    running = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    out = [t for t in map(study._storage.get_trial, running)
+           if t.state == TrialState.FAIL and STATUS not in t.user_attrs]
     clock = now or (lambda: _dt.datetime.now())
-    out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.system_attrs.get(OWNER)
         if owner is not None:
@@ -113,7 +114,7 @@ def recover(study: optuna.Study, grace_s: float, now: Callable[[], _dt.datetime]
                 continue
             why = "left running with no owner"
         if abandon(study, t, why):
-            out.append(t)
+            out.append(study._storage.get_trial(t._trial_id))
     return out
 
 
@@ -163,11 +164,11 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
 
-def release(study: optuna.Study, trial_ids: Iterable[int], why: str) -> int:
+def release(study: optuna.Study, trial_ids: Iterable[int], why: str) -> list[FrozenTrial]:
     """Abandon and re-enqueue this process's own unfinished trials (Ctrl-C, an error)."""
-    n = 0
+    out = []
     for tid in trial_ids:
         t = study._storage.get_trial(tid)
         if t.state == TrialState.RUNNING and abandon(study, t, why):
-            n += 1
-    return n
+            out.append(study._storage.get_trial(tid))
+    return out

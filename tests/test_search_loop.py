@@ -1,0 +1,207 @@
+"""The search loop end to end in replay: real store, real Optuna RDB study, synthetic recording."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from evo.build import build_id_for
+from evo.errors import EvoError
+from evo.manifest import load_family
+from evo.render import render
+from evo.replay import load_recording, record_key, save_recording
+from evo.results import Status
+from evo.search.driver import RunOptions, run
+from evo.search.loop import NullReporter
+from evo.space import all_candidates
+from evo.store import open_store
+from synthetic_sweep import make_recording
+
+CASES = ["F1", "F6"]
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_recording(tmp_path_factory.mktemp("rec") / "sweep-synthetic.json.gz", seed=0)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'evo.sqlite'}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def search(db: str, rec: Path, **kw):
+    opts = RunOptions(**({"replay": rec, "db": db, "study": "s", "batch": 4, "seed": 0, "cases": CASES} | kw))
+    return run(opts, NullReporter())
+
+
+def trials(db: str, study: str = "s") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=study, storage=db).get_trials(deepcopy=False)
+
+
+def recorded_score(rec, family: str, params: dict, tags: list[str], baseline: str = "sdpa_default") -> float:
+    r = rec.records[record_key(family, params)]
+    logs = [math.log(r.timings[t][baseline]["median_us"] / r.timings[t]["evo"]["median_us"]) for t in tags]
+    return math.exp(sum(logs) / len(logs))
+
+
+def params_of(t: optuna.trial.FrozenTrial) -> tuple[str, dict]:
+    fam = t.params["family"]
+    return fam, {k.split(".", 1)[1]: v for k, v in t.params.items() if k.startswith(fam + ".")}
+
+
+@pytest.fixture(scope="module")
+def evo_run(tmp_path_factory: pytest.TempPathFactory, recording: Path):
+    """One evolutionary replay run of 16 trials: (db, summary)."""
+    db = f"sqlite:///{tmp_path_factory.mktemp('evo') / 'evo.sqlite'}"
+    return db, search(db, recording, trials=16)
+
+
+def test_replay_run_scores_from_the_recording(evo_run, recording: Path) -> None:
+    db, summary = evo_run
+    rec, ts = load_recording(recording), trials(db)
+    tags = [s.tag for s in rec.shapes() if s.case in CASES]
+    assert summary.total == 16 and len(ts) == 16
+    done = [t for t in ts if t.state == TrialState.COMPLETE]
+    assert done
+    for t in done:
+        assert t.value == pytest.approx(recorded_score(rec, *params_of(t), tags))
+    assert summary.best is not None and summary.best.score == pytest.approx(max(t.value for t in done))
+
+
+def test_every_trial_is_linked_to_its_candidate_in_the_store(evo_run) -> None:
+    db, _ = evo_run
+    store = open_store(db)
+    for t in trials(db):
+        if t.user_attrs["status"] == "unmeasured":  # nothing about it is stored
+            assert "candidate" not in t.user_attrs
+            continue
+        links = store.get(t.user_attrs["candidate"]).trials
+        assert any(x.study == "s" and x.number == t.number and x.state == t.state.name for x in links)
+
+
+def test_evo_runs_record_lineage_edges(evo_run) -> None:
+    db, _ = evo_run
+    kinds = {e.kind for e in open_store(db).edges("s")}
+    assert kinds and kinds <= {"mutation", "crossover", "nearest"}
+
+
+def test_continuing_a_study_with_other_settings_is_refused(evo_run, recording: Path) -> None:
+    db, _ = evo_run
+    with pytest.raises(EvoError, match="was run with --cases"):
+        search(db, recording, trials=20, cases=["F1"])
+
+
+def _retouch(src: Path, dst: Path) -> tuple[Path, list]:
+    """A copy of the recording where flash_scalar's first points (manifest order) get the
+    statuses of RETOUCHED or, for DROPPED, are left out."""
+    rec = load_recording(src)
+    points = list(all_candidates(load_family("flash_scalar")))[:12]
+    template = next(iter(rec.records.values()))
+    for i, cand in enumerate(points):
+        key = record_key(cand.family, cand.p)
+        if i in DROPPED:
+            rec.records.pop(key, None)
+        elif i in RETOUCHED:
+            r = rec.records.setdefault(key, template)
+            r.status, r.reason, r.timings = RETOUCHED[i], f"made {RETOUCHED[i].value}", {}
+    return save_recording(rec, dst), points
+
+
+RETOUCHED = {1: Status.RED, 2: Status.RESOURCE_REJECTED, 3: Status.COMPILE_FAILED, 4: Status.CRASHED,
+             5: Status.TIMEOUT}
+DROPPED = {0, 7}
+
+
+@pytest.fixture(scope="module")
+def grid_runs(tmp_path_factory: pytest.TempPathFactory, recording: Path):
+    """Two grid studies over the same 12 flash_scalar points in one database: (db, points, a, b)."""
+    tmp = tmp_path_factory.mktemp("grid")
+    path, points = _retouch(recording, tmp / "r.json.gz")
+    db = f"sqlite:///{tmp / 'evo.sqlite'}"
+    a = search(db, path, trials=12, families=["flash_scalar"], sampler="grid", study="a")
+    b = search(db, path, trials=12, families=["flash_scalar"], sampler="grid", study="b")
+    return db, points, a, b
+
+
+def test_failures_reach_optuna_as_fail_with_status_and_reason(grid_runs) -> None:
+    db, points, _, _ = grid_runs
+    by_key = {record_key(*params_of(t)): t for t in trials(db, "a")}
+    for i, status in RETOUCHED.items():
+        t = by_key[record_key(points[i].family, points[i].p)]
+        assert t.state == TrialState.FAIL
+        assert (t.user_attrs["status"], t.user_attrs["reason"]) == (status.value, f"made {status.value}")
+
+
+def test_unmeasured_candidates_are_reported_not_invented(grid_runs) -> None:
+    db, points, a, _ = grid_runs
+    assert a.counts["unmeasured"] == len(DROPPED)
+    by_key = {record_key(*params_of(t)): t for t in trials(db, "a")}
+    store = open_store(db)
+    for i in DROPPED:
+        t = by_key[record_key(points[i].family, points[i].p)]
+        assert (t.state, t.user_attrs["status"]) == (TrialState.FAIL, "unmeasured")
+        bid = build_id_for(render(points[i]), "sm_90a")
+        assert bid not in store.statuses([bid])
+
+
+def test_a_candidate_known_to_the_store_is_not_evaluated_again(grid_runs) -> None:
+    db, _, a, b = grid_runs
+    measured = 12 - len(DROPPED)
+    assert b.reused == measured and a.reused == 0
+    store = open_store(db)
+    for t in trials(db, "b"):
+        if "candidate" in t.user_attrs:
+            assert len(store.evaluations(t.user_attrs["candidate"])) <= 1
+    first = {record_key(*params_of(t)): (t.state, t.values) for t in trials(db, "a")}
+    assert all(first[record_key(*params_of(t))] == (t.state, t.values) for t in trials(db, "b"))
+
+
+def test_invalid_points_are_stored_and_told_fail(db: str, recording: Path) -> None:
+    search(db, recording, trials=8, families=["flash_mma"], sampler="cmaes", seed=1)
+    invalid = [t for t in trials(db) if t.user_attrs.get("status") == "invalid"]
+    assert invalid and all(t.state == TrialState.FAIL for t in invalid)
+    assert all("constraint violated" in t.user_attrs["reason"] for t in invalid)
+    store = open_store(db)
+    assert {store.get(t.user_attrs["candidate"]).candidate.status for t in invalid} == {Status.INVALID}
+
+
+def test_per_bucket_objective_gives_one_value_per_head_dim_and_mask(db: str, recording: Path) -> None:
+    search(db, recording, trials=4, objective="per-bucket")
+    done = [t for t in trials(db) if t.state == TrialState.COMPLETE]
+    assert done and all(len(t.values) == 4 for t in done)  # d64/d128 x full/causal
+
+
+class StopAfter(NullReporter):
+    """Ctrl-C after ``n`` told trials."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def advance(self, number, outcome, best) -> None:
+        self.n -= 1
+        if self.n == 0:
+            raise KeyboardInterrupt
+
+
+def test_interrupted_run_resumes_without_duplicates(db: str, recording: Path) -> None:
+    opts = RunOptions(replay=recording, db=db, study="s", batch=4, seed=0, cases=CASES, trials=12)
+    assert run(opts, StopAfter(6)).interrupted
+    before = {t.number: t.values for t in trials(db) if t.state == TrialState.COMPLETE}
+    assert search(db, recording, trials=12).total == 12
+    ts = trials(db)
+    assert not [t for t in ts if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert before == {t.number: t.values for t in ts if t.number in before}
+    store = open_store(db)
+    for cid in {t.user_attrs["candidate"] for t in ts if "candidate" in t.user_attrs}:
+        assert len(store.evaluations(cid)) <= 1
+    assert sum(t.user_attrs.get("status", "abandoned") != "abandoned" for t in ts) == 12
