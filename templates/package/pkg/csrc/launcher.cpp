@@ -76,11 +76,15 @@ const Driver& driver() {
   return d;
 }
 
-void check(CUresult result, const std::string& what) {
-  if (result == CUDA_SUCCESS) return;
+[[noreturn]] void fail(CUresult result, const std::string& what) {
   const char* message = nullptr;
   driver().get_error_string(result, &message);
   TORCH_CHECK(false, what, " failed: ", message ? message : "unknown CUDA error", " (", int(result), ")");
+}
+
+// Builds no message unless the call failed (run() is on the hot path).
+inline void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) fail(result, what);
 }
 
 // ---- the dispatch table (set once by configure) ----------------------------------------------
@@ -131,24 +135,17 @@ bool arch_ok(DeviceState& st, int device) {
     check(d.device_get(&dev, device), "cuDeviceGet");
     check(d.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
     check(d.device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
-    known = major == g_major && minor == g_minor ? 1 : 0;
-    st.arch.store(known, std::memory_order_relaxed);
+    int unknown = -1;  // a concurrent load failure may have marked the device unusable meanwhile
+    if (!st.arch.compare_exchange_strong(unknown, major == g_major && minor == g_minor ? 1 : 0))
+      return unknown == 1;
+    known = st.arch.load(std::memory_order_relaxed);
   }
   return known == 1;
 }
 
-// Load every cubin into the device's primary context and look up every kernel. Not allowed
-// while the current stream is being captured: loading is not a stream operation.
-void load(DeviceState& st, int device) {
-  std::lock_guard<std::mutex> lock(st.mutex);
-  if (st.loaded.load(std::memory_order_acquire)) return;
+// Load every cubin into the device's primary context and look up every kernel.
+void load_modules(DeviceState& st, int device) {
   const Driver& d = driver();
-  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  check(d.stream_is_capturing(stream, &capture), "cuStreamIsCapturing");
-  TORCH_CHECK(capture == CU_STREAM_CAPTURE_STATUS_NONE, g_package,
-              ": the kernels are loaded on first use, which cannot happen during CUDA graph capture; "
-              "call ", g_package, ".prepare() (or run one call) before capturing");
   CUdevice dev;
   check(d.device_get(&dev, device), "cuDeviceGet");
   check(d.primary_ctx_retain(&st.context, dev), "cuDevicePrimaryCtxRetain");
@@ -157,16 +154,15 @@ void load(DeviceState& st, int device) {
   std::vector<CUfunction> functions(g_kernels.size());
   try {
     for (size_t i = 0; i < g_images.size(); ++i)
-      check(d.module_load_data(&modules[i], g_images[i].data()), g_package + ": cuModuleLoadData");
+      check(d.module_load_data(&modules[i], g_images[i].data()), "cuModuleLoadData");
     for (size_t i = 0; i < g_kernels.size(); ++i) {
       const Kernel& k = g_kernels[i];
-      check(d.module_get_function(&functions[i], modules[k.image], k.entry.c_str()),
-            g_package + ": cuModuleGetFunction(" + k.entry + ")");
+      CUresult r = d.module_get_function(&functions[i], modules[k.image], k.entry.c_str());
+      if (r != CUDA_SUCCESS) fail(r, "cuModuleGetFunction(" + k.entry + ")");
       // Raises the limit above the 48 KB default where needed; it also makes the driver load the
       // function now (with lazy loading it would otherwise load at a first launch, maybe captured).
-      check(d.func_set_attribute(functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 k.smem_bytes),
-            g_package + ": cuFuncSetAttribute(" + k.entry + ", MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+      r = d.func_set_attribute(functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.smem_bytes);
+      if (r != CUDA_SUCCESS) fail(r, "cuFuncSetAttribute(" + k.entry + ", MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
   } catch (...) {
     CUcontext popped;
@@ -176,7 +172,32 @@ void load(DeviceState& st, int device) {
   CUcontext popped;
   check(d.ctx_pop_current(&popped), "cuCtxPopCurrent");
   st.functions = std::move(functions);
+}
+
+// Whether the kernels are loaded on the device, loading them on first use. Loading is not a
+// stream operation, so it is refused while the current stream is being captured. A device where
+// loading fails (say, a driver too old for the cubins) is marked unusable: SDPA serves it.
+bool ensure_loaded(DeviceState& st, int device) {
+  if (st.loaded.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> lock(st.mutex);
+  if (st.loaded.load(std::memory_order_acquire)) return true;
+  if (st.arch.load(std::memory_order_relaxed) == 0) return false;
+  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().stream_is_capturing(stream, &capture), "cuStreamIsCapturing");
+  TORCH_CHECK(capture == CU_STREAM_CAPTURE_STATUS_NONE, g_package,
+              ": the kernels are loaded on first use, which cannot happen during CUDA graph capture; "
+              "call ", g_package, ".prepare() (or run one call) before capturing");
+  try {
+    load_modules(st, device);
+  } catch (const c10::Error& e) {
+    st.arch.store(0, std::memory_order_relaxed);
+    TORCH_WARN(g_package, ": cannot load the kernels on cuda:", device,
+               ", so SDPA serves every call there: ", e.what_without_backtrace());
+    return false;
+  }
   st.loaded.store(true, std::memory_order_release);
+  return true;
 }
 
 DeviceState* state(int device) {
@@ -250,8 +271,7 @@ bool supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, boo
 bool prepare(int device) {
   DeviceState* st = state(device);
   if (st == nullptr || g_kernels.empty() || !arch_ok(*st, device)) return false;
-  if (!st->loaded.load(std::memory_order_acquire)) load(*st, device);
-  return true;
+  return ensure_loaded(*st, device);
 }
 
 std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -260,7 +280,7 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   if (index < 0) return std::nullopt;
   const int device = q.get_device();
   DeviceState& st = *g_devices[device];
-  if (!st.loaded.load(std::memory_order_acquire)) load(st, device);
+  if (!ensure_loaded(st, device)) return std::nullopt;
   const Kernel& kern = g_kernels[index];
 
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
@@ -288,7 +308,7 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
     CUcontext popped;
     d.ctx_pop_current(&popped);
   }
-  check(launched, g_package + ": cuLaunchKernel(" + kern.entry + ")");
+  if (launched != CUDA_SUCCESS) fail(launched, g_package + ": cuLaunchKernel(" + kern.entry + ")");
   return o;
 }
 

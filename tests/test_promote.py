@@ -1,0 +1,333 @@
+"""evo promote: per-bucket winners from a database into an installable package, input errors.
+
+The database is built through the store API with the ``tiny`` fixture family and fake but
+complete records (builds, passing GREEN checks, FAST timings beside ``sdpa_default``); cubins are
+placeholder bytes, which the CPU path of the package never loads. The package is installed
+offline with pip into a folder and imported in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evo.build import CUBIN, build_id_for, cache_dir
+from evo.cli import main
+from evo.errors import EvoError
+from evo.promote import (Bucket, Contender, Measured, capability, check_name, length_buckets, measurements,
+                         plan_routes, promote, sanitize_url)
+from evo.render import Rendered, render
+from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
+from evo.space import launch_config, make_candidate
+from evo.manifest import load_family
+from evo.store import CandidateView, Store, open_store
+from evo.suites import green_cases
+from evo.timing import RECHECK_FAILED
+
+FIXTURES = Path(__file__).parent / "fixtures" / "templates"
+DEVICE = {"name": "NVIDIA H200", "sm": "90", "torch": "2.11.0+cu130", "cuda": "13.0", "driver": "580.65.06"}
+SHORT = Shape("F3", 32, 8, 128, 64, False)
+MID = Shape("F1", 1, 8, 512, 64, False)
+MID_C = Shape("F1", 1, 8, 512, 64, True)
+LONG = Shape("F5", 1, 12, 8192, 64, False)
+BASE_US = {SHORT: 10.0, MID: 10.0, MID_C: 10.0, LONG: 100.0}
+NAME = "attn_pkg"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
+        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
+        yield
+
+
+def tiny(**params: Any) -> Rendered:
+    return render(make_candidate("tiny", params))
+
+
+def timings(us: dict[Shape, float]) -> list[Timing]:
+    out = []
+    for s, t in us.items():
+        out += [Timing(s, "evo", t, t, t), Timing(s, "sdpa_default", BASE_US[s], BASE_US[s], BASE_US[s])]
+    return out
+
+
+def add(store: Store, r: Rendered, run: int, status: Status, us: dict[Shape, float] | None = None, *,
+        cubin_in_cache: bool = False, checks_pass: bool = True, source_hash: str | None = None) -> str:
+    """Record a built candidate (placeholder cubin) and, unless BUILT, one evaluation of it."""
+    bid = build_id_for(r, "sm_90a")
+    folder = cache_dir(bid)
+    folder.mkdir(parents=True, exist_ok=True)
+    cubin = folder / (CUBIN if cubin_in_cache else "elsewhere.cubin")
+    cubin.write_bytes(b"\x7fELF placeholder " + bid.encode())
+    store.record_build(r, BuildResult(bid, source_hash or r.source_hash, "sm_90a", ("-O3", "-std=c++17"),
+                                      Status.BUILT, cubin_path=None if cubin_in_cache else str(cubin)), run)
+    if status is not Status.BUILT:
+        checks = [CheckResult(Shape("G1", 1, 8, 512, 64, c), 0, checks_pass, 1e-4, 1e-4, 7e-4,
+                              "" if checks_pass else "mismatch") for c in (False, True)]
+        store.record_evaluation(Evaluation(bid, status, checks=checks, timings=timings(us or {}),
+                                           device=DEVICE), run)
+    return bid
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory, _env: None) -> dict[str, str]:
+    """Studies: ``s`` (A wins short and long full + mid causal, B wins mid full, R is red),
+    ``empty`` (only a built candidate), ``slow`` (slower than SDPA everywhere), ``stale``
+    (stored source hash differs from today's render), ``liar`` (fast, but failed a check)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'evo.sqlite'}"
+    with open_store(url) as store:
+        s = store.start_run("test", study="s", device=DEVICE)
+        ids = {
+            "A": add(store, tiny(ROWS=32), s, Status.FAST, {SHORT: 5.0, MID: 12.0, MID_C: 9.0, LONG: 50.0}),
+            "B": add(store, tiny(ROWS=64), s, Status.FAST, {SHORT: 8.0, MID: 5.0, MID_C: 20.0, LONG: 80.0},
+                     cubin_in_cache=True),
+            "R": add(store, tiny(ROWS=128), s, Status.RED, checks_pass=False),
+            "E": add(store, tiny(ROWS=32, SMEM_KB=2), store.start_run("test", study="empty"), Status.BUILT),
+            "S": add(store, tiny(ROWS=64, SMEM_KB=2), store.start_run("test", study="slow"), Status.FAST,
+                     {MID: 20.0}),
+            "T": add(store, tiny(ROWS=32, SMEM_KB=300), store.start_run("test", study="stale"), Status.FAST,
+                     {MID: 5.0}, source_hash="0" * 64),
+            "L": add(store, tiny(ROWS=64, SMEM_KB=300), store.start_run("test", study="liar"), Status.FAST,
+                     {MID: 5.0}, checks_pass=False),
+        }
+    return {"url": url, **ids}
+
+
+@pytest.fixture(scope="module")
+def package(db: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("out")
+    promote(NAME, out, db_url=db["url"], study="s")
+    return out / NAME
+
+
+def _json(package: Path, name: str) -> Any:
+    return json.loads((package / NAME / name).read_text())
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+@pytest.mark.parametrize("lengths, expected", [
+    ([512], [Bucket(1, None)]),
+    ([8192, 128, 512, 512], [Bucket(1, 256), Bucket(257, 2048), Bucket(2049, None)]),
+    ([1, 2], [Bucket(1, 1), Bucket(2, None)]),
+])
+def test_length_buckets_split_at_geometric_means(lengths: list[int], expected: list[Bucket]) -> None:
+    assert length_buckets(lengths) == expected
+
+
+def _contender(cid: str, speedups: dict[Shape, float]) -> Contender:
+    view = CandidateView(cid, "tiny", 1, {}, cid, Status.FAST, "", None, "sm_90a", (), None, None)  # type: ignore[arg-type]
+    return Contender(view, tuple(Measured(s, 10.0 / x, 10.0) for s, x in speedups.items()))
+
+
+def test_plan_prefers_the_candidate_covering_more_of_the_bucket() -> None:
+    other = Shape("F9", 2, 16, 512, 64, False)
+    routes = plan_routes([_contender("wide", {MID: 1.5, other: 1.5}), _contender("narrow", {MID: 3.0})])
+    assert [(r.bucket, r.winner) for r in routes] == [(Bucket(1, None), "wide")]
+
+
+def test_plan_picks_the_fastest_per_bucket() -> None:
+    routes = plan_routes([_contender("a", {SHORT: 2.0, LONG: 1.1}), _contender("b", {SHORT: 1.2, LONG: 1.9})])
+    assert [(r.bucket.lo, r.winner, r.speedup) for r in routes] == [(1, "a", 2.0), (1025, "b", 1.9)]
+
+
+def test_plan_leaves_a_bucket_to_sdpa_when_nothing_beats_min_speedup() -> None:
+    routes = plan_routes([_contender("a", {SHORT: 2.0, LONG: 1.05})], min_speedup=1.1)
+    assert routes[1].winner is None and routes[1].best == ("a", 1.05)
+
+
+def test_plan_omits_keys_without_any_winner() -> None:
+    routes = plan_routes([_contender("a", {SHORT: 2.0, MID_C: 0.5})])
+    assert {r.key for r in routes} == {(64, "fp16", False)}
+
+
+def test_measurements_drop_timings_that_failed_their_recheck() -> None:
+    good = timings({SHORT: 5.0})
+    bad = [Timing(MID, "evo", 1.0, 1.0, 1.0, flagged=f"{RECHECK_FAILED}: mismatch"),
+           Timing(MID, "sdpa_default", 10.0, 10.0, 10.0)]
+    assert [m.shape for m in measurements(good + bad)] == [SHORT]
+
+
+@pytest.mark.parametrize("arch, cc", [("sm_90a", (9, 0)), ("sm_80", (8, 0)), ("sm_86", (8, 6)),
+                                      ("sm_100a", (10, 0)), ("sm_120", (12, 0))])
+def test_capability_of_an_arch(arch: str, cc: tuple[int, int]) -> None:
+    assert capability(arch) == cc
+
+
+@pytest.mark.parametrize("name", ["1abc", "class", "torch", "my-pkg", "", "evo"])
+def test_bad_package_names_are_refused(name: str) -> None:
+    with pytest.raises(EvoError, match="must be a Python identifier"):
+        check_name(name)
+
+
+def test_sanitized_url_hides_the_password() -> None:
+    assert "secret" not in sanitize_url("postgresql://evo:secret@db.example:5432/evo")
+
+
+# ----------------------------------------------------------------------------- the package
+
+
+def _routes(package: Path) -> list[tuple[bool, int, str | None]]:
+    return [(r["causal"], r["min_len"], r["candidate"]) for r in _json(package, "dispatch.json")["routes"]]
+
+
+def test_dispatch_table_holds_each_buckets_winner(package: Path, db: dict[str, str]) -> None:
+    a, b = db["A"], db["B"]
+    assert _routes(package) == [(False, 1, a), (False, 257, b), (False, 2049, a),
+                                (True, 1, None), (True, 257, a), (True, 2049, None)]
+
+
+def test_launch_parameters_come_from_the_family(package: Path, db: dict[str, str]) -> None:
+    kernels = {(k["id"], k["entry"]): k for k in _json(package, "dispatch.json")["kernels"]}
+    launch = launch_config(load_family("tiny"), make_candidate("tiny", {"ROWS": 64}), 64)
+    got = kernels[(db["B"], "evo_attn_d64_fp16_full")]
+    assert (got["threads"], got["rows_per_cta"], got["smem_bytes"]) == \
+        (launch.threads, launch.rows_per_cta, launch.smem_bytes)
+
+
+def test_only_winners_ship_with_cubin_and_source(package: Path, db: dict[str, str]) -> None:
+    files = sorted(p.name for p in (package / NAME / "kernels").iterdir())
+    assert files == sorted(f"{i}{ext}" for i in (db["A"], db["B"]) for ext in (".cu", ".cubin"))
+
+
+@pytest.mark.parametrize("which", ["A", "B"])  # A: cubin_path in the build row; B: only in the cache
+def test_cubins_are_copied_byte_for_byte(package: Path, db: dict[str, str], which: str) -> None:
+    cid = db[which]
+    assert (package / NAME / "kernels" / f"{cid}.cubin").read_bytes() == \
+        b"\x7fELF placeholder " + cid.encode()
+
+
+def test_sources_are_the_rendered_kernels(package: Path, db: dict[str, str]) -> None:
+    assert (package / NAME / "kernels" / f"{db['A']}.cu").read_text() == tiny(ROWS=32).source
+
+
+def test_provenance_names_sources_device_database_and_speedups(package: Path, db: dict[str, str]) -> None:
+    prov = _json(package, "PROVENANCE.json")
+    assert {k["id"]: k["source_hash"] for k in prov["kernels"]} == \
+        {db["A"]: tiny(ROWS=32).source_hash, db["B"]: tiny(ROWS=64).source_hash}
+    assert prov["device"]["driver"] == DEVICE["driver"] and prov["device"]["torch"] == DEVICE["torch"]
+    assert prov["database"] == db["url"] and prov["study"] == "s" and prov["created"]
+    served = {(c["case"], c["causal"]): (c["served_by"], c["speedup"]) for c in prov["cases"]}
+    assert served[("F1", False)] == (db["B"], 2.0) and served[("F5", False)] == (db["A"], 2.0)
+
+
+def test_readme_has_the_measured_table(package: Path, db: dict[str, str]) -> None:
+    readme = (package / "README.md").read_text()
+    assert f"| F1 | 1, 8, 512, 64 | no | fp16 | {db['B'][:12]} | 5.00 | 10.00 | x2.00 |" in readme
+
+
+def test_green_suite_travels_with_the_package_tests(package: Path) -> None:
+    suite = _json(package, "tests/green_suite.json")
+    assert len(suite["cases"]) == len(green_cases()) and suite["multiplier"] > 0
+
+
+def test_existing_folder_needs_force(package: Path, db: dict[str, str]) -> None:
+    with pytest.raises(EvoError, match="pass --force"):
+        promote(NAME, package.parent, db_url=db["url"], study="s")
+
+
+def test_force_replaces_only_a_folder_promote_wrote(tmp_path: Path, db: dict[str, str]) -> None:
+    (tmp_path / NAME).mkdir()
+    (tmp_path / NAME / "notes.txt").write_text("mine")
+    with pytest.raises(EvoError, match="not a package promote wrote"):
+        promote(NAME, tmp_path, db_url=db["url"], study="s", force=True)
+    assert (tmp_path / NAME / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"study": "empty"}, "no green candidate in study 'empty'"),
+    ({"candidate_ids": ["ffff"]}, "no candidate with id 'ffff'"),
+    ({"candidate_ids": ["R"]}, "is red, not green"),
+    ({"candidate_ids": ["E"]}, "is built, not green"),
+    ({"study": "slow"}, "no candidate beats sdpa_default"),
+    ({"study": "stale"}, "renders differently"),
+    ({"study": "liar"}, "failed 2 GREEN checks"),
+    ({"study": "s", "candidate_ids": ["A"]}, "not both"),
+])
+def test_input_errors_are_one_line(tmp_path: Path, db: dict[str, str], kwargs: dict[str, Any],
+                                   message: str) -> None:
+    ids = [db.get(i, i) for i in kwargs.pop("candidate_ids", [])]
+    with pytest.raises(EvoError, match=message) as err:
+        promote(NAME, tmp_path, db_url=db["url"], candidate_ids=ids, **kwargs)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / NAME).exists()
+
+
+def test_cli_promotes_chosen_candidates(tmp_path: Path, db: dict[str, str],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["promote", "--name", NAME, "--out", str(tmp_path), "--db", db["url"],
+                 "--candidate", db["B"][:16]])
+    assert code == 0, capsys.readouterr().err
+    assert {r[2] for r in _routes(tmp_path / NAME)} == {db["B"]}  # B is slower than SDPA when causal
+
+
+def test_cli_reports_an_input_error_in_one_line(tmp_path: Path, db: dict[str, str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["promote", "--name", NAME, "--out", str(tmp_path), "--db", db["url"], "--candidate", db["R"]])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "not green" in err
+
+
+# ----------------------------------------------------------------------------- installed
+
+
+CHECK = textwrap.dedent("""
+    import json, sys
+    import torch, torch.nn.functional as F
+    import pytest
+    import {name} as pkg
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 40, 64, generator=gen).half() for _ in range(3))
+    result = {{
+        "file": pkg.__file__,
+        "supports": [pkg.supports(q, k, v, causal=c) for c in (False, True)],
+        "equal": [torch.equal(pkg.attention(q, k, v, causal=c), F.scaled_dot_product_attention(q, k, v, is_causal=c))
+                  for c in (False, True)],
+        "tests": int(pytest.main(["-q", "-p", "no:cacheprovider", "--pyargs", "{name}.tests"])),
+    }}
+    print("RESULT " + json.dumps(result))
+""")
+
+
+@pytest.fixture(scope="module")
+def installed(package: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """pip-install the package offline into a folder, import it there in a fresh interpreter."""
+    target = tmp_path_factory.mktemp("site")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                          "--no-index", "--disable-pip-version-check", "-q", "--target", str(target),
+                          str(package)], capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("EVO_TEMPLATE_PATH", "EVO_CANDIDATES")}
+    env["PYTHONPATH"] = str(target)
+    run = subprocess.run([sys.executable, "-c", CHECK.format(name=NAME)], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path_factory.mktemp("cwd"), env=env)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, run.stdout[-3000:] + run.stderr[-3000:]
+    return {"target": target, "output": run.stdout, **json.loads(lines[-1][len("RESULT "):])}
+
+
+def test_installed_package_is_imported_from_the_target(installed: dict[str, Any]) -> None:
+    assert Path(installed["file"]).is_relative_to(installed["target"])
+
+
+def test_installed_package_does_not_support_cpu_tensors(installed: dict[str, Any]) -> None:
+    assert installed["supports"] == [False, False]
+
+
+def test_installed_package_answers_cpu_calls_with_sdpa(installed: dict[str, Any]) -> None:
+    assert installed["equal"] == [True, True]
+
+
+def test_installed_package_passes_its_own_tests(installed: dict[str, Any]) -> None:
+    assert installed["tests"] == 0, installed["output"][-3000:]
