@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from evo.errors import EvoError
-from evo.render import Rendered, render
-from evo.results import BuildResult, CheckResult, Evaluation, Resources, Shape, Status, Timing
-from evo.space import make_candidate
-from evo.store import NewInsight, Store, invalid_id, open_store
+from store_fixture import F1, F1C, FIXTURES, built, evaluation, populate, timings, tiny
 
-FIXTURES = Path(__file__).parent / "fixtures" / "templates"
-F1 = Shape("F1", 1, 8, 512, 64, False)
-F1C = Shape("F1", 1, 8, 512, 64, True)
+from evo.errors import EvoError
+from evo.results import CheckResult, Resources, Shape, Status, Timing
+from evo.space import make_candidate
+from evo.store import NewInsight, Store, invalid_id, open_store, short_id
 
 
 @pytest.fixture(autouse=True)
@@ -46,40 +43,9 @@ def store(migrated: Path, tmp_path: Path) -> Store:
         yield s
 
 
-def tiny(**params: object) -> Rendered:
-    return render(make_candidate("tiny", params))  # type: ignore[arg-type]
-
-
-def built(item: Rendered, bid: str, status: Status = Status.BUILT, cached: bool = False) -> BuildResult:
-    return BuildResult(bid, item.source_hash, "sm_90a", ("-O3",), status, cubin_path="/x/kernel.cubin",
-                       log="ptxas info", seconds=1.5, cached=cached,
-                       resources={"evo_attn_d64_fp16_full": Resources(40, 0, 0, 0, 0, 1024)})
-
-
-def timings(evo_us: float, base_us: float = 10.0) -> list[Timing]:
-    return [Timing(s, b, m, m * 0.9, m * 1.1, [m, m]) for s in (F1, F1C)
-            for b, m in (("evo", evo_us), ("sdpa_default", base_us))]
-
-
-def evaluation(bid: str, evo_us: float = 5.0) -> Evaluation:
-    checks = [CheckResult(F1, 0, True, 1e-3, 1e-3, 3e-3), CheckResult(F1C, 1, False, math.nan, 1e-3, 3e-3, "nan")]
-    return Evaluation(bid, Status.FAST, checks=checks, timings=timings(evo_us),
-                      device={"name": "NVIDIA H200", "cc": "9.0"}, green_seconds=2.0, fast_seconds=3.0)
-
-
 @pytest.fixture
 def lineage(store: Store) -> dict:
-    """A run with a parent, a mutated child (both FAST), a trial and an invalid point."""
-    run = store.start_run("evo run", study="s1", options={"trials": 2})
-    a, b = tiny(), tiny(ROWS=32)
-    store.record_build(a, built(a, "aa" + "0" * 62), run)
-    store.record_build(b, built(b, "ab" + "0" * 62), run)
-    store.add_edge("aa" + "0" * 62, "ab" + "0" * 62, {"ROWS": (64, 32)}, "mutation", run)
-    store.record_evaluation(evaluation("aa" + "0" * 62, 5.0), run)
-    store.record_evaluation(evaluation("ab" + "0" * 62, 4.0), run)
-    store.record_trial("s1", 0, "ab" + "0" * 62, run, "COMPLETE", 2.5)
-    store.finish_run(run)
-    return {"run": run, "parent": "aa" + "0" * 62, "child": "ab" + "0" * 62}
+    return populate(store)
 
 
 def test_fresh_file_is_migrated_to_head(url: str, tmp_path: Path) -> None:
@@ -172,6 +138,7 @@ def test_invalid_candidate_is_stored_with_its_reason(store: Store) -> None:
     point = make_candidate("tiny", {})
     cid = store.record_invalid(point, "constraint violated: x")
     assert cid == invalid_id(point) and cid.startswith("invalid-") and len(cid) == 48
+    assert short_id(cid) == cid[:16]
     assert (store.get(cid).candidate.status, store.get(cid).candidate.reason) == (Status.INVALID, "constraint violated: x")
 
 

@@ -1,3 +1,185 @@
-"""CLI commands (filled in by its owner module)."""
+"""``evo lineage`` (the study's graph as a tree, DOT or JSON) and ``evo show ID`` (everything
+stored about one candidate: parameters, status, build report, checks, timings, lineage)."""
 
-from evo.cli.app import app  # noqa: F401
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from evo.build import SOURCE, cache_dir
+from evo.cli.app import DbOption, app
+from evo.errors import EvoError
+from evo.lineage import STATUS_STYLE, build_lineage, mutation_text, to_dot, to_json, to_tree
+from evo.render import render
+from evo.results import CheckResult, Status, Timing
+from evo.scoring import CANDIDATE, edge_effect, latest, score, speedups
+from evo.space import make_candidate
+from evo.store import CandidateRecord, Store, open_store, short_id
+
+console = Console()
+BaselineOption = typer.Option("sdpa_default", "--baseline", help="SDPA backend speedups are measured against")
+FORMATS = ("tree", "dot", "json")
+
+
+@app.command("lineage")
+def lineage_cmd(
+    study: str | None = typer.Option(None, "--study", help="study name (default: every candidate)"),
+    fmt: str = typer.Option("tree", "--format", help="tree, dot or json"),
+    baseline: str = BaselineOption,
+    db: str | None = DbOption,
+) -> None:
+    """The lineage graph: candidates with status and score, edges with the move and its effect."""
+    if fmt not in FORMATS:
+        raise EvoError(f"unknown format {fmt!r}; choose {', '.join(FORMATS)}")
+    with open_store(db) as store:
+        lin = build_lineage(store, study, baseline)
+    if not lin.nodes:
+        raise EvoError(f"no candidates{f' in study {study!r}' if study else ''} in the database")
+    if fmt == "tree":
+        console.print(to_tree(lin))
+    elif fmt == "dot":
+        sys.stdout.write(to_dot(lin))
+    else:
+        sys.stdout.write(json.dumps(to_json(lin), indent=1) + "\n")
+
+
+@app.command("show")
+def show_cmd(
+    cand_id: str = typer.Argument(..., metavar="ID", help="candidate id or a unique prefix"),
+    source: bool = typer.Option(False, "--source", help="print only the candidate's CUDA source"),
+    baseline: str = BaselineOption,
+    db: str | None = DbOption,
+) -> None:
+    """Everything stored about one candidate."""
+    with open_store(db) as store:
+        rec = store.get(cand_id)
+        if source:
+            sys.stdout.write(_source(rec))
+            return
+        _print_record(store, rec, baseline)
+
+
+def _source(rec: CandidateRecord) -> str:
+    """The built source from the cache, else rendered again from today's templates."""
+    c = rec.candidate
+    cached = cache_dir(c.id) / SOURCE
+    if cached.is_file():
+        return cached.read_text()
+    if c.status is Status.INVALID:
+        raise EvoError(f"{short_id(c.id)} is invalid and was never rendered: {c.reason}")
+    rendered = render(make_candidate(c.family, c.params))
+    if rendered.source_hash != c.source_hash:
+        raise EvoError(f"{short_id(c.id)} is not in the build cache and today's {c.family} templates render it "
+                       f"differently (hash {rendered.source_hash[:12]}, stored {(c.source_hash or '?')[:12]})")
+    return rendered.source
+
+
+def _status(st: Status, reason: str = "") -> str:
+    text = f"[{STATUS_STYLE.get(st, '')}]{st.value}[/]"
+    return text + (f": {escape(reason)}" if reason else "")
+
+
+def _print_record(store: Store, rec: CandidateRecord, baseline: str) -> None:
+    c = rec.candidate
+    console.print(f"[bold]{c.id}[/]")
+    console.print(f"{escape(c.label)}  [dim]{c.family} v{c.family_version}, {c.arch or 'no arch'}, "
+                  f"flags {' '.join(c.flags) or '-'}, created {c.created:%Y-%m-%d %H:%M}[/]")
+    console.print(f"status: {_status(c.status, c.reason)}")
+    if c.first_run_id is not None and (run := store.get_run(c.first_run_id)):
+        console.print(f"[dim]first seen in run {run.id} ({escape(run.command)}"
+                      f"{f', study {run.study}' if run.study else ''}) on {run.host}[/]")
+    params = Table("parameter", "value", box=box.SIMPLE, title="parameters", title_justify="left")
+    for k, v in c.params.items():
+        params.add_row(k, str(v).lower() if isinstance(v, bool) else str(v))
+    console.print(params)
+    if rec.builds:
+        _print_build(rec)
+    for ev in rec.evaluations:
+        console.print(f"evaluation {ev.id} on {escape(ev.device or '?')}: {_status(ev.status, ev.reason)} "
+                      f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s, run {ev.run_id})[/]")
+        if ev.checks:
+            _print_checks(ev.checks)
+    timings = store.timings_for(c.id)
+    if timings:
+        _print_timings(timings, baseline)
+    _print_lineage(store, rec, baseline)
+    for t in rec.trials:
+        console.print(f"[dim]trial {t.number} of study {escape(t.study)}: {t.state}"
+                      f"{'' if t.value is None else f', value {t.value:.4g}'}[/]")
+
+
+def _print_build(rec: CandidateRecord) -> None:
+    b = rec.builds[-1]
+    console.print(f"build: {_status(b.status)} in {b.seconds:.1f} s{' (cached)' if b.cached else ''}"
+                  f"{f', {len(rec.builds)} builds' if len(rec.builds) > 1 else ''}"
+                  f"  [dim]{escape(b.cubin_path or 'no cubin')}[/]")
+    if b.resources:
+        table = Table("entry", "regs", "smem static", "smem dynamic", "spill st", "spill ld", "stack",
+                      box=box.SIMPLE, title="ptxas report", title_justify="left")
+        for name, r in b.resources.items():
+            table.add_row(name, *(str(x) for x in (r.registers, r.smem_static, r.smem_dynamic,
+                                                   r.spill_stores, r.spill_loads, r.stack_frame)))
+        console.print(table)
+    elif b.status is Status.COMPILE_FAILED and b.log:
+        console.print(escape("\n".join(b.log.strip().splitlines()[:20])), style="dim", soft_wrap=True)
+
+
+def _print_checks(checks: Iterable[CheckResult]) -> None:
+    table = Table("case", "B,H,L,D", "dtype", "seed", "ok", "max err", "ref err", "tolerance", "reason",
+                  box=box.SIMPLE, title="GREEN checks", title_justify="left")
+    for ch in checks:
+        s = ch.shape
+        table.add_row(f"{s.case}{'c' if s.causal else ''}", f"{s.B},{s.H},{s.L},{s.D}", s.dtype, str(ch.seed),
+                      "[green]yes[/]" if ch.passed else "[red]no[/]", f"{ch.max_abs_err:.2e}",
+                      f"{ch.ref_err:.2e}", f"{ch.tolerance:.2e}", escape(ch.reason))
+    console.print(table)
+
+
+def _print_timings(timings: list[Timing], baseline: str) -> None:
+    by = latest(timings)
+    backends = sorted({b for _, b in by if b != CANDIDATE})
+    ups = {b: speedups(timings, b) for b in backends}
+    table = Table("case", "B,H,L,D", "evo us (p20-p80)", "TFLOP/s", *[f"vs {b}" for b in backends],
+                  box=box.SIMPLE, title="FAST timings (speedup = baseline / evo)", title_justify="left")
+    for (tag, backend), t in by.items():
+        if backend != CANDIDATE:
+            continue
+        s = t.shape
+        cells = []
+        for b in backends:
+            x = ups[b].get(tag)
+            cells.append("—" if x is None else f"[{'green' if x >= 1 else 'red'}]{x:.2f}x[/]")
+        table.add_row(tag, f"{s.B},{s.H},{s.L},{s.D}", f"{t.median_us:.2f} ({t.p20_us:.2f}-{t.p80_us:.2f})",
+                      f"{t.tflops:.1f}", *cells)
+    console.print(table)
+    try:
+        console.print(f"score vs {baseline}: [bold]x{score(timings, baseline):.3f}[/] "
+                      f"(geometric mean over {len(speedups(timings, baseline))} cases)")
+    except EvoError:
+        console.print(f"[dim]no {baseline} timings to score against[/]")
+
+
+def _print_lineage(store: Store, rec: CandidateRecord, baseline: str) -> None:
+    """Parents and children with the move and its measured effect (child / parent score)."""
+    edges = [("parent", e, e.parent_id) for e in rec.parents] + [("child", e, e.child_id) for e in rec.children]
+    if not edges:
+        return
+    others = [oid for _, _, oid in edges]
+    statuses = store.statuses(others)
+    timed = store.latest_timings([rec.candidate.id, *others])
+    table = Table("", "id", "kind", "move", "effect", "status", box=box.SIMPLE, title="lineage", title_justify="left")
+    for role, e, oid in edges:
+        parent, child = timed.get(e.parent_id), timed.get(e.child_id)
+        effect = (edge_effect(parent[1], child[1], baseline)
+                  if parent and child and parent[0] == child[0] else None)
+        st = statuses.get(oid)
+        table.add_row(role, short_id(oid), e.kind, escape(mutation_text(e.mutation)),
+                      "—" if effect is None else f"x{effect:.3f}", _status(st) if st else "?")
+    console.print(table)

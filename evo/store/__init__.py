@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from evo import paths
 from evo.store.engine import open_engine
-from evo.store.repo import EDGE_KINDS, NewInsight, Store, invalid_id
+from evo.store.repo import EDGE_KINDS, NewInsight, Store, invalid_id, short_id
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
                              RunView, TrialView)
 
 __all__ = ["EDGE_KINDS", "BuildView", "CandidateRecord", "CandidateView", "EdgeView", "EvaluationView",
-           "InsightView", "NewInsight", "RunView", "Store", "TrialView", "invalid_id", "open_store"]
+           "InsightView", "NewInsight", "RunView", "Store", "TrialView", "invalid_id", "open_store", "short_id"]
 
 
 def open_store(url: str | None = None) -> Store:

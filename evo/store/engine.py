@@ -108,11 +108,11 @@ def open_engine(url: str) -> Engine:
     except SQLAlchemyError as exc:
         engine.dispose()
         detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise EvoError(f"cannot open database {_safe(url)}: {detail}") from None
+        raise EvoError(f"cannot open database {safe_url(url)}: {detail}") from None
     return engine
 
 
-def _safe(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL with any password hidden."""
     try:
         return make_url(url).render_as_string(hide_password=True)

@@ -28,7 +28,7 @@ from evo.render import Rendered
 from evo.results import BuildResult, CheckResult, Evaluation, Resources, Shape, Status, Timing
 from evo.scoring import score
 from evo.space import Candidate as CandidatePoint
-from evo.store.engine import WRITE
+from evo.store.engine import WRITE, safe_url
 from evo.store.models import (Base, Build, Candidate, Check, Edge, EvaluationRow, Insight, Run, TimingRow,
                               Trial, utcnow)
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
@@ -49,6 +49,11 @@ class NewInsight:
     stats: dict[str, Any] = field(default_factory=dict)
     support: int = 0
     evidence: list[Any] = field(default_factory=list)
+
+
+def short_id(cid: str) -> str:
+    """How ids are shown: 12 hex digits (16 characters for ``invalid-`` ids)."""
+    return cid[:16] if cid.startswith("invalid-") else cid[:12]
 
 
 def invalid_id(cand: CandidatePoint) -> str:
@@ -245,7 +250,7 @@ class Store:
             found = list(s.scalars(select(Candidate.id).where(Candidate.id.like(escaped + "%", escape="\\"))
                                    .limit(2)))
         if not found:
-            raise EvoError(f"no candidate with id {id_or_prefix!r} in {self.url}")
+            raise EvoError(f"no candidate with id {id_or_prefix!r} in {safe_url(self.url)}")
         if len(found) > 1:
             raise EvoError(f"candidate id prefix {id_or_prefix!r} is ambiguous; give more characters")
         return found[0]

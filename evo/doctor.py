@@ -1,0 +1,128 @@
+"""``evo doctor``: what this machine has for evo (nvcc, ninja, GPU, cuda-python, database).
+
+Each finding says whether it is *required*: nvcc and ninja (every build needs them) and a
+database that opens. A GPU, its driver and cuda-python are needed only for GREEN/FAST, so
+their absence is reported but does not fail the check.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from evo import build, paths
+from evo.errors import EvoError
+from evo.manifest import list_families
+from evo.store import open_store
+from evo.store.engine import safe_url
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = False
+
+
+def _nvcc() -> Finding:
+    try:
+        path = build.nvcc_path()
+        return Finding("nvcc", True, f"{path} (CUDA {build.nvcc_version()})", True)
+    except EvoError as exc:
+        return Finding("nvcc", False, str(exc), True)
+
+
+def _ninja() -> Finding:
+    try:
+        path = build.ninja_path()
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+        return Finding("ninja", True, f"{path} ({out})", True)
+    except (EvoError, OSError, subprocess.SubprocessError) as exc:
+        return Finding("ninja", False, str(exc), True)
+
+
+def _driver() -> str:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "nvidia-smi not found"
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return "nvidia-smi failed"
+    return f"driver {out[0]}" if out else "nvidia-smi reports no GPU"
+
+
+def _gpus() -> list[Finding]:
+    try:
+        import torch
+    except ImportError:
+        return [Finding("gpu", False, "torch is not installed")]
+    if not torch.cuda.is_available():
+        return [Finding("gpu", False, f"no GPU (torch {torch.__version__}, CUDA {torch.version.cuda or 'none'})")]
+    out = []
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        arch = "sm_80" if major == 8 else "sm_90a" if major == 9 else f"sm_{major}{minor} (unsupported: use sm_90a/sm_80)"
+        out.append(Finding(f"gpu {i}", True, f"{torch.cuda.get_device_name(i)}, compute {major}.{minor} -> {arch}, "
+                                             f"torch {torch.__version__} CUDA {torch.version.cuda}, {_driver()}"))
+    return out
+
+
+def _cuda_python() -> Finding:
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.core") is None:
+        return Finding("cuda-python", False, "cuda.core not importable (pip install 'evo-kernels[gpu]')")
+    versions = []
+    for dist in ("cuda-python", "cuda-core"):
+        try:
+            versions.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return Finding("cuda-python", True, ", ".join(versions) or "cuda.core importable")
+
+
+def _sqlite_file(url: str) -> Path | None:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
+
+
+def _database(url: str) -> Finding:
+    path = _sqlite_file(url)
+    if path is not None and not path.exists():
+        return Finding("database", True, f"{safe_url(url)} (not created yet: evo creates it on first use)", True)
+    try:
+        with open_store(url) as store:
+            counts = store.counts()
+    except EvoError as exc:
+        return Finding("database", False, str(exc), True)
+    summary = ", ".join(f"{n.removeprefix('evo_')} {c}" for n, c in counts.items()
+                        if n in ("evo_candidates", "evo_evaluations", "evo_runs"))
+    return Finding("database", True, f"{safe_url(url)} opens ({summary})", True)
+
+
+def diagnose(db_url: str | None = None) -> list[Finding]:
+    """Everything ``evo doctor`` reports, in display order."""
+    url = db_url or paths.default_db_url()
+    families = list_families()
+    return [
+        _nvcc(),
+        _ninja(),
+        *_gpus(),
+        _cuda_python(),
+        Finding("families", bool(families), ", ".join(families) or f"none under {paths.template_dirs()}"),
+        Finding("cache", True, str(paths.candidates_dir().resolve())),
+        _database(url),
+    ]
