@@ -131,9 +131,10 @@ class Recording:
 
 
 def new_header(gpu: str, arch: str, shapes: Iterable[Shape], versions: Mapping[str, str]) -> dict[str, Any]:
-    now = _now()
-    return {"gpu": gpu, "arch": arch, "versions": dict(versions), "git_sha": git_sha(),
-            "created": now, "updated": now, "cases": [shape_to_json(s) for s in shapes]}
+    now, sha = _now(), git_sha()
+    return {"gpu": gpu, "arch": arch, "versions": dict(versions), "git_sha": sha, "created": now,
+            "updated": now, "cases": [shape_to_json(s) for s in shapes],
+            "sessions": [{"updated": now, "git_sha": sha, "versions": dict(versions)}]}
 
 
 def _now() -> str:
@@ -186,15 +187,15 @@ def save_recording(rec: Recording, path: Path | str) -> Path:
 
 
 def merge_header(old: dict[str, Any], new: dict[str, Any], where: Path) -> dict[str, Any]:
-    """Merge two headers of the same GPU and arch: union of cases, newest versions and sha."""
+    """Merge two headers of the same GPU and arch: union of cases, newest versions and sha, and
+    the list of export sessions that built the file."""
     for k in ("gpu", "arch"):
         if old.get(k) and new.get(k) and old[k] != new[k]:
             raise EvoError(f"{where} holds a sweep for {k} {old[k]!r}, not {new[k]!r}; "
                            f"write to another file")
     cases = list(old.get("cases", []))
     cases += [c for c in new.get("cases", []) if c not in cases]
-    sessions = list(old.get("sessions", [])) + [{"updated": new["updated"], "git_sha": new["git_sha"],
-                                                  "versions": new.get("versions", {})}]
+    sessions = list(old.get("sessions", [])) + list(new.get("sessions", []))
     return old | {"versions": new.get("versions", {}), "git_sha": new["git_sha"],
                   "updated": new["updated"], "cases": cases, "sessions": sessions}
 

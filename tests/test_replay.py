@@ -1,0 +1,142 @@
+"""Sweep recordings: the file format, lookups, and export from a database (merging, not mixing GPUs)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from evo.build import build_id_for
+from evo.errors import EvoError
+from evo.render import render
+from evo.replay import (Record, Recording, export_sweep, gpu_slug, load_recording, new_header, newest_recording,
+                        save_recording)
+from evo.results import BuildResult, Evaluation, Shape, Status, Timing
+from evo.space import make_candidate
+from evo.store import Store, open_store
+
+F1 = Shape("F1", 1, 8, 512, 64, False)
+F1C = Shape("F1", 1, 8, 512, 64, True)
+H200 = "NVIDIA H200"
+
+
+def small_recording() -> Recording:
+    rec = Recording(new_header(H200, "sm_90a", [F1, F1C], {"torch": "2.11"}))
+    r = Record("flash_scalar", 1, make_candidate("flash_scalar").p, Status.FAST)
+    r.timings[F1.tag] = {"evo": {"median_us": 10.0, "p20_us": 9.5, "p80_us": 10.5},
+                         "sdpa_default": {"median_us": 9.0}}
+    rec.add(r)
+    rec.add(Record("flash_scalar", 1, make_candidate("flash_scalar", {"VEC": 2}).p, Status.RED, "mismatch"))
+    return rec
+
+
+@pytest.mark.parametrize("name", ["sweep.json.gz", "sweep.json"])
+def test_a_recording_round_trips(tmp_path: Path, name: str) -> None:
+    path = save_recording(small_recording(), tmp_path / name)
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")
+    back = load_recording(path)
+    assert back.to_json() == small_recording().to_json()
+    assert back.shapes() == [F1, F1C]
+
+
+def test_lookup_is_by_family_and_params() -> None:
+    rec = small_recording()
+    assert rec.lookup(make_candidate("flash_scalar", {"VEC": 2})).status is Status.RED
+    assert rec.lookup(make_candidate("flash_scalar", {"VEC": 4})) is None
+
+
+def test_a_record_becomes_an_evaluation_of_the_requested_cases_only() -> None:
+    rec = small_recording().lookup(make_candidate("flash_scalar"))
+    ev = rec.evaluation("abc", [F1], {"name": "replay:" + H200})
+    assert (ev.build_id, ev.status) == ("abc", Status.FAST)
+    assert sorted((t.shape.tag, t.backend, t.median_us) for t in ev.timings) == \
+        [(F1.tag, "evo", 10.0), (F1.tag, "sdpa_default", 9.0)]
+
+
+@pytest.mark.parametrize("payload,message", [
+    ({"format": "other"}, "not an evo sweep recording"),
+    ({"format": "evo-sweep", "version": 99}, "format version 99"),
+])
+def test_foreign_files_are_refused(tmp_path: Path, payload: dict, message: str) -> None:
+    path = tmp_path / "x.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(payload).encode()))
+    with pytest.raises(EvoError, match=message):
+        load_recording(path)
+
+
+def test_newest_recording_is_the_most_recently_written(tmp_path: Path) -> None:
+    for i, name in enumerate(["sweep-h100.json.gz", "sweep-h200.json.gz"]):
+        save_recording(small_recording(), tmp_path / name)
+        os.utime(tmp_path / name, (1000 + i, 2000 - i * 500))
+    assert newest_recording(tmp_path).name == "sweep-h100.json.gz"
+    assert newest_recording(tmp_path / "nothing") is None
+
+
+def test_gpu_slug_names_the_file() -> None:
+    assert gpu_slug("NVIDIA H200") == "h200" and gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def built(store: Store, params: dict, status: Status = Status.BUILT, reason: str = "") -> str:
+    r = render(make_candidate("flash_scalar", params))
+    bid = build_id_for(r, "sm_90a")
+    store.record_build(r, BuildResult(bid, r.source_hash, "sm_90a", ("-O3",), status, reason))
+    return bid
+
+
+def timed(shape: Shape, evo_us: float) -> list[Timing]:
+    return [Timing(shape, "evo", evo_us, evo_us * 0.9, evo_us * 1.1, [evo_us]),
+            Timing(shape, "sdpa_default", 9.0, 8.9, 9.1, [9.0])]
+
+
+def evaluated(store: Store, bid: str, device: str, status: Status, timings: list[Timing] = ()) -> None:
+    store.record_evaluation(Evaluation(bid, status, status.value, timings=list(timings),
+                                       device={"name": device, "torch": "2.11"}))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = open_store(f"sqlite:///{tmp_path / 'evo.sqlite'}")
+    evaluated(s, built(s, {"VEC": 8}), H200, Status.FAST, timed(F1, 10.0))
+    evaluated(s, built(s, {"VEC": 4}), H200, Status.RED)
+    evaluated(s, built(s, {"VEC": 2}), "replay:" + H200, Status.FAST, timed(F1, 5.0))
+    evaluated(s, built(s, {"KV_TILE": 16}), H200, Status.GREEN)
+    built(s, {"KV_TILE": 32}, Status.COMPILE_FAILED, "nvcc: error")
+    return s
+
+
+def statuses(rec: Recording) -> dict[tuple, str]:
+    return {(r.params["VEC"], r.params["KV_TILE"]): r.status.value for r in rec.records.values()}
+
+
+def test_export_writes_final_outcomes_of_real_gpu_evaluations(store: Store, tmp_path: Path) -> None:
+    rec, added = export_sweep(store, tmp_path / "sweep-h200.json.gz")
+    assert (rec.gpu, rec.arch, added) == (H200, "sm_90a", 3)
+    assert statuses(rec) == {(8, 64): "fast", (4, 64): "red", (8, 32): "compile_failed"}
+    fast = rec.lookup(make_candidate("flash_scalar", {"VEC": 8}))
+    assert fast.timings == {F1.tag: {"evo": {"median_us": 10.0, "p20_us": 9.0, "p80_us": 11.0},
+                                     "sdpa_default": {"median_us": 9.0}}}
+    assert load_recording(tmp_path / "sweep-h200.json.gz").to_json() == rec.to_json()
+
+
+def test_export_accumulates_into_an_existing_recording(store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "sweep-h200.json.gz"
+    export_sweep(store, out)
+    fresh = open_store(f"sqlite:///{tmp_path / 'second.sqlite'}")  # another GPU session's database
+    evaluated(fresh, built(fresh, {"ROWS_PER_BLOCK": 8}), H200, Status.FAST, timed(F1C, 20.0))
+    rec, added = export_sweep(fresh, out)
+    assert added == 1 and len(rec.records) == 4
+    assert {s.tag for s in rec.shapes()} == {F1.tag, F1C.tag}
+    assert len(rec.header["sessions"]) == 2
+
+
+def test_export_refuses_to_mix_gpus_in_one_file(store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json.gz"
+    save_recording(Recording(new_header("NVIDIA H100", "sm_90a", [], {})), out)
+    with pytest.raises(EvoError, match="holds a sweep for gpu 'NVIDIA H100'"):
+        export_sweep(store, out, gpu=H200)
