@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 
 from evo.build import build_id_for
 from evo.errors import EvoError
+from evo.insights import compute
 from evo.manifest import load_family
 from evo.render import render
 from evo.replay import load_recording, record_key, save_recording
@@ -205,3 +206,10 @@ def test_interrupted_run_resumes_without_duplicates(db: str, recording: Path) ->
     for cid in {t.user_attrs["candidate"] for t in ts if "candidate" in t.user_attrs}:
         assert len(store.evaluations(cid)) <= 1
     assert sum(t.user_attrs.get("status", "abandoned") != "abandoned" for t in ts) == 12
+
+
+def test_insights_of_a_replayed_study(evo_run) -> None:
+    db, _ = evo_run
+    report = compute(open_store(db), "s", db_url=db)
+    assert report.moves and all(m.family in ("flash_mma", "flash_scalar") for m in report.moves)
+    assert {i.family for i in report.importances} <= {"flash_mma", "flash_scalar"}
