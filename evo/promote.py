@@ -262,8 +262,6 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
     target = Path(out).expanduser().resolve() / name
     with open_store(db_url) as store:
         views = select_candidates(store, study, candidate_ids)
-        for v in views:
-            _check_green_evidence(store, v)
         dev = choose_device(store, [v.id for v in views], device)
         timed = store.latest_timings([v.id for v in views], dev)
         info = next((e.device_info for v in views for e in reversed(store.evaluations(v.id, dev))
@@ -317,7 +315,9 @@ def _nothing_to_promote(contenders: Sequence[Contender], baseline: str, dev: str
 
 
 def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> Shipped:
-    """Re-derive the winner's kernels (launch configs) and find its cubin and source."""
+    """Check the winner's GREEN evidence, re-derive its kernels (launch configs), find its cubin
+    and source."""
+    _check_green_evidence(store, view)
     fam = load_family(view.family)
     rendered = render(make_candidate(fam, view.params), fam)
     if rendered.source_hash != view.source_hash:
