@@ -1,0 +1,63 @@
+"""Choosing the measurement source, and a build-only run on the tiny fixture family."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from evo.errors import EvoError
+from evo.paths import root
+from evo.search import driver
+from evo.search.driver import RunOptions, choose_evaluator, run
+from evo.search.evaluators import BuildOnlyEvaluator, ReplayEvaluator
+from evo.search.loop import NullReporter
+from evo.suites import fast_cases
+from synthetic_sweep import make_recording
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "gpu_count", lambda: 0)
+
+
+def test_without_gpu_the_newest_recording_is_replayed_and_said_so(no_gpu, monkeypatch, tmp_path: Path) -> None:
+    rec = make_recording(tmp_path / "sweep-synthetic.json.gz")
+    monkeypatch.setattr(driver, "newest_recording", lambda folder: rec)
+    notes: list[str] = []
+    ev = choose_evaluator(RunOptions(), notes.append)
+    assert isinstance(ev, ReplayEvaluator) and ev.device == "replay:synthetic"
+    assert len(notes) == 1 and "replaying sweep-synthetic.json.gz" in notes[0]
+
+
+def test_without_gpu_or_recording_it_builds_only(no_gpu, monkeypatch) -> None:
+    monkeypatch.setattr(driver, "newest_recording", lambda folder: None)
+    notes: list[str] = []
+    ev = choose_evaluator(RunOptions(arch="sm_90a"), notes.append)
+    assert isinstance(ev, BuildOnlyEvaluator) and "building and resource-checking only" in notes[0]
+    assert "GREEN and FAST need a GPU" in ev.not_evaluated
+
+
+def test_replay_refuses_cases_the_recording_lacks(tmp_path: Path) -> None:
+    rec = make_recording(tmp_path / "r.json.gz", cases=fast_cases(["F1"]))
+    with pytest.raises(EvoError, match="does not cover F6-fp16"):
+        run(RunOptions(replay=rec, cases=["F6"], db=f"sqlite:///{tmp_path / 'x.sqlite'}"), NullReporter())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_build_only_run_builds_for_real_and_says_gpu_is_needed(no_gpu, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(driver, "newest_recording", lambda folder: None)
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(root() / "tests" / "fixtures" / "templates"))
+    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    summary = run(RunOptions(families=["tiny"], sampler="grid", trials=2, batch=2, db=db, arch="sm_90a"),
+                  NullReporter())
+    assert summary.source == "build-only" and "need a GPU" in summary.not_evaluated
+    trials = optuna.load_study(study_name="evo-build-only", storage=db).trials
+    assert all(t.state == TrialState.FAIL for t in trials)
+    # grid order: ROWS=32, SMEM_KB=1 with FAULT none, then syntax
+    assert [t.user_attrs["status"] for t in trials] == ["built", "compile_failed"]
