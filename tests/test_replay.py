@@ -140,3 +140,12 @@ def test_export_refuses_to_mix_gpus_in_one_file(store: Store, tmp_path: Path) ->
     save_recording(Recording(new_header("NVIDIA H100", "sm_90a", [], {})), out)
     with pytest.raises(EvoError, match="holds a sweep for gpu 'NVIDIA H100'"):
         export_sweep(store, out, gpu=H200)
+
+
+def test_the_command_exports_and_reports(store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evo.cli import main
+
+    out = tmp_path / "sweep-h200.json.gz"
+    assert main(["export-sweep", "--out", str(out), "--db", store.url]) == 0
+    assert "3 candidate(s) measured on NVIDIA H200 (3 new or updated)" in capsys.readouterr().out
+    assert len(load_recording(out).records) == 3

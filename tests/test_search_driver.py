@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from evo.errors import EvoError
 from evo.paths import root
 from evo.search import driver
 from evo.search.driver import RunOptions, choose_evaluator, run
-from evo.search.evaluators import BuildOnlyEvaluator, ReplayEvaluator
+from evo.search.evaluators import BuildOnlyEvaluator, GpuEvaluator, ReplayEvaluator
 from evo.search.loop import NullReporter
+from evo.store import open_store
 from evo.suites import fast_cases
 from synthetic_sweep import make_recording
 
@@ -47,12 +49,20 @@ def test_replay_refuses_cases_the_recording_lacks(tmp_path: Path) -> None:
         run(RunOptions(replay=rec, cases=["F6"], db=f"sqlite:///{tmp_path / 'x.sqlite'}"), NullReporter())
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_build_only_run_builds_for_real_and_says_gpu_is_needed(no_gpu, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(driver, "newest_recording", lambda folder: None)
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+def tiny_family(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The test-only ``tiny`` family (compiles in about a second), built into a private cache."""
     monkeypatch.setenv("EVO_TEMPLATE_PATH", str(root() / "tests" / "fixtures" / "templates"))
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@needs_nvcc
+def test_build_only_run_builds_for_real_and_says_gpu_is_needed(no_gpu, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(driver, "newest_recording", lambda folder: None)
+    tiny_family(monkeypatch, tmp_path)
     db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
     summary = run(RunOptions(families=["tiny"], sampler="grid", trials=2, batch=2, db=db, arch="sm_90a"),
                   NullReporter())
@@ -61,3 +71,21 @@ def test_build_only_run_builds_for_real_and_says_gpu_is_needed(no_gpu, monkeypat
     assert all(t.state == TrialState.FAIL for t in trials)
     # grid order: ROWS=32, SMEM_KB=1 with FAULT none, then syntax
     assert [t.user_attrs["status"] for t in trials] == ["built", "compile_failed"]
+
+
+@needs_nvcc
+def test_gpu_path_builds_evaluates_in_workers_and_reuses(monkeypatch, tmp_path: Path) -> None:
+    """The GPU evaluator with the worker swapped for a CPU stand-in (evo 5 us, SDPA 8 us)."""
+    monkeypatch.setattr(driver, "gpu_count", lambda: 1)
+    monkeypatch.setattr(driver, "GpuEvaluator", functools.partial(GpuEvaluator, devices=[0],
+                                                                  target="standins:serve_bench"))
+    monkeypatch.syspath_prepend(str(root() / "tests" / "fixtures" / "worker"))
+    tiny_family(monkeypatch, tmp_path)
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    opts = RunOptions(families=["tiny"], sampler="grid", trials=2, batch=2, db=db, arch="sm_90a", cases=["F1"])
+    first = run(opts, NullReporter())
+    again = run(RunOptions(**{**opts.__dict__, "study": "again"}), NullReporter())
+    assert (first.source, first.counts) == ("gpu", {"fast": 1, "compile_failed": 1})
+    assert first.best is not None and first.best.score == pytest.approx(8.0 / 5.0)
+    assert again.reused == 2 and again.best.score == first.best.score
+    assert len(open_store(db).evaluations(first.best.candidate_id)) == 1

@@ -30,7 +30,7 @@ from evo.manifest import load_family
 from evo.render import Rendered
 from evo.replay import Record, Recording
 from evo.results import BuildResult, Evaluation, Shape, Status
-from evo.worker import EvalRequest, WorkerPool
+from evo.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,11 @@ class GpuEvaluator(Evaluator):
     name = "gpu"
 
     def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
-                 timeout_s: float = 300.0, options: dict[str, Any] | None = None) -> None:
+                 timeout_s: float = 300.0, options: dict[str, Any] | None = None,
+                 target: str = DEFAULT_TARGET) -> None:
         self.arch, self.jobs, self.timeout_s = arch, jobs or os.cpu_count() or 1, timeout_s
         self.options = dict(options or {})
-        self.pool = WorkerPool(devices)
+        self.pool = WorkerPool(devices, target)
         self.device = gpu_name(self.pool.workers[0].device)
 
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:

@@ -165,8 +165,10 @@ class Search:
         s.recovered = self._recover()
         if s.recovered:
             self.reporter.note(f"re-queued {s.recovered} trial(s) left running by a dead process")
-        self.in_study = {t.user_attrs[CANDIDATE] for t in self.study.get_trials(deepcopy=False)
+        earlier = self.study.get_trials(deepcopy=False)
+        self.in_study = {t.user_attrs[CANDIDATE] for t in earlier
                          if t.state.is_finished() and CANDIDATE in t.user_attrs}
+        s.best = best_trial(earlier)
         start = self.clock()
         self.heartbeat.start()
         try:
@@ -354,7 +356,7 @@ class Search:
     def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: list[Timing]) -> Outcome:
         if isinstance(ev, Unmeasured):
             return Outcome(UNMEASURED, ev.reason)
-        self.store.record_evaluation(ev, self.run_id)
+        self.store.record_evaluation(ev, self.run_id, device=self.evaluator.device)
         if ev.status is Status.FAST:
             return self._scored(cid, prior + list(ev.timings))
         if ev.status is Status.GREEN:
