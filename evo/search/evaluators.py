@@ -54,6 +54,7 @@ class Job:
 class Evaluator(abc.ABC):
     name: str = ""
     device: str = ""
+    arch: str = ""
     not_evaluated: str = ""  # non-empty when this evaluator cannot run GREEN/FAST (why)
 
     @abc.abstractmethod

@@ -263,12 +263,9 @@ class Search:
             p.invalid = str(exc)
             return p
         p.rendered = render(p.candidate, fam)
-        p.build_id = build_id_for(p.rendered, self._arch())
+        p.build_id = build_id_for(p.rendered, self.evaluator.arch)
         p.parents = self._parents(trial, p.candidate)
         return p
-
-    def _arch(self) -> str:
-        return getattr(self.evaluator, "arch")
 
     def _parents(self, trial: optuna.Trial, child: Candidate) -> list[tuple[str, dict[str, list[Value]], str]]:
         """(parent candidate id, mutation, kind) for the edges of this trial's candidate."""
