@@ -9,6 +9,7 @@ file, an old file and two processes opening the same new file all end at ``head`
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ def migrations_dir() -> Path:
 def alembic_config() -> Config:
     from alembic.config import Config
 
-    cfg = Config()
+    cfg = Config(stdout=sys.stdout)  # alembic's default is the sys.stdout of its import time
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("path_separator", "os")
     return cfg
