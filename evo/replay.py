@@ -221,15 +221,15 @@ def _device_counts(store: Store, ids: Iterable[str]) -> collections.Counter[str]
     return out
 
 
-def export_sweep(store: Store, out: Path | str, gpu: str | None = None) -> tuple[Recording, int]:
+def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = None) -> tuple[Recording, int]:
     """Write every candidate with a final status on ``gpu`` (any study) to ``out``, merged into
     the recording already there; returns it and how many records were new or changed.
 
-    ``gpu`` defaults to the existing file's GPU, else the device with the most evaluations.
-    Build failures count for every GPU of their arch; replayed evaluations are never exported.
+    ``gpu`` defaults to the existing file's GPU, else the device with the most evaluations;
+    ``out`` to ``data/sweep-<gpu>.json.gz``. Build failures count for every GPU of their arch;
+    replayed evaluations are never exported.
     """
-    out = Path(out)
-    old = load_recording(out) if out.exists() else None
+    old = load_recording(out) if out is not None and Path(out).exists() else None
     evaluated = store.find_candidates(status=[Status.CRASHED, Status.TIMEOUT, Status.RED, Status.GREEN,
                                               Status.FAST])
     if gpu is None:
@@ -239,6 +239,10 @@ def export_sweep(store: Store, out: Path | str, gpu: str | None = None) -> tuple
         if not devices:
             raise EvoError(f"no GPU evaluations in {store.url}: nothing to export")
         gpu = devices.most_common(1)[0][0]
+    if out is None:
+        out = paths.root() / "data" / f"sweep-{gpu_slug(gpu)}.json.gz"
+        old = load_recording(out) if out.exists() else None
+    out = Path(out)
     per_cand = {c.id: store.evaluations(c.id, gpu) for c in evaluated}
     per_cand = {cid: evs for cid, evs in per_cand.items() if evs}
     arches = collections.Counter(c.arch for c in evaluated if c.id in per_cand)

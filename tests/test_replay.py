@@ -35,10 +35,11 @@ def small_recording() -> Recording:
 
 @pytest.mark.parametrize("name", ["sweep.json.gz", "sweep.json"])
 def test_a_recording_round_trips(tmp_path: Path, name: str) -> None:
-    path = save_recording(small_recording(), tmp_path / name)
+    rec = small_recording()
+    path = save_recording(rec, tmp_path / name)
     assert (path.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")
     back = load_recording(path)
-    assert back.to_json() == small_recording().to_json()
+    assert back.to_json() == rec.to_json()
     assert back.shapes() == [F1, F1C]
 
 
@@ -149,3 +150,10 @@ def test_the_command_exports_and_reports(store: Store, tmp_path: Path, capsys: p
     assert main(["export-sweep", "--out", str(out), "--db", store.url]) == 0
     assert "3 candidate(s) measured on NVIDIA H200 (3 new or updated)" in capsys.readouterr().out
     assert len(load_recording(out).records) == 3
+
+
+def test_the_default_file_is_named_after_the_gpu(store: Store, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.setenv("EVO_HOME", str(tmp_path))
+    rec, _ = export_sweep(store)
+    assert rec.path == tmp_path / "data" / "sweep-h200.json.gz" and rec.path.is_file()

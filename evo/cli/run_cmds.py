@@ -154,11 +154,12 @@ def _show_insights(r: insights_mod.Report, top: int) -> None:
 
 @app.command("export-sweep")
 def export_sweep_cmd(
-    out: Path = typer.Option(..., "--out", help="recording to write or extend (data/sweep-<gpu>.json.gz)"),
+    out: Path | None = typer.Option(None, "--out", help="recording to write or extend "
+                                                      "(default: data/sweep-<gpu>.json.gz)"),
     db: str | None = DbOption,
     gpu: str | None = typer.Option(None, "--gpu", help="device name (default: the one with most evaluations)"),
 ) -> None:
     """Write every candidate with a final status (any study) to a recording, merging into OUT."""
     store = open_store(db)
     rec, added = export_sweep(store, out, gpu)
-    console.print(f"{out}: {len(rec.records)} candidate(s) measured on {rec.gpu} ({added} new or updated)")
+    console.print(f"{rec.path}: {len(rec.records)} candidate(s) measured on {rec.gpu} ({added} new or updated)")

@@ -10,7 +10,7 @@ continuing a study are taken from it (:mod:`evo.search.study`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,6 @@ class RunOptions:
     jobs: int | None = None
     heartbeat_s: int = HEARTBEAT_S
     grace_s: int = GRACE_S
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
