@@ -83,7 +83,7 @@ def run_cmd(
         reporter.stop()
     print_summary(summary)
     if summary.interrupted:
-        raise typer.Exit(130)
+        raise KeyboardInterrupt  # Ctrl-C already handled: typer maps this to exit code 130
 
 
 def print_summary(s: RunSummary) -> None:
@@ -102,7 +102,8 @@ def print_summary(s: RunSummary) -> None:
         table.add_row("(answered from the store)", str(s.reused))
     if s.recovered:
         table.add_row("(re-queued from a dead run)", str(s.recovered))
-    console.print(table)
+    if table.rows:
+        console.print(table)
     if s.not_evaluated:
         console.print(f"[yellow]{s.not_evaluated}[/]")
     if s.counts.get("unmeasured"):
