@@ -35,7 +35,7 @@ from evo import build, paths
 from evo.bench import git_sha
 from evo.errors import EvoError
 from evo.manifest import load_family
-from evo.render import Entry, entries_for, entry_name, render
+from evo.render import Entry, Rendered, entries_for, entry_name, render
 from evo.results import Shape, Status, Timing
 from evo.scoring import CANDIDATE, geomean, latest
 from evo.space import make_candidate
@@ -334,7 +334,7 @@ def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> S
     cache = build.cache_dir(view.id)
     cubin = cubins[0] if cubins else cache / build.CUBIN
     if not cubin.is_file():
-        raise EvoError(f"cubin of candidate {view.id[:12]} not found ({cubin}); rebuild it with evo build")
+        cubin = _rebuild(rendered, view)
     source_file = cache / build.SOURCE
     source = source_file.read_text() if source_file.is_file() else rendered.source
     runs = {e.run_id for e in record.evaluations if e.device == dev and e.run_id is not None}
@@ -348,6 +348,17 @@ def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> S
         "entries": [entries[k].name for k in keys],
     }
     return Shipped(view, {k: entries[k] for k in keys}, cubin, source, provenance)
+
+
+def _rebuild(rendered: Rendered, view: CandidateView) -> Path:
+    """Compile a winner whose cubin left the cache (a fresh GPU host, a cleaned checkout). The
+    source renders to the stored hash (checked by the caller) and the build id must come out equal
+    to the stored id, so the rebuilt cubin is the measured kernel, not a look-alike."""
+    result = build.build_batch([rendered], arch=view.arch)[0]
+    if result.build_id != view.id or result.status is not Status.BUILT or not result.cubin_path:
+        raise EvoError(f"cubin of candidate {view.id[:12]} is not cached and rebuilding it gave "
+                       f"{result.status.value} as {result.build_id[:12]}; rebuild it with evo build")
+    return Path(result.cubin_path)
 
 
 def _case_table(routes: Sequence[Route], contenders: Sequence[Contender]) -> list[dict[str, Any]]:
