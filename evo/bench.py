@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,14 +36,10 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
 
 
-def git_sha(root: Path | None = None) -> str:
-    """Short sha of the checkout's HEAD (``unknown`` outside git)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root or paths.root(),
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+def git_sha() -> str:
+    """Short sha of the code that measured (``unknown`` when it cannot be told)."""
+    sha = paths.git_sha()
+    return sha[:7] if sha else "unknown"
 
 
 # ----------------------------------------------------------------------------- the record

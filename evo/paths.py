@@ -8,6 +8,7 @@ with ``EVO_TEMPLATE_PATH`` (os.pathsep separated).
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -36,3 +37,17 @@ def default_db_url() -> str:
 
 def acceptance_dir() -> Path:
     return root() / "acceptance"
+
+
+def git_sha() -> str | None:
+    """The checkout's HEAD commit, or ``$EVO_GIT_SHA`` (set by scripts/gpu-check.sh, since the
+    GPU host gets a copy of the working tree without ``.git``); None when neither is known."""
+    env = os.environ.get("EVO_GIT_SHA", "").strip()
+    if env:
+        return env
+    try:
+        out = subprocess.run(["git", "-C", str(root()), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None

@@ -17,7 +17,6 @@ import datetime as _dt
 import gzip
 import json
 import os
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,13 +141,8 @@ def _now() -> str:
 
 
 def git_sha() -> str:
-    """The checkout's commit (``unknown`` outside git)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=paths.root(), capture_output=True,
-                             text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+    """The commit of the code that measured (``unknown`` when it cannot be told)."""
+    return paths.git_sha() or "unknown"
 
 
 def load_recording(path: Path | str) -> Recording:

@@ -11,6 +11,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+[ -n "${EVO_GIT_SHA:-}" ] || echo "warning: EVO_GIT_SHA unset: results will say git sha unknown (the host has no .git)"
 EVO="python3 -m evo"
 CASES=${EVO_CASES:-F1,F2,F3,F4,F6}      # FAST cases a search scores (both causal modes)
 log() { echo; echo "=== $* ($(date +%T))"; }

@@ -20,8 +20,8 @@ from evo.errors import EvoError
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map expected failures to one-line messages and exit codes."""
     try:
-        app(args=argv, prog_name="evo", standalone_mode=False)
-        return 0
+        rc = app(args=argv, prog_name="evo", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0  # typer.Exit(n) and Ctrl-C come back as a code
     except EvoError as exc:
         click.echo(f"evo: error: {exc}", err=True)
         return 2

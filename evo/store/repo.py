@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import math
 import socket
-import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -93,7 +92,7 @@ class Store:
                   device: Mapping[str, Any] | None = None) -> int:
         """Record the start of a command that writes; returns the run id."""
         with self._tx() as s:
-            run = Run(study=study, command=command, options=dict(options or {}), git_sha=_git_sha(),
+            run = Run(study=study, command=command, options=dict(options or {}), git_sha=paths.git_sha(),
                       host=socket.gethostname(), device=dict(device or {}), status="running")
             s.add(run)
             s.flush()
@@ -368,16 +367,6 @@ def _study_ids(study: str) -> Any:
     by_trial = select(Trial.candidate_id).where(Trial.study == study, Trial.candidate_id.is_not(None))
     by_run = select(Candidate.id).join(Run, Run.id == Candidate.first_run_id).where(Run.study == study)
     return by_trial.union(by_run)
-
-
-def _git_sha() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(paths.root()), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    sha = out.stdout.strip() if out.returncode == 0 else ""
-    return sha or None
 
 
 def _family_version(family: str) -> int | None:
