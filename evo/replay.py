@@ -129,11 +129,17 @@ class Recording:
                 "records": [r.to_json() for r in recs]}
 
 
-def new_header(gpu: str, arch: str, shapes: Iterable[Shape], versions: Mapping[str, str]) -> dict[str, Any]:
+def new_header(gpu: str, arch: str, shapes: Iterable[Shape], versions: Mapping[str, str],
+               measured_shas: Iterable[str] = ()) -> dict[str, Any]:
+    """A recording header. ``git_sha`` names the code that *measured* (the runs' commits, comma
+    separated when several); ``exported_at_git_sha`` the code that wrote the file."""
     now, sha = _now(), git_sha()
-    return {"gpu": gpu, "arch": arch, "versions": dict(versions), "git_sha": sha, "created": now,
-            "updated": now, "cases": [shape_to_json(s) for s in shapes],
-            "sessions": [{"updated": now, "git_sha": sha, "versions": dict(versions)}]}
+    measured = ",".join(sorted(set(measured_shas))) or "unknown"
+    return {"gpu": gpu, "arch": arch, "versions": dict(versions), "git_sha": measured,
+            "exported_at_git_sha": sha, "created": now, "updated": now,
+            "cases": [shape_to_json(s) for s in shapes],
+            "sessions": [{"updated": now, "git_sha": measured, "exported_at_git_sha": sha,
+                          "versions": dict(versions)}]}
 
 
 def _now() -> str:
@@ -190,7 +196,9 @@ def merge_header(old: dict[str, Any], new: dict[str, Any], where: Path) -> dict[
     cases = list(old.get("cases", []))
     cases += [c for c in new.get("cases", []) if c not in cases]
     sessions = list(old.get("sessions", [])) + list(new.get("sessions", []))
-    return old | {"versions": new.get("versions", {}), "git_sha": new["git_sha"],
+    shas = {x for h in (old, new) for x in str(h.get("git_sha", "")).split(",") if x and x != "unknown"}
+    return old | {"versions": new.get("versions", {}), "git_sha": ",".join(sorted(shas)) or "unknown",
+                  "exported_at_git_sha": new.get("exported_at_git_sha"),
                   "updated": new["updated"], "cases": cases, "sessions": sessions}
 
 
@@ -266,7 +274,9 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
     info = dict(newest.device_info) if newest is not None else {}
     versions = {"evo": __version__} | {k: str(info[k]) for k in ("torch", "cuda", "cudnn", "driver")
                                        if k in info}
-    header = new_header(gpu, arch, sorted(shapes.values(), key=lambda s: s.tag), versions)
+    run_ids = {e.run_id for evs in per_cand.values() for e in evs if e.run_id is not None}
+    measured = {sha for r in run_ids if (run := store.get_run(r)) is not None and (sha := run.git_sha)}
+    header = new_header(gpu, arch, sorted(shapes.values(), key=lambda s: s.tag), versions, measured)
     rec_out = old if old is not None else Recording(header)
     if old is not None:
         rec_out.header = merge_header(old.header, header, out)

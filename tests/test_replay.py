@@ -157,3 +157,15 @@ def test_the_default_file_is_named_after_the_gpu(store: Store, monkeypatch: pyte
     monkeypatch.setenv("EVO_HOME", str(tmp_path))
     rec, _ = export_sweep(store)
     assert rec.path == tmp_path / "data" / "sweep-h200.json.gz" and rec.path.is_file()
+
+
+def test_export_names_the_code_that_measured_not_the_exporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVO_GIT_SHA", "aaaa111")
+    s = open_store(f"sqlite:///{tmp_path / 'evo.sqlite'}")
+    run = s.start_run("evo run", study="sweep")
+    bid = built(s, {"VEC": 8})
+    s.record_evaluation(Evaluation(bid, Status.FAST, "", timings=timed(F1, 10.0),
+                                   device={"name": H200}), run_id=run)
+    monkeypatch.setenv("EVO_GIT_SHA", "bbbb222")
+    rec, _ = export_sweep(s, tmp_path / "sweep.json.gz")
+    assert (rec.header["git_sha"], rec.header["exported_at_git_sha"]) == ("aaaa111", "bbbb222")
