@@ -90,7 +90,8 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
 
 def record_path(record: Mapping[str, Any], out_dir: Path) -> Path:
     day = datetime.fromisoformat(record["created"]).strftime("%Y%m%d")
-    return out_dir / f"{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}.json"
+    suffix = f"-{record['package']}" if record.get("package") else ""  # a package next to candidates
+    return out_dir / f"{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}{suffix}.json"
 
 
 def write_record(record: Mapping[str, Any], out_dir: Path) -> Path:

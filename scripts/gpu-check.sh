@@ -58,7 +58,8 @@ for stage in "$@"; do
       python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/evoattn 2>&1 | tail -3
       (cd /tmp && PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs evoattn.tests 2>&1 | tail -15) | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 scripts/eager_overhead.py evoattn --json "$OUT/eager.json" 2>&1 | tee -a "$OUT/promote.log"
-      PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -30 ;;
+      PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -30
+      python3 scripts/check_package_speed.py /tmp/pkg/evoattn/evoattn/PROVENANCE.json "$OUT"/benchmarks/*-evoattn.json 2>&1 | tee -a "$OUT/promote.log" ;;
     save)
       log save
       python3 - <<'PY'
