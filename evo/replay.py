@@ -113,6 +113,13 @@ class Recording:
         """The FAST cases the recording covers, in header order."""
         return [shape_from_json(d) for d in self.header.get("cases", [])]
 
+    def common_shapes(self) -> list[Shape]:
+        """The cases every timed record covers: the default objective of a replayed search, so
+        that a few candidates timed on extra cases (``evo eval``) do not leave the rest unscored."""
+        timed = [set(r.timings) for r in self.records.values() if r.status is Status.FAST and r.timings]
+        common = set.intersection(*timed) if timed else set()
+        return [s for s in self.shapes() if s.tag in common]
+
     def lookup(self, cand: Candidate) -> Record | None:
         return self.records.get(record_key(cand.family, cand.p))
 

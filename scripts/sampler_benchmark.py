@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recording", type=Path, default=None, help="default: newest data/sweep-*.json.gz")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--samplers", default=",".join(SAMPLERS))
-    ap.add_argument("--cases", default=None, help="FAST selection, e.g. F1,F6 (default: all the recording covers)")
+    ap.add_argument("--cases", default=None, help="FAST selection, e.g. F1,F6 (default: the cases every timed record covers)")
     ap.add_argument("--baseline", default="sdpa_default", choices=objective.BASELINES)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--budget", type=int, default=None, help="evaluations per run (default: all points)")
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             raise EvoError("no recording: pass --recording FILE (or export one to data/)")
         rec = load_recording(path)
         pool = rec.shapes()
-        cases = pool if args.cases is None else [s for s in fast_cases([args.cases]) if s in pool]
+        cases = rec.common_shapes() if args.cases is None else [s for s in fast_cases([args.cases]) if s in pool]
         samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
         seeds = list(range(args.seeds))
         results, best, budget = benchmark(

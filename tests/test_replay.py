@@ -169,3 +169,14 @@ def test_export_names_the_code_that_measured_not_the_exporter(tmp_path: Path, mo
     monkeypatch.setenv("EVO_GIT_SHA", "bbbb222")
     rec, _ = export_sweep(s, tmp_path / "sweep.json.gz")
     assert (rec.header["git_sha"], rec.header["exported_at_git_sha"]) == ("aaaa111", "bbbb222")
+
+
+def test_the_default_cases_are_the_ones_every_timed_record_covers() -> None:
+    rec = Recording(new_header(H200, "sm_90a", [F1, F1C], {}))
+    both = Record("flash_scalar", 1, {"VEC": 8}, Status.FAST, "", "a",
+                  {F1.tag: {"evo": {"median_us": 1.0}}, F1C.tag: {"evo": {"median_us": 1.0}}})
+    one = Record("flash_scalar", 1, {"VEC": 4}, Status.FAST, "", "b", {F1.tag: {"evo": {"median_us": 1.0}}})
+    rec.add(both)
+    rec.add(one)
+    assert [s.tag for s in rec.shapes()] == [F1.tag, F1C.tag]
+    assert [s.tag for s in rec.common_shapes()] == [F1.tag]

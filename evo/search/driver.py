@@ -115,7 +115,8 @@ def _defaults(ev: Evaluator) -> dict[str, Any]:
         families = [f for f in list_families() if f in recorded]
     else:
         families = list_families()
-    return {"families": families, "cases": [s.tag for s in _case_pool(ev)],
+    cases = ev.recording.common_shapes() if isinstance(ev, ReplayEvaluator) else fast_cases()
+    return {"families": families, "cases": [s.tag for s in cases],
             "baseline": objective.BASELINES[0], "objective": objective.OBJECTIVES[0]}
 
 
