@@ -9,6 +9,7 @@ summary from every record on disk; those parts are pure and tested without a GPU
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,6 +72,28 @@ def case_records(timings: Iterable[Timing], candidate_id: str | None) -> list[di
     return rows
 
 
+def package_routes(name: str) -> list[dict[str, Any]]:
+    """The dispatch routes of an installed promoted package, read from its ``dispatch.json``
+    without importing it (the parent process stays off the GPU)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise EvoError(f"package {name!r} is not installed (or not a promoted package)")
+    table = Path(next(iter(spec.submodule_search_locations))) / "dispatch.json"
+    try:
+        return list(json.loads(table.read_text())["routes"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise EvoError(f"cannot read the dispatch table of {name!r} ({table}): {exc}") from None
+
+
+def served_by(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> str:
+    """Which kernel a package route sends ``case`` to: a candidate id, or ``sdpa`` (fallback)."""
+    for r in routes:
+        if (r["head_dim"], r["dtype"], bool(r["causal"])) == (case["D"], case["dtype"], bool(case["causal"])) \
+                and r["min_len"] <= case["L"] and (r["max_len"] is None or case["L"] <= r["max_len"]):
+            return str(r.get("candidate") or "sdpa")
+    return "sdpa"
+
+
 def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops: float | None,
                 sha: str, created: datetime, package: str | None = None) -> dict[str, Any]:
     """The benchmark JSON for ``(candidate_id, evaluation)`` pairs measured on one GPU."""
@@ -125,7 +148,9 @@ def _table(record: Mapping[str, Any], name: str) -> str:
             f"driver {v.get('driver', '?')}"
             + (f" · dense fp16 GEMM {gemm:.0f} TFLOP/s" if gemm else "")
             + (f" · package `{record['package']}`" if record.get("package") else "")
-            + f" · `{name}`\n\n")
+            + f" · `{name}`\n\n"
+            + ("Package rows marked SDPA (fallback) are calls the dispatch table routes to SDPA: they time "
+               "SDPA itself through the package, not an evo kernel.\n\n" if record.get("package") else ""))
     cols = ["case", "B,H,L,D", "dtype", "candidate", "evo us (p80-p20)", "TFLOP/s",
             *(f"vs {b}" for b in MD_BASELINES)]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -140,7 +165,7 @@ def _table(record: Mapping[str, Any], name: str) -> str:
         spread = c["spread_us"].get(EVO)
         lines.append("| " + " | ".join([
             f"{c['case']}{'c' if c['causal'] else ''}", f"{c['B']},{c['H']},{c['L']},{c['D']}", c["dtype"],
-            f"`{cid[:10]}`" if cid else "—",
+            "SDPA (fallback)" if cid == "sdpa" else f"`{cid[:10]}`" if cid else "—",
             f"{_us(evo)} ({_us(spread)})", f"{c['tflops_evo']:.1f}" if c.get("tflops_evo") else "—",
             *(_x(speed[b]) for b in MD_BASELINES)]) + " |")
     if any(ratios.values()):
@@ -201,6 +226,10 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
         raise EvoError("no benchmark succeeded: " + "; ".join(problems))
     record = make_record(results, gemm_tflops=gemm, sha=git_sha(), created=datetime.now(timezone.utc),
                          package=package)
+    if package:  # rows the package routes to SDPA measure SDPA itself: say so per row
+        routes = package_routes(package)
+        for case in record["cases"]:
+            case["candidate_id"] = served_by(routes, case)
     path = write_record(record, out_dir)
     regenerate(out_dir)
     return path, record, problems

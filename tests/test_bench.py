@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from evo.bench import (
-    COLUMNS, case_records, gpu_slug, load_records, make_record, regenerate, render_benchmarks_md,
+    COLUMNS, case_records, gpu_slug, load_records, make_record, package_routes, regenerate,
+    render_benchmarks_md, served_by,
     run_bench, write_record,
 )
 from evo.errors import EvoError
@@ -108,3 +109,35 @@ def test_run_bench_through_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert record["gemm_tflops"] == 700.0
     assert problems == ["bad: red: wrong answers"]
     assert "cafe123" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+ROUTES = [
+    {"head_dim": 64, "dtype": "fp16", "causal": False, "min_len": 1, "max_len": 724, "candidate": "abc123"},
+    {"head_dim": 64, "dtype": "fp16", "causal": False, "min_len": 725, "max_len": None, "candidate": None},
+]
+
+
+@pytest.mark.parametrize("L,D,causal,want", [
+    (512, 64, False, "abc123"), (724, 64, False, "abc123"), (725, 64, False, "sdpa"),
+    (9000, 64, False, "sdpa"), (512, 64, True, "sdpa"), (512, 128, False, "sdpa")])
+def test_package_rows_name_the_kernel_or_the_fallback(L: int, D: int, causal: bool, want: str) -> None:
+    assert served_by(ROUTES, {"L": L, "D": D, "dtype": "fp16", "causal": causal}) == want
+
+
+def test_package_routes_come_from_the_installed_dispatch_table(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "promoted_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    (pkg / "dispatch.json").write_text(json.dumps({"routes": ROUTES}))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert package_routes("promoted_pkg") == ROUTES
+    with pytest.raises(EvoError, match="not installed"):
+        package_routes("no_such_package_here")
+
+
+def test_fallback_rows_are_labelled_in_benchmarks_md() -> None:
+    record = json.loads(SAMPLE.read_text()) | {"package": "pkg"}
+    record["cases"][0]["candidate_id"] = "sdpa"
+    md = render_benchmarks_md([("x.json", record)])
+    assert "SDPA (fallback)" in md and "not an evo kernel" in md
