@@ -122,3 +122,12 @@ def test_better_moves_are_drawn_more_often() -> None:
         picks[str(prop.mutation)] += 1
     share = picks[str({"STAGES": [1, 2]})] / 300
     assert share > 2 / len(mutations(fam, base, 1))  # twice its share under a uniform choice
+
+
+def test_a_fresh_study_starts_from_the_family_defaults() -> None:
+    study = run_study(4)
+    firsts = [t.system_attrs[PROPOSAL] for t in study.trials[:2]]
+    assert [p["op"] for p in firsts] == ["seed", "seed"]
+    assert {(p["family"], tuple(sorted(p["params"].items()))) for p in firsts} == {
+        (f.name, tuple(sorted(make_candidate(f).p.items()))) for f in FAMS}
+    assert all(t.system_attrs[PROPOSAL]["op"] != "seed" for t in study.trials[2:])

@@ -31,7 +31,7 @@ RETRY_OF = "evo:retry_of"
 
 @dataclass
 class Proposal:
-    """A whole candidate and how it was made (``op``: immigrant, mutation, crossover, random, grid)."""
+    """A whole candidate and how it was made (``op``: seed, immigrant, mutation, crossover, random, grid)."""
 
     candidate: Candidate
     op: str

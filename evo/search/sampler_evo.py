@@ -1,5 +1,9 @@
 """The evolutionary sampler: elites, one- or two-gene mutations, same-family crossover, immigrants.
 
+Seeds: the first children of a study are the families' defaults (the hand-written starting
+points, as EvoEngineer starts from seed kernels), so the search starts from known-good kernels
+and what it finds is measured against them.
+
 Population: the best ``population`` distinct completed trials (multi-objective: by the
 geometric mean of their values). A child is
 
@@ -132,6 +136,10 @@ class EvoSampler(ProposalSampler):
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
         seen = seen_keys(trials)
+        for fam in self.families:
+            default = make_candidate(fam)
+            if record_key(default.family, default.p) not in seen:
+                return Proposal(default, "seed", [])
         elites = self.elites(trials)
         if not elites or self._rng.random() < self.immigrant_rate:
             return self.random_unseen(seen, "immigrant")
