@@ -44,10 +44,10 @@ for stage in "$@"; do
         | tee -a "$OUT/sweep.log" | tail -15 ;;
     run)
       log "evolution: ${arg:-60} trials, evo sampler"
-      $EVO run --study evo-gpu --sampler evo --trials "${arg:-60}" --cases "$CASES" --batch 16 --jobs 16 --seed 1 2>&1 \
+      $EVO run --study "${EVO_STUDY:-evo-gpu}" --sampler evo --trials "${arg:-60}" --cases "$CASES" --batch 16 --jobs 16 --seed 1 2>&1 \
         | tee -a "$OUT/run.log" | tail -15
-      $EVO lineage --study evo-gpu 2>&1 | tee "$OUT/lineage.txt" | head -60
-      $EVO insights --study evo-gpu 2>&1 | tee "$OUT/insights.txt" | head -60 ;;
+      $EVO lineage --study "${EVO_STUDY:-evo-gpu}" 2>&1 | tee "$OUT/lineage.txt" | head -60
+      $EVO insights --study "${EVO_STUDY:-evo-gpu}" 2>&1 | tee "$OUT/insights.txt" | head -60 ;;
     bench)
       log "bench the best candidate"
       $EVO bench --best 1 --out "$OUT/benchmarks" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
