@@ -20,6 +20,7 @@ from evo.lineage import STATUS_STYLE, build_lineage, mutation_text, to_dot, to_j
 from evo.render import render
 from evo.results import CheckResult, Status, Timing
 from evo.scoring import CANDIDATE, edge_effect, latest, score, speedups
+from evo.search.study import study_cases
 from evo.space import make_candidate
 from evo.store import CandidateRecord, Store, open_store, short_id
 
@@ -39,7 +40,8 @@ def lineage_cmd(
     if fmt not in FORMATS:
         raise EvoError(f"unknown format {fmt!r}; choose {', '.join(FORMATS)}")
     with open_store(db) as store:
-        lin = build_lineage(store, study, baseline)
+        cases = study_cases(store.url, study) if study else None
+        lin = build_lineage(store, study, baseline, cases)
     if not lin.nodes:
         raise EvoError(f"no candidates{f' in study {study!r}' if study else ''} in the database")
     if fmt == "tree":

@@ -18,7 +18,9 @@ import optuna
 from sqlalchemy import event
 
 from evo.errors import EvoError
+from evo.results import Shape
 from evo.search.resume import stale_callback
+from evo.suites import fast_cases
 
 SETTINGS = "evo:settings"
 HEARTBEAT_S = 20
@@ -55,6 +57,19 @@ def stored_settings(store: optuna.storages.BaseStorage, name: str) -> dict[str, 
     except KeyError:
         return None
     return dict(store.get_study_user_attrs(sid).get(SETTINGS, {}))
+
+
+def study_cases(url: str, name: str) -> list[Shape] | None:
+    """The FAST cases a study scores (its stored settings), so that a study's lineage shows the
+    scores its search optimized; None when there is no such study or it names no cases."""
+    try:
+        settings = stored_settings(optuna.storages.RDBStorage(url), name)
+    except Exception:  # no Optuna tables yet (a database that never ran a search)
+        return None
+    if not settings or not settings.get("cases"):
+        return None
+    known = {s.tag: s for dtype in ("fp16", "bf16") for s in fast_cases(dtype=dtype)}
+    return [known[t] for t in settings["cases"] if t in known] or None
 
 
 def merge_settings(name: str, stored: Mapping[str, Any] | None, given: Mapping[str, Any],
