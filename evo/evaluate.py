@@ -208,7 +208,7 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     from evo.timing import gemm_tflops
 
     plan = Plan.of(request.options)
-    ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device))
+    ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
     launch, op, entries = _candidate(request)
     if request.options.get("gemm"):
         ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"

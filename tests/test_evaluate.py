@@ -134,7 +134,7 @@ def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, lis
     assert [e.status for e in conn.sent] == [Status.FAST] * 3
     assert fake_worker["time_case"] == ["baselines", "evo", "evo", "baselines", "evo"]   # re-measured at the 3rd
     assert [t.backend for t in conn.sent[0].timings][:2] == ["evo", "sdpa_flash"]
-    assert conn.sent[0].device == {"name": "Fake GPU"} and fake_worker["green"][0] > 0
+    assert conn.sent[0].device == {"name": "Fake GPU", "salt": "0"} and fake_worker["green"][0] > 0
 
 
 def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dict[str, list]) -> None:

@@ -89,3 +89,19 @@ def test_gpu_path_builds_evaluates_in_workers_and_reuses(monkeypatch, tmp_path: 
     assert first.best is not None and first.best.score == pytest.approx(8.0 / 5.0)
     assert again.reused == 2 and again.best.score == first.best.score
     assert len(open_store(db).evaluations(first.best.candidate_id)) == 1
+
+
+def test_every_gpu_request_gets_a_fresh_green_salt() -> None:
+    from types import SimpleNamespace
+
+    from evo.search.evaluators import Job
+
+    seen = []
+    ev = GpuEvaluator.__new__(GpuEvaluator)
+    ev.options, ev.timeout_s = {"quick": True}, 1.0
+    ev.pool = SimpleNamespace(map=lambda reqs, timeout: seen.extend(reqs) or iter(()))
+    rendered = SimpleNamespace(entries=())
+    jobs = [Job(rendered, SimpleNamespace(build_id=f"b{i}", cubin_path="x"), True, ()) for i in range(8)]
+    list(ev.evaluate(jobs))
+    salts = [r.options["salt"] for r in seen]
+    assert len(set(salts)) == 8 and all(r.options["quick"] for r in seen)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -100,8 +101,11 @@ class GpuEvaluator(Evaluator):
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []
 
     def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+        # A fresh salt per request: every candidate is gated on inputs of its own, so no kernel
+        # can pass by matching inputs it has seen (the salt is kept in the evaluation's device info).
         requests = [EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries,
-                                j.green, j.cases, self.options) for j in jobs]
+                                j.green, j.cases, self.options | {"salt": secrets.randbelow(2**31)})
+                    for j in jobs]
         yield from self.pool.map(requests, self.timeout_s)
 
     def close(self) -> None:
