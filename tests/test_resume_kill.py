@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
+from evo.search.resume import OWNER
 from evo.store import open_store
 from synthetic_sweep import make_recording
 
@@ -25,30 +26,43 @@ def evo_run(rec: Path, db: str) -> list[str]:
 
 
 def mid_batch(db: str) -> bool:
-    """At least 4 trials complete and one running (so the kill leaves work behind)."""
+    """At least 4 trials complete and trials in flight, every one stamped with its owner and
+    holding its params (so the kill leaves work behind). A trial killed in the milliseconds between
+    Optuna's ask and the owner stamp has no owner to check; a later run abandons it once it is
+    older than the grace period (tests/test_search_resume.py covers that path)."""
     try:
         trials = optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
     except KeyError:
         return False
     states = collections.Counter(t.state for t in trials)
-    return states[TrialState.COMPLETE] >= 4 and states[TrialState.RUNNING] > 0
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    owned = all(OWNER in t.system_attrs and t.params for t in running)
+    return states[TrialState.COMPLETE] >= 4 and bool(running) and owned
+
+
+def kill_mid_batch(rec: Path, db: str, env: dict[str, str]) -> list[FrozenTrial]:
+    """Start a run, SIGKILL it once trials are in flight; the trials as the kill left them."""
+    proc = subprocess.Popen(evo_run(rec, db), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not mid_batch(db) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-500:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
 
 
 def test_sigkill_mid_run_then_resume_leaves_a_consistent_database(tmp_path: Path) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rec = make_recording(tmp_path / "sweep.json.gz", seed=1)
-    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
     env = os.environ | {"COLUMNS": "100"}
-    proc = subprocess.Popen(evo_run(rec, db), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not mid_batch(db) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-500:]
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    killed = optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
+    for attempt in range(5):  # the poll and the kill race the run: retry until work is left in flight
+        db = f"sqlite:///{tmp_path / f'evo{attempt}.sqlite'}"
+        killed = kill_mid_batch(rec, db, env)
+        left_running = [t.number for t in killed if t.state == TrialState.RUNNING and OWNER in t.system_attrs]
+        if left_running:
+            break
     done_before = {t.number: t.values for t in killed if t.state == TrialState.COMPLETE}
-    left_running = [t.number for t in killed if t.state == TrialState.RUNNING]
     assert 4 <= len(done_before) < TRIALS and left_running
 
     out = subprocess.run(evo_run(rec, db), env=env, capture_output=True, text=True, timeout=300)

@@ -69,3 +69,10 @@ def test_a_remote_trial_is_failed_once_its_heartbeat_is_stale(study: optuna.Stud
     (gone,) = recover(study, grace_s=3600)
     assert gone.number == t.number and gone.state == TrialState.FAIL
     assert [w.user_attrs[RETRY_OF] for w in study.get_trials(states=(TrialState.WAITING,))] == [t.number]
+
+
+def test_a_trial_killed_before_its_owner_stamp_is_failed_at_once(study: optuna.Study) -> None:
+    t = study.ask()  # asked, never stamped, no params: the kill landed in between
+    (gone,) = recover(study, grace_s=3600)
+    assert gone.number == t.number and gone.user_attrs["status"] == "abandoned"
+    assert study.get_trials(states=(TrialState.WAITING,)) == []  # it had proposed nothing

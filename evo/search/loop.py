@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.build import build_id_for
@@ -249,11 +250,16 @@ class Search:
             self._build_and_evaluate({bid: groups[bid] for bid in fresh}, fresh)
 
     def _ask(self) -> Pending:
-        with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
-            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-            trial = self.study.ask()
+        while True:
+            with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
+                warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+                trial = self.study.ask()
+            try:  # owner first: an unstamped trial is fair game for another run's recover()
+                trial.storage.set_trial_system_attr(trial._trial_id, OWNER, self.owner)
+                break
+            except UpdateFinishedTrialError:  # another run abandoned it in that window: ask again
+                continue
         self.heartbeat.add(trial._trial_id)
-        trial.storage.set_trial_system_attr(trial._trial_id, OWNER, self.owner)
         trial.storage.set_trial_system_attr(trial._trial_id, RUN, str(self.run_id))
         fam, raw = suggest(trial, list(self.families.values()))
         p = Pending(trial, fam, raw)

@@ -68,9 +68,12 @@ def counts(t: FrozenTrial) -> bool:
 
 
 def requeue(study: optuna.Study, t: FrozenTrial) -> None:
-    """Enqueue an abandoned trial's params again (when it got as far as having any)."""
-    if t.params:
-        study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number}, skip_if_exists=False)
+    """Enqueue an abandoned trial's params again: its own, or those it was enqueued with (a retry
+    abandoned before it drew them); a trial with neither had proposed nothing yet."""
+    params = t.params or t.system_attrs.get("fixed_params")
+    if params:
+        origin = t.user_attrs.get(RETRY_OF, t.number)
+        study.enqueue_trial(params, user_attrs={RETRY_OF: origin}, skip_if_exists=False)
 
 
 def abandon(study: optuna.Study, t: FrozenTrial, why: str) -> bool:
@@ -92,8 +95,10 @@ def recover(study: optuna.Study, grace_s: float, now: Callable[[], _dt.datetime]
 
     Owners on this host are checked by pid. A trial whose heartbeat is staler than the
     storage's grace period (any host) is failed by Optuna's ``fail_stale_trials`` and
-    re-enqueued by the storage's stale-trial callback (:func:`stale_callback`). A trial with
-    neither owner nor heartbeat is abandoned once it is older than ``grace_s``.
+    re-enqueued by the storage's stale-trial callback (:func:`stale_callback`). A trial with no
+    owner and no params was killed between Optuna's ask and the owner stamp: it is abandoned at
+    once (an asker still alive finds its trial failed and asks again, see ``Search._ask``); one
+    with params but no owner (not asked by evo run) once it is older than ``grace_s``.
     """
     running = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     with warnings.catch_warnings():
@@ -108,11 +113,13 @@ def recover(study: optuna.Study, grace_s: float, now: Callable[[], _dt.datetime]
             if owner_alive(owner) is not False:
                 continue
             why = f"left running by pid {owner.get('pid')} on {owner.get('host')}, which is gone"
-        else:
+        elif t.params:  # params but no owner: not asked by evo run; wait out the grace period
             started = t.datetime_start
             if started is None or (clock() - started).total_seconds() < grace_s:
                 continue
             why = "left running with no owner"
+        else:  # killed between ask and the owner stamp; a live asker finds it failed and re-asks
+            why = "left running before its owner was stamped"
         if abandon(study, t, why):
             out.append(study._storage.get_trial(t._trial_id))
     return out
