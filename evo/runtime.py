@@ -25,6 +25,7 @@ from evo.render import Entry
 
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the kernel's limit raised
+ALIGNMENT = 16  # bytes: base pointers of q, k, v, o (16-byte vector loads)
 MAX_GRID_Y = 65535              # grid.y = B * H
 ATTRIBUTES = ("num_regs", "local_size_bytes", "shared_size_bytes", "const_size_bytes",
               "max_threads_per_block", "max_dynamic_shared_size_bytes", "binary_version",
@@ -150,6 +151,8 @@ class CandidateKernels:
                 raise EvoError(f"{name} has shape {tuple(t.shape)}; need (B, H, L, D) equal for q, k, v, o")
             if not t.is_contiguous():
                 raise EvoError(f"{name} is not contiguous (strides {t.stride()})")
+            if t.data_ptr() % ALIGNMENT:  # the families load 16-byte vectors (docs/kernel-abi.md)
+                raise EvoError(f"{name} is not {ALIGNMENT}-byte aligned (a view with a storage offset?)")
         B, H, L, D = q.shape
         if min(B, H, L, D) < 1:
             raise EvoError(f"empty problem (B, H, L, D) = {(B, H, L, D)}")

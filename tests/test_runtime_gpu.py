@@ -124,7 +124,8 @@ def test_supports_only_what_was_built(kernels: CandidateKernels) -> None:
 def _bad_inputs() -> list[tuple[str, str]]:
     return [("float32", "float16 or bfloat16"), ("cpu", "is on cpu"), ("transposed", "not contiguous"),
             ("short_k", "need \\(B, H, L, D\\)"), ("three_d", "need \\(B, H, L, D\\)"),
-            ("mixed", "the same for q, k, v, o"), ("d96", "no kernel for D=96")]
+            ("mixed", "the same for q, k, v, o"), ("d96", "no kernel for D=96"),
+            ("misaligned", "16-byte aligned")]
 
 
 @pytest.mark.gpu
@@ -145,5 +146,7 @@ def test_launch_rejects_bad_inputs(kernels: CandidateKernels, case: str, message
         v = v.to(torch.bfloat16)
     elif case == "d96":
         q, k, v, o = _qkvo(1, 2, 64, 96, "fp16")
+    elif case == "misaligned":  # contiguous, but starts one element into its storage
+        q = torch.randn(q.numel() + 1, device="cuda", dtype=q.dtype)[1:].view(q.shape)
     with pytest.raises(EvoError, match=message):
         kernels.launch(q, k, v, o, causal=False)
