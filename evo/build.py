@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 
-from evo import paths
+from evo import paths, smi
 from evo.errors import EvoError
 from evo.manifest import Family, load_family
 from evo.ptxas import parse_ptxas
@@ -91,14 +91,11 @@ def default_arch() -> str:
 
 
 def _gpu_major() -> int | None:
-    smi = shutil.which("nvidia-smi")
-    if smi:
+    caps = smi.query("compute_cap")
+    if caps:
         try:
-            out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout.split()
-            if out:
-                return int(out[0].split(".")[0])
-        except (OSError, subprocess.SubprocessError, ValueError):
+            return int(caps[0].split(".")[0])
+        except ValueError:
             pass
     try:
         import torch

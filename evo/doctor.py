@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from evo import build, paths
+from evo import build, paths, smi
 from evo.errors import EvoError
 from evo.manifest import list_families
 from evo.store import open_store
@@ -50,15 +50,12 @@ def _ninja() -> Finding:
 
 
 def _driver() -> str:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
+    if not shutil.which("nvidia-smi"):
         return "nvidia-smi not found"
-    try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-    except (OSError, subprocess.SubprocessError):
+    versions = smi.query("driver_version")
+    if versions is None:
         return "nvidia-smi failed"
-    return f"driver {out[0]}" if out else "nvidia-smi reports no GPU"
+    return f"driver {versions[0]}" if versions else "nvidia-smi reports no GPU"
 
 
 def _gpus() -> list[Finding]:

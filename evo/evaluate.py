@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from evo import smi
 from evo.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.worker import EvalRequest
@@ -76,16 +75,8 @@ def supported(shapes: Sequence[Shape], entries: Sequence[Entry]) -> list[Shape]:
 
 
 def _driver_version() -> str:
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout.split()
-            if out:
-                return out[0]
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return "unknown"
+    versions = smi.query("driver_version")
+    return versions[0] if versions else "unknown"
 
 
 def device_info() -> dict[str, str]:

@@ -20,7 +20,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import traceback
@@ -29,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from evo import smi
 from evo.errors import EvoError
 from evo.render import Entry
 from evo.results import Evaluation, Shape, Status
@@ -89,16 +89,10 @@ def gpu_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and not visible.strip():
         return 0
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-            found = sum(line.startswith("GPU ") for line in out.stdout.splitlines())
-        except (OSError, subprocess.TimeoutExpired):
-            found = 0
-        if found:
-            ids = [v for v in (visible or "").split(",") if v.strip()]
-            return min(found, len(ids)) if visible is not None else found
+    found = len(smi.query("index") or [])
+    if found:
+        ids = [v for v in (visible or "").split(",") if v.strip()]
+        return min(found, len(ids)) if visible is not None else found
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

@@ -20,12 +20,11 @@ from __future__ import annotations
 import abc
 import os
 import secrets
-import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evo import smi
 from evo.build import build_batch, build_id_for, compile_flags
 from evo.manifest import load_family
 from evo.render import Rendered
@@ -72,16 +71,8 @@ class Evaluator(abc.ABC):
 
 def gpu_name(index: int = 0) -> str:
     """The name nvidia-smi gives GPU ``index`` (``cuda`` when it cannot tell)."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout.splitlines()
-            if len(out) > index and out[index].strip():
-                return out[index].strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return "cuda"
+    names = smi.query("name") or []
+    return names[index] if len(names) > index else "cuda"
 
 
 class GpuEvaluator(Evaluator):
