@@ -44,7 +44,8 @@ def _check(kern: Any, B: int, H: int, L: int, D: int, causal: bool, dtype: str, 
     low = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale).float()
     err = (o.float() - ref).abs().nan_to_num(float("inf")).max().item()
     ref_err = (low - ref).abs().max().item()
-    tol = 2 * ref_err + FLOOR[dtype]
+    # PyTorch's low-precision SDPA gives NaN for some scales (negative): then only the floor applies
+    tol = 2 * ref_err + FLOOR[dtype] if math.isfinite(ref_err) else 4 * FLOOR[dtype]
     return {"shape": [B, H, L, D], "causal": causal, "dtype": dtype, "scale": scale, "std": std,
             "err": err, "ref_err": ref_err, "tol": tol, "ok": err <= tol,
             "nan": bool(torch.isnan(o).any().item())}
