@@ -88,6 +88,7 @@ class CandidateKernels:
         self._kernels: dict[tuple[int, str, bool], tuple[Entry, Any]] = {}
         self._streams: dict[int, Any] = {}
         self._functions: dict[str, int] = {}   # CUfunction handles, for raw (TMA ABI) launches
+        self._sms = torch.cuda.get_device_properties(device).multi_processor_count  # persistent grids
         for e in self.entries:
             try:
                 kernel = self._code.get_kernel(e.name)
@@ -122,7 +123,7 @@ class CandidateKernels:
         if entry.launch.abi == "tma":
             self._launch_tma(entry, (q, k, v, o), s)
             return
-        config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L),
+        config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L, self._sms),
                                          block=(entry.launch.threads, 1, 1),
                                          shmem_size=entry.launch.smem_bytes)
         self._core.launch(self._stream(), config, kernel,
@@ -136,7 +137,7 @@ class CandidateKernels:
         maps = [tma.encode(t.data_ptr(), shape, entry.dtype, rows) for t, rows in zip(qkvo, entry.launch.tma_rows)]
         args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
                 ctypes.c_int(B), ctypes.c_int(H), ctypes.c_int(L), ctypes.c_float(scale)]
-        tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L), entry.launch.threads,
+        tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
                    entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

@@ -47,6 +47,7 @@ class LaunchConfig:
 
     ``abi`` is ``"ptr"`` (pointers and sizes only) or ``"tma"`` (four 3-D tensor maps first, see
     docs/kernel-abi.md); ``tma_rows`` are then the box rows of the q, k, v and o tensor maps.
+    A ``persistent`` kernel gets one CTA per SM (at most one per tile) and walks the tiles.
     """
 
     threads: int
@@ -54,10 +55,16 @@ class LaunchConfig:
     smem_bytes: int
     abi: str = "ptr"
     tma_rows: tuple[int, ...] = ()
+    persistent: bool = False
 
-    def grid(self, B: int, H: int, L: int) -> tuple[int, int, int]:
-        """Grid of the forward kernel: (query tiles, batch*heads, 1)."""
-        return ((L + self.rows_per_cta - 1) // self.rows_per_cta, B * H, 1)
+    def grid(self, B: int, H: int, L: int, sms: int = 0) -> tuple[int, int, int]:
+        """Grid of the forward kernel: (query tiles, batch*heads, 1), or (min(tiles, sms), 1, 1)."""
+        m_tiles = (L + self.rows_per_cta - 1) // self.rows_per_cta
+        if self.persistent:
+            if sms < 1:
+                raise EvoError("a persistent kernel's grid needs the device's SM count")
+            return (min(m_tiles * B * H, sms), 1, 1)
+        return (m_tiles, B * H, 1)
 
 
 def _fmt(v: Value) -> str:
@@ -121,7 +128,8 @@ def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfi
     if abi == "tma":
         boxes = launch["tma_rows"]
         rows = tuple(int(evaluate(str(boxes[t]), names)) for t in TMA_TENSORS)
-    return LaunchConfig(**sizes, abi=abi, tma_rows=rows)
+    persistent = bool(evaluate(str(launch.get("persistent", "False")), names))
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:
