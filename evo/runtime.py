@@ -12,6 +12,7 @@ over its limits) raises :class:`~evo.errors.LaunchRejected` at load, before any 
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import math
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from evo import tma
 from evo.errors import EvoError, LaunchRejected
 from evo.render import Entry
 
@@ -65,6 +67,14 @@ def _check(driver: ModuleType, result: Any, what: str, error: type[EvoError] = E
     return tuple(rest)
 
 
+def _handle_value(obj: Any) -> int:
+    """The raw pointer value of a cuda.bindings handle object (CUfunction, ...)."""
+    try:
+        return int(obj)
+    except TypeError:  # older bindings: getPtr() is the address of the stored handle
+        return int(ctypes.c_void_p.from_address(obj.getPtr()).value or 0)
+
+
 def _attribute(kernel: Any, name: str) -> int:
     v = getattr(kernel.attributes, name)
     return int(v() if callable(v) else v)  # methods before cuda.core 0.3
@@ -104,6 +114,7 @@ class CandidateKernels:
         (smem_optin,) = _check(driver, driver.cuDeviceGetAttribute(
             driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
             "shared memory per block (opt-in)")
+        self._functions: dict[str, int] = {}   # CUfunction handles, for raw (TMA ABI) launches
         for e in self.entries:
             try:
                 kernel = self._code.get_kernel(e.name)
@@ -118,8 +129,9 @@ class CandidateKernels:
                     e.launch.smem_bytes, kernel.handle, device),
                     f"{e.name}: raising dynamic shared memory to {e.launch.smem_bytes} bytes", LaunchRejected)
             # load into this context now rather than lazily at a first launch that may be captured
-            _check(driver, driver.cuKernelGetFunction(kernel.handle), f"{e.name}: loading")
+            (function,) = _check(driver, driver.cuKernelGetFunction(kernel.handle), f"{e.name}: loading")
             self._kernels[(e.head_dim, e.dtype, e.causal)] = (e, kernel)
+            self._functions[e.name] = _handle_value(function)
 
     def supports(self, q: torch.Tensor, causal: bool) -> bool:
         """Whether a kernel exists for ``q``'s head dim and dtype in this causal mode."""
@@ -136,13 +148,26 @@ class CandidateKernels:
             raise EvoError(f"no kernel for D={D} {DTYPE_NAMES[q.dtype]} "
                            f"{'causal' if causal else 'full'}; have {have}")
         entry, kernel = found
+        s = 1.0 / math.sqrt(D) if scale is None else scale
+        if entry.launch.abi == "tma":
+            self._launch_tma(entry, (q, k, v, o), s)
+            return
         config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L),
                                          block=(entry.launch.threads, 1, 1),
                                          shmem_size=entry.launch.smem_bytes)
-        s = 1.0 / math.sqrt(D) if scale is None else scale
         self._core.launch(self._stream(), config, kernel,
                           q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                           np.int32(B), np.int32(H), np.int32(L), np.float32(s))
+
+    def _launch_tma(self, entry: Entry, qkvo: tuple[torch.Tensor, ...], scale: float) -> None:
+        """TMA ABI: a tensor map per tensor (box rows from the manifest), then the plain arguments."""
+        B, H, L, D = qkvo[0].shape
+        shape = (B, H, L, D)
+        maps = [tma.encode(t.data_ptr(), shape, entry.dtype, rows) for t, rows in zip(qkvo, entry.launch.tma_rows)]
+        args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
+                ctypes.c_int(B), ctypes.c_int(H), ctypes.c_int(L), ctypes.c_float(scale)]
+        tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L), entry.launch.threads,
+                   entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  causal: bool, scale: float) -> None:

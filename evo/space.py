@@ -38,13 +38,22 @@ class Candidate:
         return self.family + "(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
 
 
+TMA_TENSORS = ("q", "k", "v", "o")
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How to launch one kernel entry of a candidate for head dim ``D``."""
+    """How to launch one kernel entry of a candidate for head dim ``D``.
+
+    ``abi`` is ``"ptr"`` (pointers and sizes only) or ``"tma"`` (four 3-D tensor maps first, see
+    docs/kernel-abi.md); ``tma_rows`` are then the box rows of the q, k, v and o tensor maps.
+    """
 
     threads: int
     rows_per_cta: int
     smem_bytes: int
+    abi: str = "ptr"
+    tma_rows: tuple[int, ...] = ()
 
     def grid(self, B: int, H: int, L: int) -> tuple[int, int, int]:
         """Grid of the forward kernel: (query tiles, batch*heads, 1)."""
@@ -103,9 +112,16 @@ def parse_assignments(family: Family, items: list[str]) -> dict[str, Value]:
 
 
 def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfig:
+    """Evaluate the manifest's ``[launch]`` formulas for ``cand`` at head dim ``head_dim``."""
     names = cand.p | {"D": head_dim}
-    vals = {k: int(evaluate(family.launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
-    return LaunchConfig(**vals)
+    launch = family.launch
+    sizes = {k: int(evaluate(launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
+    abi = str(launch.get("abi", "ptr"))
+    rows: tuple[int, ...] = ()
+    if abi == "tma":
+        boxes = launch["tma_rows"]
+        rows = tuple(int(evaluate(str(boxes[t]), names)) for t in TMA_TENSORS)
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:
