@@ -12,6 +12,7 @@ workers may start on one database at once. One call is one worker with (at most)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
                                ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
         check_compatible(study, families)
-        run_id = store.start_run("evo run", study=name, device={"name": ev.device, "source": ev.name, "gpu": opts.gpu},
+        run_id = store.start_run("evo run", study=name, device={"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()},
                                  options={"trials": opts.trials, "time_budget_s": opts.time_budget_s,
                                           "sampler": opts.sampler, "seed": opts.seed, "batch": opts.batch,
                                           **settings})
