@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
-# Stages: env smoke tests throughput eval sweep:N run:N bench promote save
+# Stages: env smoke tests throughput eval sweep:N run:N gpus:N bench promote save
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -48,6 +48,15 @@ for stage in "$@"; do
         | tee -a "$OUT/run.log" | tail -15
       $EVO lineage --study "${EVO_STUDY:-evo-gpu}" 2>&1 | tee "$OUT/lineage.txt" | head -60
       $EVO insights --study "${EVO_STUDY:-evo-gpu}" 2>&1 | tee "$OUT/insights.txt" | head -60 ;;
+    gpus)
+      # N trials with one worker process per entry of $EVO_GPUS (default 0,0: two workers on GPU 0),
+      # in a fresh database and build cache, so runs with other $EVO_GPUS compare on equal terms
+      study="scale-$(echo "${EVO_GPUS:-0,0}" | tr ',' '-')-$(date +%s)"
+      log "scale: ${arg:-6} trials, --gpus ${EVO_GPUS:-0,0}, study $study"
+      EVO_CANDIDATES="/tmp/$study-cache" $EVO run --gpus "${EVO_GPUS:-0,0}" --db "sqlite:////tmp/$study.sqlite" \
+        --study "$study" --families "${EVO_FAMILIES:-flash_mma}" --trials "${arg:-6}" --batch 2 --cases F1 --seed 1 2>&1 \
+        | tee -a "$OUT/scale.log" | tail -15
+      python3 scripts/scale_check.py --db "sqlite:////tmp/$study.sqlite" --study "$study" 2>&1 | tee -a "$OUT/scale.log" ;;
     bench)
       log "bench the best candidate"
       $EVO bench --best 1 --out "$OUT/benchmarks" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;

@@ -34,7 +34,7 @@ from evo.search.samplers import make_sampler
 from evo.search.resume import Retry
 from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, storage, stored_settings
 from evo.store import Store, open_store
-from evo.store.engine import ProcessLock, normalize_url, schema_lock
+from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
 from evo.suites import fast_cases
 from evo.worker import gpu_count
 
@@ -187,6 +187,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             raise
         store.finish_run(run_id, "done")
         return summary
+    except optuna.exceptions.StorageInternalError as exc:  # e.g. an SQLite file locked for too long
+        raise EvoError(f"database error in {safe_url(url)}: {describe(exc)}") from None
     finally:
         ask_lock.close()
         ev.close()

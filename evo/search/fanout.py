@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import optuna
+
 from evo import paths
 from evo.errors import EvoError
 from evo.search.driver import RunOptions, run
@@ -108,8 +110,9 @@ class _Forward:
         self.events.put(("note", self.tag, text))
 
 
-def _worker(opts: RunOptions, tag: str, events: Any) -> None:
+def _worker(opts: RunOptions, tag: str, events: Any, verbosity: int) -> None:
     """Process entry: run one worker; its summary (or its one-line error) goes to the parent."""
+    optuna.logging.set_verbosity(verbosity)  # as the parent has it (a spawned child starts afresh)
     try:
         events.put(("done", tag, run(opts, _Forward(events, tag))))
     except EvoError as exc:
@@ -127,7 +130,8 @@ def run_workers(opts: RunOptions, devices: Sequence[int], reporter: Reporter) ->
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()
     names = tags(devices)
-    procs = {tag: ctx.Process(target=_worker, args=(o, tag, events), name=f"evo-run-{tag}")
+    level = optuna.logging.get_verbosity()
+    procs = {tag: ctx.Process(target=_worker, args=(o, tag, events, level), name=f"evo-run-{tag}")
              for tag, o in zip(names, worker_options(opts, devices))}
     for p in procs.values():
         p.start()
