@@ -156,7 +156,7 @@ def run_workers(opts: RunOptions, devices: Sequence[int], reporter: Reporter) ->
         elif kind == "advance":
             reporter.advance(*body)
         elif kind == "note":
-            reporter.note(f"[{tag}] {body}")
+            reporter.note(f"{tag}: {body}")
         elif kind == "done":
             summaries[tag] = body
         elif kind == "error":
@@ -164,7 +164,7 @@ def run_workers(opts: RunOptions, devices: Sequence[int], reporter: Reporter) ->
     for p in procs.values():
         p.join()
     for tag, why in errors.items():
-        reporter.note(f"[{tag}] worker failed: {why}")
+        reporter.note(f"{tag}: worker failed: {why}")
     if not summaries:
         tag, why = next(iter(errors.items()))
         raise EvoError(f"every worker failed; {tag}: {why}")
