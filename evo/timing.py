@@ -11,9 +11,9 @@ thermal drift hits every backend alike.
 
 What makes the numbers trustworthy (DESIGN.md, FAST and GREEN):
 
-- Clocks: every op replays untimed for ``WARM_MS`` before its samples in each round, so it
-  is measured at the clocks its own load settles to, not the previous op's; a case of long
-  launches first warms the GPU for ``CLOCK_WARM_MS``.
+- Clocks: every op replays untimed before its samples in each round (as long as the samples
+  take, up to ``WARM_MS``), so it is measured at the clocks its own load settles to, not the
+  previous op's; a case of long launches first warms the GPU for ``CLOCK_WARM_MS``.
 - Spread: a case where any op's p80 - p20 exceeds ``SPREAD_LIMIT`` of its median is measured
   again (``remeasure`` times at most) instead of being recorded; if it stays wide, the
   narrowest attempt is recorded and flagged.
@@ -62,7 +62,7 @@ CASE_BUDGET_MS = 400.0        # replay time spent per op per case, about (slow k
 L2_FACTOR = 2.5               # rotated inputs total this many L2 sizes
 RECHECK_FAILED = "re-check FAILED"
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
-WARM_MS = 20.0                # untimed replays before each op's samples, every round
+WARM_MS = 20.0                # untimed replays before each op's samples, every round (at most)
 LONG_LAUNCH_US = 200.0        # a case with launches this long warms the GPU first ...
 CLOCK_WARM_MS = 200.0         # ... for this long
 SPREAD_LIMIT = 0.05           # (p80 - p20) / median above this: measure the case again
@@ -373,8 +373,9 @@ class GraphTimer:
         return max(3, min(reps, int(budget_ms / max(self.replay_ms, 1e-3))))
 
     def sample(self, reps: int) -> list[float]:
-        """``reps`` samples of microseconds per launch, after ``WARM_MS`` of untimed replays."""
-        self.warm(WARM_MS)
+        """``reps`` samples of microseconds per launch, after untimed replays as long as the
+        samples will take, up to ``WARM_MS`` (at least one)."""
+        self.warm(min(WARM_MS, reps * self.replay_ms))
         return [ms * 1e3 / self.launches for ms in self._replays(reps)]
 
     def close(self) -> None:
@@ -409,7 +410,7 @@ def profile(timer: GraphTimer, replays: int = PROFILE_REPLAYS) -> Fidelity | Non
         timer.replay(replays)
         torch.cuda.synchronize()
     events = [(e.time_range.start, e.time_range.end) for e in prof.events()
-              if e.device_type == DeviceType.CUDA]
+              if e.device_type == DeviceType.CUDA and "sync" not in e.name.lower()]  # kernels, memsets
     return fidelity_of(events, replays, timer.launches)
 
 
