@@ -99,13 +99,16 @@ class Fidelity:
 
     ``median_us`` / ``p20_us`` / ``p80_us``: first kernel start to last kernel end of a replay,
     over its launches (what CUDA events measure, gaps between launches included);
-    ``busy_us``: the kernels' own durations summed, per launch (median over replays)."""
+    ``busy_us``: the kernels' own durations summed, per launch (median over replays);
+    ``events_us``: CUDA events around the same profiled replays, per launch (median): how much
+    the profiler itself slowed them."""
 
     median_us: float
     p20_us: float
     p80_us: float
     busy_us: float
     replays: int
+    events_us: float = 0.0
 
 
 @dataclass

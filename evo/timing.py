@@ -396,8 +396,9 @@ def time_graph(fn: Callable[[], Any], *, launches_per_graph: int | None = None,
 
 
 def profile(timer: GraphTimer, replays: int = PROFILE_REPLAYS) -> Fidelity | None:
-    """The independent measurement: ``replays`` replays of the timer's graph (after the same
-    warm-up as a sample) under torch.profiler, per-launch times from CUPTI's kernel timestamps.
+    """The independent measurement: ``replays`` replays of the timer's graph (after a warm-up)
+    under torch.profiler, per-launch times from CUPTI's kernel timestamps, and from CUDA events
+    around the same replays (to tell the profiler's own cost from a disagreement with FAST).
     None when the profiler recorded no usable device activity (no CUPTI on this host)."""
     import torch
     from torch.autograd import DeviceType
@@ -407,11 +408,14 @@ def profile(timer: GraphTimer, replays: int = PROFILE_REPLAYS) -> Fidelity | Non
     timer.warm(WARM_MS)
     torch.cuda.synchronize()
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-        timer.replay(replays)
+        events_ms = timer._replays(replays)
         torch.cuda.synchronize()
-    events = [(e.time_range.start, e.time_range.end) for e in prof.events()
-              if e.device_type == DeviceType.CUDA and "sync" not in e.name.lower()]  # kernels, memsets
-    return fidelity_of(events, replays, timer.launches)
+    activity = [(e.time_range.start, e.time_range.end) for e in prof.events()
+                if e.device_type == DeviceType.CUDA and "sync" not in e.name.lower()]  # kernels, memsets
+    found = fidelity_of(activity, replays, timer.launches)
+    if found is None:
+        return None
+    return replace(found, events_us=statistics.median(events_ms) * 1e3 / timer.launches)
 
 
 # ----------------------------------------------------------------------------- SDPA

@@ -15,6 +15,7 @@ package written that way says so in its PROVENANCE.json.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -47,8 +48,13 @@ class Verified:
 
 
 def require_gpu() -> None:
+    """Refuse before any work when verification cannot run here (no GPU, or no pytest for the
+    package's tests)."""
     if gpu_count() == 0:
         raise EvoError(NO_GPU)
+    if importlib.util.find_spec("pytest") is None:
+        raise EvoError("promote runs the package's own tests with pytest, which is not installed here: "
+                       "pip install pytest, or pass --no-verify")
 
 
 Bucket = tuple[Key, int, int]  # (head dim, dtype, causal), shortest and longest length to check

@@ -149,9 +149,9 @@ def test_fallback_rows_are_labelled_in_benchmarks_md() -> None:
 def profiled_eval() -> Evaluation:
     from evo.results import Fidelity
 
-    ts = [Timing(F1, "evo", 5.0, 4.9, 5.2, [5.0], fidelity=Fidelity(5.1, 5.05, 5.15, 4.6, 10)),
+    ts = [Timing(F1, "evo", 5.0, 4.9, 5.2, [5.0], fidelity=Fidelity(5.1, 5.05, 5.15, 4.6, 10, 5.12)),
           Timing(F1, "sdpa_flash", 9.0, 8.9, 9.1, [9.0], "FAST 9.00 us vs profiler 8.00 us (x1.125, over 5% apart)",
-                 fidelity=Fidelity(8.0, 7.9, 8.1, 7.5, 10)),
+                 fidelity=Fidelity(8.0, 7.9, 8.1, 7.5, 10, 8.02)),
           Timing(F1, "sdpa_default", 8.0, 8.0, 8.0, [8.0])]
     return Evaluation("b" * 64, Status.FAST, timings=ts,
                       device=DEVICE | {"cubin_sha256": "c" * 64, "fast_outputs_checked": "63"})
@@ -162,7 +162,7 @@ def test_case_records_carry_fidelity_and_notes() -> None:
     evo = row["fidelity"]["evo"]
     assert evo == {"fast_us": 5.0, "fast_spread_us": pytest.approx(0.3), "profiled_us": 5.1,
                    "profiled_spread_us": pytest.approx(0.1), "busy_us": 4.6, "replays": 10,
-                   "ratio": pytest.approx(5.0 / 5.1)}
+                   "events_under_profiler_us": 5.12, "ratio": pytest.approx(5.0 / 5.1)}
     assert row["fidelity"]["sdpa_default"] is None and "sdpa_cudnn" not in row["fidelity"]
     assert row["notes"] == {"sdpa_flash": "FAST 9.00 us vs profiler 8.00 us (x1.125, over 5% apart)"}
 
@@ -183,10 +183,10 @@ def test_benchmarks_md_has_the_fidelity_table() -> None:
     record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x",
                          created=datetime(2026, 11, 21, tzinfo=timezone.utc))
     md = render_benchmarks_md([("x.json", record)])
-    assert "| case | backend | FAST us (p80-p20) | profiler us (p80-p20) | FAST / profiler | busy us |" in md
-    assert "| F1 | evo | 5.00 (0.30) | 5.10 (0.10) | 0.980 | 4.60 |" in md
-    assert "| F1 | sdpa_flash | 9.00 (0.20) | 8.00 (0.20) | 1.125 ✗ | 7.50 |" in md
-    assert "| F1 | sdpa_default | | not profiled | | |" in md
+    assert "| case | backend | FAST us (p80-p20) | profiler us (p80-p20) | FAST / profiler | busy us | events us |" in md
+    assert "| F1 | evo | 5.00 (0.30) | 5.10 (0.10) | 0.980 | 4.60 | 5.12 |" in md
+    assert "| F1 | sdpa_flash | 9.00 (0.20) | 8.00 (0.20) | 1.125 ✗ | 7.50 | 8.02 |" in md
+    assert "| F1 | sdpa_default | | not profiled | | | |" in md
     assert "FAST / profiler" not in render_benchmarks_md(load_records(SAMPLE.parent))   # older records: none
 
 

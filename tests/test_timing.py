@@ -99,8 +99,9 @@ def test_time_case_interleaves_candidate_and_backends_checks_and_profiles() -> N
     assert all(t.median_us > 0 and len(t.samples_us) == 10 for t in out)
     assert "implausible" not in out[0].flagged
     assert got.outputs_checked >= 1 and got.output_failure == ""
-    assert all(t.fidelity is not None and t.fidelity.median_us > 0 and t.fidelity.busy_us > 0 for t in out), \
-        "torch.profiler recorded no CUDA kernel activity for a graph replay"
+    assert all(t.fidelity is not None and min(t.fidelity.median_us, t.fidelity.busy_us, t.fidelity.events_us) > 0
+               for t in out), \
+        "torch.profiler gave no usable CUDA activity (none, or not in whole replays)"
 
 
 @pytest.mark.gpu
