@@ -17,7 +17,14 @@ were drawn), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``fast_o
 
 A CUDA fault poisons the context for good, and an exception cannot tell reliably whether it
 left one behind, so after any exception the worker replies ``crashed`` (with the exception as
-the reason) and exits; the parent starts a fresh one.
+the reason) and exits; the parent starts a fresh one. The exception is a launch the driver
+refused to set up before any kernel ran (:class:`~evo.errors.LaunchRejected`): that is
+``resource_rejected``, and the worker goes on serving.
+
+Start-up (importing torch and cuda-python, creating the CUDA context, loading the libraries
+SDPA uses) happens before the worker asks for its first request, so it never counts against a
+request's budget; progress notes (each GREEN launch, each FAST case) let the parent tell a
+kernel that never returned from a slow one.
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from evo import smi
+from evo.errors import LaunchRejected
 from evo.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.worker import EvalRequest
+from evo.worker import EvalRequest, progress
 
 if TYPE_CHECKING:
     from evo.suites import GreenCase
@@ -169,6 +177,19 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
     return kernels, kernel_op, list(request.entries)
 
 
+def _reporting(launch: Callable[..., Any]) -> Callable[..., Any]:
+    """``launch`` that first reports each call as progress (GREEN only: never a timed launch)."""
+    calls = 0
+
+    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float) -> Any:
+        nonlocal calls
+        calls += 1
+        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{' causal' if causal else ''})")
+        return launch(q, k, v, o, causal, scale)
+
+    return report_then_launch
+
+
 def green_plan(request: EvalRequest, entries: Sequence[Entry], salt: int) -> tuple[list[GreenCase], int]:
     """The GREEN cases of one evaluation and how many of them were drawn: the request's own
     ``green_cases`` (promote's verification), else the fixed core the kernel has a kernel for
@@ -195,7 +216,7 @@ def _green(launch: Callable[..., Any], request: EvalRequest, entries: Sequence[E
     cases, drawn = green_plan(request, entries, salt)
     ev.device["green_drawn"] = str(drawn)
     t0 = time.perf_counter()
-    ev.checks = run_green(launch, cases, settings, salt)
+    ev.checks = run_green(_reporting(launch), cases, settings, salt)
     ev.green_seconds = time.perf_counter() - t0
     status, ev.reason = verdict(ev.checks, settings.gate_dtypes)
     ev.status = status
@@ -232,6 +253,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
             def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal) -> Any:
                 return op(q, k, v, o, causal=_causal)
 
+            progress(f"FAST {shape.tag}")
             known = [] if plan.interleave else session.baselines(shape, plan)
             got = time_case(cand, shape, plan.backends if plan.interleave else (), rounds=plan.rounds,
                             reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
@@ -261,6 +283,7 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     plan = Plan.of(request.options)
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
     launch, op, entries = _candidate(request, ev)
+    progress("loaded")
     if request.options.get("gemm"):
         ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"
     if request.green and launch is not None and not _green(launch, request, entries or (), plan.salt, ev):
@@ -271,11 +294,34 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     return ev
 
 
+def _warm_up() -> None:
+    """Create the CUDA context and load what requests use (cuda-python, every SDPA backend, the
+    matmul library of GREEN's reference), so a fresh worker's first request is not charged for it."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from evo import gate  # noqa: F401 - imported here, not inside a request's budget
+    from evo.runtime import import_cuda
+    from evo.timing import BACKENDS, runs, sdpa_op
+
+    import_cuda()
+    x = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
+    for backend in BACKENDS:
+        runs(sdpa_op(backend, False), (x, x, x, None))  # a backend that refuses is skipped
+    with sdpa_kernel(SDPBackend.MATH):
+        for wide in (torch.float32, torch.float64):
+            F.scaled_dot_product_attention(x.to(wide), x.to(wide), x.to(wide))
+    torch.cuda.synchronize()
+
+
 def serve(conn: Connection) -> None:
-    """Worker loop: one Evaluation per EvalRequest until ``None`` or a closed pipe."""
+    """Worker loop: one Evaluation per EvalRequest until ``None`` or a closed pipe; start-up
+    first, before the first ``recv`` tells the parent this worker is ready."""
     import torch
 
     torch.cuda.set_device(0)
+    _warm_up()
     session = Session()
     while True:
         try:
@@ -286,6 +332,10 @@ def serve(conn: Connection) -> None:
             return
         try:
             result = evaluate(request, session)
+        except LaunchRejected as exc:  # refused before any kernel ran: the context is intact
+            conn.send(Evaluation(request.build_id, Status.RESOURCE_REJECTED, str(exc),
+                                 device=dict(session.device)))
+            continue
         except Exception as exc:  # noqa: BLE001 - reported as crashed; the context may be poisoned
             conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
             return

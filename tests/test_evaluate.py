@@ -96,16 +96,20 @@ F1 = Shape("F1", 1, 8, 512, 64, False)
 def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     """serve() with the GPU parts replaced: GREEN passes unless build id starts with 'red',
     time_case answers 5 us for the candidate and 9 us per baseline, and logs its calls."""
+    from evo.errors import LaunchRejected
     from evo.results import CheckResult, Timing
     from evo.timing import CaseTiming
 
     calls: dict[str, list] = {"time_case": [], "green": []}
     monkeypatch.setattr("torch.cuda.set_device", lambda d: None)
+    monkeypatch.setattr("evo.evaluate._warm_up", lambda: None)
     monkeypatch.setattr("evo.evaluate.device_info", lambda: {"name": "Fake GPU"})
 
     def candidate(request, ev):
         if request.build_id.startswith("boom"):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        if request.build_id.startswith("wide"):
+            raise LaunchRejected("evo_attn_d64_fp16_full: needs 300000 B shared memory > 232448 B")
         ev.device["cubin_sha256"] = "c" * 64
         return (lambda *a: None), (lambda q, k, v, o, *, causal: None), list(request.entries)
 
@@ -224,3 +228,27 @@ def test_a_failure_replies_crashed_and_stops_serving(fake_worker: dict[str, list
     serve(conn)
     assert len(conn.sent) == 1 and conn.sent[0].status is Status.CRASHED
     assert "illegal memory access" in conn.sent[0].reason and conn.requests  # the second was never taken
+
+
+def test_a_launch_the_device_refuses_is_resource_rejected_and_serving_goes_on(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    conn = FakeConn([_request("wide"), _request("after")])
+    serve(conn)
+    assert [e.status for e in conn.sent] == [Status.RESOURCE_REJECTED, Status.FAST]
+    assert "300000 B shared memory" in conn.sent[0].reason
+
+
+def test_each_green_launch_is_reported_as_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from evo import evaluate
+
+    notes: list[str] = []
+    launched: list[bool] = []
+    monkeypatch.setattr(evaluate, "progress", notes.append)
+    launch = evaluate._reporting(lambda q, k, v, o, causal, scale: launched.append(causal))
+    q = torch.zeros(1, 2, 3, 64)
+    launch(q, q, q, q, True, 0.125)
+    launch(q, q, q, q, False, 0.125)
+    assert notes == ["GREEN launch 1 (1x2x3x64 causal)", "GREEN launch 2 (1x2x3x64)"] and launched == [True, False]

@@ -119,7 +119,8 @@ def eval_cmd(
         try:
             built = _build(store, rendered, arch, run_id)
             if old_id is not None and built.build_id != old_id:
-                console.print(f"[yellow]note:[/] {old_id[:12]} renders differently with today's templates; "
+                console.print(f"[yellow]note:[/] {old_id[:12]} builds under a new id today (templates, launch config, "
+                              f"compiler or headers changed, or it predates build key v2); "
                               f"evaluating the new build {built.build_id[:12]}")
             console.print(f"{rendered.candidate.label()}  [dim]{built.build_id[:12]} {arch}"
                           f"{' (cached)' if built.cached else ''}[/]")
@@ -176,7 +177,8 @@ def bench_cmd(
                 full, rendered, arch = _render_stored(store, cid)
                 (built,) = build_batch([rendered], arch=arch)
                 if built.build_id != full:
-                    raise EvoError(f"{full[:12]} renders differently with today's templates (now "
+                    raise EvoError(f"{full[:12]} builds under a new id today (templates, launch config, compiler "
+                                   f"or headers changed, or it predates build key v2; now "
                                    f"{built.build_id[:12]}); `evo eval --id {full[:12]}` evaluates the new build")
                 if built.status is not Status.BUILT:
                     raise EvoError(f"{full[:12]}: {built.status.value}: {built.reason}")
