@@ -39,8 +39,9 @@ FAULTS = {"no_write": "unwritten", "zeros": "max|err|", "skip_tail": "max|err|",
           "shape_keyed": "max|err|", "half_acc": "max|err|"}
 DRAW_KEYED = ("ignore_scale", "no_max_sub", "small_tail", "shape_keyed")
 TIMED = ("first_n", "jitter")
-CANDIDATES = [("flash_scalar", "none"), ("flash_mma", "none"), ("faulty", "none"),
-              *(("faulty", f) for f in (*FAULTS, *TIMED))]
+HOPPER = default_arch() == "sm_90a"
+FAMILIES = ["flash_scalar", "flash_mma", *(["flash_wgmma"] if HOPPER else []), "faulty"]
+CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED))]
 F1 = Shape("F1", 1, 8, 512, 64, False)
 Built = dict[tuple[str, str], tuple[CandidateKernels, tuple[Entry, ...], str]]
 
@@ -79,7 +80,7 @@ def _green(item: tuple[CandidateKernels, tuple[Entry, ...], str], core_only: boo
     return status, f"{reason} (salt {salt})"
 
 
-@pytest.mark.parametrize("family", ["flash_scalar", "flash_mma", "faulty"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_default_candidate_is_green(built: Built, family: str) -> None:
     status, reason = _green(built[(family, "none")])
     assert status is Status.GREEN, reason
