@@ -211,7 +211,7 @@ def _per_set_max(diff: torch.Tensor, n: int) -> list[float]:
     """max |x| of each of ``n`` equal slices of ``diff`` along dim 0; inf where one is not finite."""
     flat = diff.reshape(n, -1).abs()
     flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, math.inf))
-    return [float(x) for x in flat.amax(dim=1)]
+    return [float(x) for x in flat.amax(dim=1).tolist()]
 
 
 InputSet = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
