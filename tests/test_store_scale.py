@@ -77,12 +77,12 @@ def test_a_lineage_round_trips(url: str) -> None:
 
 def test_a_claim_is_held_once_and_taken_over_only_from_its_holder(url: str) -> None:
     with open_store(url) as store:
-        assert store.claim("b" * 64, "gpu", 7, "s", 0) == 7
-        assert store.claim("b" * 64, "gpu", 8, "s", 1) == 7
-        assert store.claim("b" * 64, "other gpu", 8, "s", 1) == 8
-        assert not store.take_over("b" * 64, "gpu", 5, 8, "s", 1)
-        assert store.take_over("b" * 64, "gpu", 7, 8, "s", 1)
-        assert store.claim("b" * 64, "gpu", 9, "s", 2) == 8
+        assert store.claim("b" * 64, "gpu", 7, "s", 0) == (7, "s")
+        assert store.claim("b" * 64, "gpu", 8, "t", 1) == (7, "s")
+        assert store.claim("b" * 64, "other gpu", 8, "t", 1) == (8, "t")
+        assert not store.take_over("b" * 64, "gpu", 5, 8, "t", 1)
+        assert store.take_over("b" * 64, "gpu", 7, 8, "t", 1)
+        assert store.claim("b" * 64, "gpu", 9, "s", 2) == (8, "t")
 
 
 OPEN_ALL = """

@@ -204,12 +204,13 @@ class Search:
             s.best = best_trial(trials_now)
         return s
 
-    def _mirror_abandoned(self, abandoned: Sequence[FrozenTrial], dead_runs: bool) -> int:
-        """Mark given-up trials FAIL in the store too (and, for a dead worker, its run)."""
+    def _mirror_abandoned(self, abandoned: Sequence[FrozenTrial], dead_runs: bool, study: str | None = None) -> int:
+        """Mark given-up trials (of this study, or of ``study``) FAIL in the store too, and, for
+        a dead worker, its run failed."""
         for t in abandoned:
             run = t.system_attrs.get(RUN)
             run_id = int(run) if run is not None and str(run).isdigit() else None
-            self.store.record_trial(self.study.study_name, t.number, t.user_attrs.get(CANDIDATE), run_id,
+            self.store.record_trial(study or self.study.study_name, t.number, t.user_attrs.get(CANDIDATE), run_id,
                                     TrialState.FAIL.name, None)
             if dead_runs and run_id is not None and (view := self.store.get_run(run_id)) \
                     and view.status == "running":
@@ -277,14 +278,22 @@ class Search:
         """Take the claim on (bid, this device) for ``trial``: free, or held by a trial that is no
         longer running (finished, or failed by the heartbeat check)."""
         dev, name, tid = self.evaluator.device, self.study.study_name, trial._trial_id
-        holder = self.store.claim(bid, dev, tid, name, trial.number)
+        holder, holder_study = self.store.claim(bid, dev, tid, name, trial.number)
         if holder == tid:
             return True
-        try:
-            running = self.rdb.get_trial(holder).state == TrialState.RUNNING
-        except KeyError:  # its study was deleted
-            running = False
+        running = self._running(holder)
+        if running and holder_study != name:
+            # a trial of another study, whose workers may all be gone: check its heartbeat here
+            other = optuna.load_study(study_name=holder_study, storage=self.rdb)
+            self._mirror_abandoned(recover(other, self.rdb, self.retry), dead_runs=True, study=holder_study)
+            running = self._running(holder)
         return not running and self.store.take_over(bid, dev, holder, tid, name, trial.number)
+
+    def _running(self, trial_id: int) -> bool:
+        try:
+            return self.rdb.get_trial(trial_id).state == TrialState.RUNNING
+        except KeyError:  # its study was deleted
+            return False
 
     def _await(self, groups: dict[str, list[Pending]]) -> None:
         """Wait for candidates other workers are measuring: answered from the store when they

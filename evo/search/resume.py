@@ -84,18 +84,19 @@ class Retry:
 
     def __init__(self, max_retry: int = MAX_RETRY) -> None:
         self.max_retry = max_retry
-        self._failed: list[FrozenTrial] = []
+        self._failed: list[tuple[str, FrozenTrial]] = []
         self._lock = threading.Lock()
 
     def __call__(self, study: optuna.Study, t: FrozenTrial) -> None:
         with self._lock:
-            self._failed.append(t)
+            self._failed.append((study.study_name, t))
         requeue(study, t, self.max_retry)
 
-    def drain(self) -> list[FrozenTrial]:
-        """The trials this process failed as stale since the last call."""
+    def drain(self, study_name: str) -> list[FrozenTrial]:
+        """The trials of ``study_name`` this process failed as stale since the last call."""
         with self._lock:
-            out, self._failed = self._failed, []
+            out = [t for name, t in self._failed if name == study_name]
+            self._failed = [(name, t) for name, t in self._failed if name != study_name]
         return out
 
 
@@ -118,7 +119,7 @@ def recover(study: optuna.Study, storage: RDBStorage, retry: Retry) -> list[Froz
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-    return retry.drain()
+    return retry.drain(study.study_name)
 
 
 class Heartbeat:

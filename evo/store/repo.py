@@ -175,16 +175,16 @@ class Store:
 
     # ---- claims (one worker measures a build on a kind of device; docs/scale-out.md) -----------
 
-    def claim(self, build_id: str, device: str, trial_id: int, study: str, number: int) -> int:
-        """Claim (build_id, device) for Optuna trial ``trial_id`` unless another trial holds it;
-        returns the holder's trial id (``trial_id`` when the claim is this trial's now)."""
+    def claim(self, build_id: str, device: str, trial_id: int, study: str, number: int) -> tuple[int, str]:
+        """Claim (build_id, device) for Optuna trial ``trial_id`` of ``study`` unless another
+        trial holds it; returns the holder's trial id and study (this trial's when it is ours now)."""
         with self._tx() as s:
             row = s.get(Claim, (build_id, device))
             if row is not None:
-                return row.trial_id
+                return row.trial_id, row.study
             s.add(Claim(build_id=build_id, device=device, trial_id=trial_id, study=study,
                         trial_number=number, host=socket.gethostname()))
-            return trial_id
+            return trial_id, study
 
     def take_over(self, build_id: str, device: str, holder: int, trial_id: int, study: str, number: int) -> bool:
         """Move the claim on (build_id, device) from trial ``holder`` (no longer running) to

@@ -1,0 +1,72 @@
+"""Claims: a worker takes over a candidate only from a trial that is no longer running, and checks
+the heartbeat of a holder in another study itself (that study may have no worker left)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy import select
+
+from evo.manifest import load_family
+from evo.replay import load_recording
+from evo.search.evaluators import ReplayEvaluator
+from evo.search.loop import Search
+from evo.search.resume import Retry
+from evo.search.study import storage
+from evo.store import open_store
+from evo.store.models import Trial
+from evo.suites import fast_cases
+from synthetic_sweep import make_recording
+
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed")
+BID = "c" * 64
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    store = open_store(url)
+    retry = Retry()
+    rdb = storage(url, heartbeat_s=1, grace_s=1, retry=retry)
+    ev = ReplayEvaluator(load_recording(make_recording(tmp_path / "rec.json.gz")))
+    study = optuna.create_study(study_name="b", storage=rdb, direction="maximize")
+    search = Search(study, store, ev, [load_family("flash_mma")], fast_cases()[:1], "sdpa_default", "geomean",
+                    store.start_run("evo run", study="b"), storage=rdb, retry=retry)
+    yield search, rdb, store
+    store.close()
+
+
+def holder_in(rdb, store, study_name: str, device: str) -> optuna.Trial:
+    other = optuna.create_study(study_name=study_name, storage=rdb, direction="maximize", load_if_exists=True)
+    t = other.ask()
+    rdb.record_heartbeat(t._trial_id)
+    assert store.claim(BID, device, t._trial_id, study_name, t.number) == (t._trial_id, study_name)
+    return t
+
+
+def test_a_running_holder_keeps_its_claim(setup) -> None:
+    search, rdb, store = setup
+    holder = holder_in(rdb, store, "b", search.evaluator.device)
+    assert not search._claim(BID, search.study.ask())
+    search.study.tell(holder, state=TrialState.FAIL)  # finished: the claim is free to take over
+    mine = search.study.ask()
+    assert search._claim(BID, mine) and store.claim(BID, search.evaluator.device, 0, "b", 0) == (mine._trial_id, "b")
+
+
+def test_a_dead_holder_in_another_study_is_failed_here_and_its_claim_taken(setup) -> None:
+    search, rdb, store = setup
+    holder = holder_in(rdb, store, "a", search.evaluator.device)  # its worker died; nobody runs study a
+    mine = search.study.ask()
+    assert not search._claim(BID, mine)  # still within the grace period
+    time.sleep(2.3)
+    assert search._claim(BID, mine)
+    assert rdb.get_trial(holder._trial_id).state == TrialState.FAIL
+    with store._read() as s:  # and marked FAIL in the store, under its own study
+        row = s.scalars(select(Trial).where(Trial.study == "a", Trial.trial_number == holder.number)).one()
+    assert row.state == "FAIL"
+    assert search.study.get_trials(states=(TrialState.FAIL,)) == []  # no trial of this study was touched
