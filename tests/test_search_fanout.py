@@ -11,7 +11,7 @@ import pytest
 
 from evo.errors import EvoError
 from evo.search import fanout
-from evo.search.driver import RunOptions
+from evo.search.driver import RunOptions, run
 from evo.search.fanout import parse_gpus, run_workers, tags, worker_options
 from evo.search.resume import counted
 from evo.store import open_store
@@ -35,6 +35,11 @@ def test_bad_gpus_are_one_line_errors(spec: str, visible: int, message: str) -> 
 def test_gpus_with_replay_is_refused(tmp_path: Path) -> None:
     with pytest.raises(EvoError, match="--replay measures nothing"):
         fanout.start(RunOptions(replay=tmp_path / "x.json"), "0,1", reporter=None)  # type: ignore[arg-type]
+
+
+def test_a_grace_period_not_longer_than_the_heartbeat_is_refused() -> None:
+    with pytest.raises(EvoError, match="grace period longer than the heartbeat"):
+        run(RunOptions(heartbeat_s=5, grace_s=5), Events())
 
 
 def test_workers_share_the_nvcc_jobs_and_get_their_own_seed() -> None:

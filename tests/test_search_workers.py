@@ -1,5 +1,6 @@
-"""Claims: a worker takes over a candidate only from a trial that is no longer running, and checks
-the heartbeat of a holder in another study itself (that study may have no worker left)."""
+"""One worker among several: a claim is taken over only from a trial that is no longer running
+(a holder in another study has its heartbeat checked here: that study may have no worker left),
+and a trial failed as stale under a live worker is noted, not a crash."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy import select
 from evo.manifest import load_family
 from evo.replay import load_recording
 from evo.search.evaluators import ReplayEvaluator
-from evo.search.loop import Search
+from evo.search.loop import Outcome, Search
 from evo.search.resume import Retry
 from evo.search.study import storage
 from evo.store import open_store
@@ -70,3 +71,17 @@ def test_a_dead_holder_in_another_study_is_failed_here_and_its_claim_taken(setup
         row = s.scalars(select(Trial).where(Trial.study == "a", Trial.trial_number == holder.number)).one()
     assert row.state == "FAIL"
     assert search.study.get_trials(states=(TrialState.FAIL,)) == []  # no trial of this study was touched
+
+
+def test_a_trial_failed_as_stale_under_its_worker_is_noted_not_a_crash(setup) -> None:
+    search, rdb, store = setup
+    notes: list[str] = []
+    search.reporter.note = notes.append  # type: ignore[method-assign]
+    p = search._ask()
+    rdb.set_trial_state_values(p.trial._trial_id, TrialState.FAIL)  # another worker found it stale
+    search._finish(p, Outcome("fast", values=[1.2]))
+    assert search.summary.lost == 1 and search.summary.finished == 0
+    assert len(notes) == 1 and "failed as stale by another worker" in notes[0]
+    with store._read() as s:
+        row = s.scalars(select(Trial).where(Trial.study == "b", Trial.trial_number == p.trial.number)).one()
+    assert row.state == "FAIL"
