@@ -43,7 +43,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def start_worker(rec: Path, db: str, study: str, seed: int, log: Path) -> subprocess.Popen:
     argv = [sys.executable, str(PACED), "run", "--replay", str(rec), "--db", db, "--study", study,
             "--trials", str(TRIALS), "--batch", "2", "--cases", "F1", "--seed", str(seed),
-            "--heartbeat", "1", "--grace", "3"]
+            "--heartbeat", "1", "--grace", "5"]
     return subprocess.Popen(argv, env=os.environ | {"COLUMNS": "120"}, stdout=log.open("w"),
                             stderr=subprocess.STDOUT)
 
@@ -142,13 +142,13 @@ def check_study(db: str, study: str, victim_run: int, left: list[FrozenTrial], s
             assert retry.number not in gone and STATUS in retry.user_attrs
             assert int(retry.system_attrs[RUN]) in survivor_runs
 
-    # each candidate evaluated once (the claim), by a worker of this study
+    # each candidate evaluated once (the claim), tagged with the worker that measured it
     pids = set()
     for cid in {t.user_attrs["candidate"] for t in trials if "candidate" in t.user_attrs}:
         evs = store.evaluations(cid)
         assert len(evs) <= 1, cid
         pids |= {int(e.device_info["pid"]) for e in evs}
-    assert len(pids & set(survivors)) >= 2 or len(survivors) == 1
+    assert pids and pids <= {r.device.get("pid") for r in runs.values()}
 
     # lineage: edges between candidates of the study, each child's edges written by one worker at once
     in_study = {t.user_attrs["candidate"] for t in trials if "candidate" in t.user_attrs}
