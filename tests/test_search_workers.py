@@ -73,12 +73,24 @@ def test_a_dead_holder_in_another_study_is_failed_here_and_its_claim_taken(setup
     assert search.study.get_trials(states=(TrialState.FAIL,)) == []  # no trial of this study was touched
 
 
-def test_a_trial_failed_as_stale_under_its_worker_is_noted_not_a_crash(setup) -> None:
+@pytest.mark.parametrize("when", ["before the outcome", "before tell"])
+def test_a_trial_failed_as_stale_under_its_worker_is_noted_not_a_crash(setup, when: str) -> None:
     search, rdb, store = setup
     notes: list[str] = []
     search.reporter.note = notes.append  # type: ignore[method-assign]
     p = search._ask()
-    rdb.set_trial_state_values(p.trial._trial_id, TrialState.FAIL)  # another worker found it stale
+    stale = lambda *_: rdb.set_trial_state_values(p.trial._trial_id, TrialState.FAIL)  # noqa: E731
+    if when == "before the outcome":  # another worker found it stale
+        stale()
+    else:  # ... while this one was writing the store's row
+        record = store.record_trial
+
+        def record_then_go_stale(*args: object) -> None:
+            record(*args)
+            search.store.record_trial = record  # type: ignore[method-assign]
+            stale()
+
+        search.store.record_trial = record_then_go_stale  # type: ignore[method-assign]
     search._finish(p, Outcome("fast", values=[1.2]))
     assert search.summary.lost == 1 and search.summary.finished == 0
     assert len(notes) == 1 and "failed as stale by another worker" in notes[0]

@@ -479,7 +479,9 @@ class Search:
                 self.study.tell(trial, outcome.values)
             else:
                 self.study.tell(trial, state=TrialState.FAIL)
-        except UpdateFinishedTrialError:
+        except (UpdateFinishedTrialError, ValueError):  # ValueError: "Cannot tell a FAIL trial"
+            if self._running(trial._trial_id):
+                raise
             self._lost(p, cid)
             return
         finally:
