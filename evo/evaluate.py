@@ -137,9 +137,9 @@ def _candidate(request: EvalRequest) -> tuple[Callable[..., Any] | None, Callabl
             return attention(q, k, v, causal=causal)
 
         return None, package_op, None
-    from evo.runtime import CandidateKernels
+    from evo.runtime import load_kernels
 
-    kernels = CandidateKernels(request.cubin_path, request.entries, device=0)
+    kernels = load_kernels(request.cubin_path, request.entries, device=0)  # a cubin or a Triton module
 
     def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> None:
         kernels.launch(q, k, v, o, causal=causal)
