@@ -114,7 +114,7 @@ class EvoSampler(ProposalSampler):
 
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
-                 switch_rate: float = 0.3, insight_strength: float = 8.0) -> None:
+                 switch_rate: float = 0.5, insight_strength: float = 8.0) -> None:
         super().__init__(families, seed)
         self.population = population
         self.immigrant_rate = immigrant_rate
