@@ -138,7 +138,8 @@ def serve(conn: Connection) -> None:
     answered with the sweep's points (in the Evaluation's ``device["sweep"]``)."""
     import torch
 
-    from evo.evaluate import Session, _warm_up, evaluate
+    from evo.errors import LaunchRejected
+    from evo.evaluate import Session, _describe, _warm_up, evaluate
 
     torch.cuda.set_device(0)
     _warm_up()
@@ -157,9 +158,11 @@ def serve(conn: Connection) -> None:
                                     device=dict(session.device) | {"sweep": json.dumps(points)})
             else:
                 result = evaluate(request, session)
+        except LaunchRejected as exc:  # refused before any kernel ran: the context is intact
+            conn.send(Evaluation(request.build_id, Status.RESOURCE_REJECTED, str(exc), device=dict(session.device)))
+            continue
         except Exception as exc:  # noqa: BLE001 - the context may be poisoned: report and stop
-            conn.send(Evaluation(request.build_id, Status.CRASHED, f"{type(exc).__name__}: {exc}"[:1000],
-                                 device=dict(session.device)))
+            conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
             return
         session.evaluations += 1
         conn.send(result)
