@@ -30,7 +30,10 @@ for stage in "$@"; do
       for fam in flash_mma flash_scalar; do python3 scripts/smoke_kernel.py $fam 2>&1 | tail -25; done ;;
     tests)
       log "pytest -m gpu"
-      python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40 ;;
+      # the gate's negative controls and the worker first; EVO_TESTS_TIMEOUT caps the stage
+      timeout "${EVO_TESTS_TIMEOUT:-1800}" python3 -m pytest -v -rA -m gpu -p no:cacheprovider tests/test_gate_gpu.py \
+        tests/test_promote_gpu.py tests/test_worker_gpu.py tests/test_runtime_gpu.py tests/test_evaluate.py tests \
+        2>&1 | tee "$OUT/pytest-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed| red: |refusing" | tail -150 ;;
     throughput)
       log "compile throughput (${arg:-20} random candidates per family, 16 jobs)"
       EVO_CANDIDATES=/tmp/throughput-cache $EVO build flash_mma flash_scalar --random "${arg:-20}" --seed 7 --jobs 16 \
