@@ -85,8 +85,12 @@ def violations(family: Family, params: Mapping[str, Value]) -> list[str]:
         elif params[name] not in spec.values or type(params[name]) is not type(spec.default):
             problems.append(f"parameter {name}={_fmt(params[name])} is not allowed; "
                             f"allowed: {spec.allowed()}")
-    if problems:
-        return problems
+    return problems or _constraint_violations(family, params)
+
+
+def _constraint_violations(family: Family, params: Mapping[str, Value]) -> list[str]:
+    """The manifest constraints ``params`` (a point of the domains) breaks."""
+    problems = []
     for c in family.constraints:
         if not evaluate(c.expr, params):
             shown = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items() if k in c.expr)
@@ -137,13 +141,20 @@ def is_valid(family: Family, params: Mapping[str, Value]) -> bool:
     return not violations(family, params)
 
 
+_VALID: dict[tuple[str, int, str], tuple[Candidate, ...]] = {}
+
+
 def all_candidates(family: Family) -> Iterator[Candidate]:
-    """Every valid point of the family, in manifest order (spaces here are small)."""
-    names = list(family.params)
-    for combo in itertools.product(*(family.params[n].values for n in names)):
-        params = dict(zip(names, combo))
-        if is_valid(family, params):
-            yield Candidate(family.name, tuple(params.items()))
+    """Every valid point of the family, in manifest order. Enumerated once per process and
+    family version (a Hopper space has ~10^5 points), then served from memory."""
+    key = (str(family.path), family.version, json.dumps([c.expr for c in family.constraints]))
+    if key not in _VALID:
+        names = list(family.params)
+        _VALID[key] = tuple(
+            Candidate(family.name, tuple(zip(names, combo)))
+            for combo in itertools.product(*(family.params[n].values for n in names))
+            if not _constraint_violations(family, dict(zip(names, combo))))
+    yield from _VALID[key]
 
 
 def random_candidates(family: Family, n: int, rng: random.Random) -> list[Candidate]:
