@@ -161,7 +161,7 @@ def bench_cmd(
     if ids and best:
         raise EvoError("give --id or --best, not both")
     shapes = _cases(cases, dtype)
-    out_dir = out or paths.root() / "benchmarks"
+    out_dir = out or paths.home() / "benchmarks"
     require_gpu()
     targets: list[tuple[str | None, EvalRequest]] = []
     if package:
