@@ -24,6 +24,9 @@ import os
 import subprocess
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from evo.errors import EvoError
 
 PACKAGED = "_resources"  # the folder inside the installed package that holds the resources
@@ -94,6 +97,17 @@ def default_db_url() -> str:
     """``$EVO_DB`` (a URL or a file path), else the SQLite file :func:`default_db_file`."""
     env = os.environ.get("EVO_DB")
     return db_url(env) if env else f"sqlite:///{default_db_file()}"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for another database or an in-memory one)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
 
 
 def acceptance_dir() -> Path:
