@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import optuna
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -44,6 +45,7 @@ def cli(ctx: click.Context) -> None:
     Start with `evo run`; without a GPU it replays a recorded H200 sweep. Every command takes
     -h for its options.
     """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # its INFO lines would interleave with evo's output
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 

@@ -69,7 +69,8 @@ def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = 
     """Per case: evo time (spread), TFLOP/s and speedup vs each SDPA backend."""
     baselines = [b for b in COLUMNS if b != EVO]
     numbers = ("B,H,L,D", "evo us", "TFLOP/s", *(b.removeprefix("sdpa_") for b in baselines))
-    out = table(*(["candidate"] if with_candidate else []), "case", *numbers, right=numbers, title=title)
+    out = table(*(["candidate"] if with_candidate else []), "case", *numbers, right=numbers,
+                wrap=("candidate", "case", "B,H,L,D", "evo us"), title=title)
     for c in cases:
         evo = c["us"][EVO]
         speed = []

@@ -8,13 +8,14 @@ best candidate is against each SDPA baseline (in words), and what to run next.
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 
 import click
-import optuna
 from rich.markup import escape
 
 from evo import insights as insights_mod
+from evo import paths
 from evo.cli.app import cli, db_option, require_database, split_list
 from evo.cli.output import console, speedup_words, table
 from evo.cli.progress import TrialProgress
@@ -82,7 +83,6 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
     opts = RunOptions(trials=trials, time_budget_s=time_budget, families=split_list(families),
                       cases=split_list(cases), sampler=sampler, seed=seed, db=db, study=study, replay=replay,
                       batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     reporter = TrialProgress(console)
     try:
         summary = run_search(opts, reporter, note=reporter.note)
@@ -119,7 +119,7 @@ def print_summary(s: RunSummary, url: str) -> None:
         _print_best(s, url, cases)
     where = sqlite_file(url) or safe_url(url)
     console.print(f"results: {escape(str(where))} (study {escape(s.study)})", soft_wrap=True)
-    _print_next(s)
+    _print_next(s, url)
 
 
 def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
@@ -142,16 +142,18 @@ def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
                   f"above x1 evo is faster)[/]")
 
 
-def _print_next(s: RunSummary) -> None:
+def _print_next(s: RunSummary, url: str) -> None:
+    """The commands to run next, naming this run's database when it is not the default one."""
     best = short_id(s.best.candidate_id) if s.best else "ID"
-    study = s.study if " " not in s.study else f"'{s.study}'"
-    console.print("next:")
-    rows = [(f"evo show {best}", "everything stored about the best candidate"),
-            (f"evo lineage --study {study}", "how the search got there, move by move"),
-            (f"evo insights --study {study}", "which moves helped, on which shapes")]
+    study = shlex.quote(s.study)
+    db = "" if url == paths.default_db_url() else f" --db {shlex.quote(str(sqlite_file(url) or safe_url(url)))}"
+    rows = [(f"evo show {best}{db}", "everything stored about the best candidate"),
+            (f"evo lineage --study {study}{db}", "how the search got there, move by move"),
+            (f"evo insights --study {study}{db}", "which moves helped, on which shapes")]
     if s.source == "replay":
-        rows.append((f"evo eval --id {best}", "on a GPU: gate and time it for real (promote needs that)"))
-    rows.append((f"evo promote --study {study} --name NAME --out DIR", "a pip package of the winners"))
+        rows.append((f"evo eval --id {best}{db}", "on a GPU: gate and time it for real (promote needs that)"))
+    rows.append((f"evo promote --study {study}{db} --name NAME --out DIR", "a pip package of the winners"))
+    console.print("next:")
     for cmd, what in rows:
         console.print(f"  {escape(cmd)}", soft_wrap=True)
         console.print(f"      [dim]{what}[/]")
