@@ -1,9 +1,11 @@
-"""The ``evo`` executable's conventions, through a real subprocess: usage errors exit 2 with one
+"""The ``evo`` executable's conventions, through a real subprocess (the installed console script,
+or ``python -m evo`` where evo runs from a source tree): usage errors exit 2 with one
 ``Error:`` line and no traceback, and write nothing; ``--version``; ``evo`` alone prints help;
 ``--db`` takes a path or a URL; ``evo run`` says where the results are and what to run next."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -13,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from evo import __version__, paths
+from evo.replay import newest_recording
 
-EVO = str(Path(sys.executable).with_name("evo"))
+SCRIPT = Path(sys.executable).with_name("evo")  # the console script pip installs beside python
+EVO = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "evo"]  # a source tree on PYTHONPATH
 TRIALS = 16  # a replayed run this short takes about two seconds
 
 
@@ -29,20 +33,27 @@ def evo(cwd: Path, *argv: str, columns: int = 80) -> subprocess.CompletedProcess
     """Run the installed ``evo`` in ``cwd`` with its data folder there too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVO_")}
     env |= {"EVO_HOME": str(cwd / "home"), "COLUMNS": str(columns), "NO_COLOR": "1"}
-    return subprocess.run([EVO, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([*EVO, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """A folder whose EVO_HOME holds a short replayed study, and that run's output."""
+    """A folder whose EVO_HOME holds a short replayed study (replayed on a GPU host too), and
+    that run's output."""
     cwd = tmp_path_factory.mktemp("replayed")
-    proc = evo(cwd, "run", "--trials", str(TRIALS), "--seed", "1")
+    recording = newest_recording(paths.root() / "data")
+    assert recording is not None
+    proc = evo(cwd, "run", "--trials", str(TRIALS), "--seed", "1", "--replay", str(recording))
     assert proc.returncode == 0, proc.stderr
     return cwd, proc
 
 
-def test_the_executable_is_the_one_under_test() -> None:
-    assert Path(EVO).is_file(), f"no evo console script beside {sys.executable}"
+def test_an_installed_evo_is_tested_through_its_console_script() -> None:
+    try:
+        importlib.metadata.distribution("evo-kernels")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("evo runs from a source tree on PYTHONPATH: tested through python -m evo")
+    assert SCRIPT.is_file() and EVO == [str(SCRIPT)]
 
 
 NO_PSYCOPG = importlib.util.find_spec("psycopg") is None
