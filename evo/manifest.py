@@ -63,7 +63,7 @@ class Family:
     dtypes: tuple[str, ...]
     arches: tuple[str, ...]
     nvcc_flags: tuple[str, ...]
-    launch: dict[str, str]
+    launch: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
 
     def defaults(self) -> dict[str, Value]:
@@ -91,9 +91,15 @@ def load_family_dir(folder: Path) -> Family:
     missing = [k for k in ("name", "version", "template") if k not in fam]
     if missing:
         raise EvoError(f"{mf}: [family] lacks {', '.join(missing)}")
+    launch = data.get("launch", {})
     for key in ("threads", "rows_per_cta", "smem_bytes"):
-        if key not in data.get("launch", {}):
+        if key not in launch:
             raise EvoError(f"{mf}: [launch] lacks {key}")
+    abi = launch.get("abi", "ptr")
+    if abi not in ("ptr", "tma"):
+        raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: ptr, tma")
+    if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
+        raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
     return Family(
         name=fam["name"],
         version=int(fam["version"]),

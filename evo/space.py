@@ -38,17 +38,33 @@ class Candidate:
         return self.family + "(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
 
 
+TMA_TENSORS = ("q", "k", "v", "o")
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How to launch one kernel entry of a candidate for head dim ``D``."""
+    """How to launch one kernel entry of a candidate for head dim ``D``.
+
+    ``abi`` is ``"ptr"`` (pointers and sizes only) or ``"tma"`` (four 3-D tensor maps first, see
+    docs/kernel-abi.md); ``tma_rows`` are then the box rows of the q, k, v and o tensor maps.
+    A ``persistent`` kernel gets one CTA per SM (at most one per tile) and walks the tiles.
+    """
 
     threads: int
     rows_per_cta: int
     smem_bytes: int
+    abi: str = "ptr"
+    tma_rows: tuple[int, ...] = ()
+    persistent: bool = False
 
-    def grid(self, B: int, H: int, L: int) -> tuple[int, int, int]:
-        """Grid of the forward kernel: (query tiles, batch*heads, 1)."""
-        return ((L + self.rows_per_cta - 1) // self.rows_per_cta, B * H, 1)
+    def grid(self, B: int, H: int, L: int, sms: int = 0) -> tuple[int, int, int]:
+        """Grid of the forward kernel: (query tiles, batch*heads, 1), or (min(tiles, sms), 1, 1)."""
+        m_tiles = (L + self.rows_per_cta - 1) // self.rows_per_cta
+        if self.persistent:
+            if sms < 1:
+                raise EvoError("a persistent kernel's grid needs the device's SM count")
+            return (min(m_tiles * B * H, sms), 1, 1)
+        return (m_tiles, B * H, 1)
 
 
 def _fmt(v: Value) -> str:
@@ -103,9 +119,17 @@ def parse_assignments(family: Family, items: list[str]) -> dict[str, Value]:
 
 
 def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfig:
+    """Evaluate the manifest's ``[launch]`` formulas for ``cand`` at head dim ``head_dim``."""
     names = cand.p | {"D": head_dim}
-    vals = {k: int(evaluate(family.launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
-    return LaunchConfig(**vals)
+    launch = family.launch
+    sizes = {k: int(evaluate(launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
+    abi = str(launch.get("abi", "ptr"))
+    rows: tuple[int, ...] = ()
+    if abi == "tma":
+        boxes = launch["tma_rows"]
+        rows = tuple(int(evaluate(str(boxes[t]), names)) for t in TMA_TENSORS)
+    persistent = bool(evaluate(str(launch.get("persistent", "False")), names))
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:

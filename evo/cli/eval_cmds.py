@@ -15,7 +15,7 @@ import click
 from rich.table import Table
 
 from evo import paths
-from evo.bench import COLUMNS, case_records, run_bench
+from evo.bench import COLUMNS, case_records, fidelity_summary, run_bench
 from evo.build import build_batch, default_arch
 from evo.cli.app import cli, db_option, fail_if, require_database
 from evo.cli.build_cmds import param_option
@@ -122,7 +122,8 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
         try:
             built = _build(store, rendered, arch, run_id)
             if old_id is not None and built.build_id != old_id:
-                console.print(f"[yellow]note:[/] {old_id[:12]} renders differently with today's templates; "
+                console.print(f"[yellow]note:[/] {old_id[:12]} builds under a new id today (templates, launch config, "
+                              f"compiler or headers changed, or it predates build key v2); "
                               f"evaluating the new build {built.build_id[:12]}")
             console.print(f"{rendered.candidate.label()}  [dim]{built.build_id[:12]} {arch}"
                           f"{' (cached)' if built.cached else ''}[/]")
@@ -185,7 +186,8 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
                 full, rendered, arch = _render_stored(store, cid)
                 (built,) = build_batch([rendered], arch=arch)
                 if built.build_id != full:
-                    raise EvoError(f"{full[:12]} renders differently with today's templates (now "
+                    raise EvoError(f"{full[:12]} builds under a new id today (templates, launch config, compiler "
+                                   f"or headers changed, or it predates build key v2; now "
                                    f"{built.build_id[:12]}); `evo eval --id {full[:12]}` evaluates the new build")
                 if built.status is not Status.BUILT:
                     raise EvoError(f"{full[:12]}: {built.status.value}: {built.reason}")
@@ -197,4 +199,5 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
     gemm = record["gemm_tflops"]
     console.print(speed_table(record["cases"], f"{record['gpu']}  (dense fp16 GEMM "
                               f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s)", with_candidate=not package))
+    console.print(fidelity_summary(record))
     console.print(f"wrote {path} and {path.parent.resolve().parent / 'BENCHMARKS.md'}")

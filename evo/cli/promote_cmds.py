@@ -33,17 +33,25 @@ from evo.timing import BACKENDS
 @click.option("--version", "version", default="0.1.0", show_default=True, metavar="VERSION",
               help="the package's version")
 @click.option("--force", is_flag=True, help="replace OUT/NAME if promote wrote it before")
+@click.option("--no-verify", is_flag=True, help="write without running the kernels over their buckets and the "
+              "package's tests on the GPU (for machines without one)")
 def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, ...], db: str, baseline: str,
-                device: str | None, min_speedup: float, version: str, force: bool) -> None:
-    """Build a pip package from the winners.
+                device: str | None, min_speedup: float, version: str, force: bool, no_verify: bool) -> None:
+    """Verify the winners on the GPU, then build a pip package.
 
-    Per-bucket winners (GREEN on a GPU) go into OUT/NAME: a torch.library op, its dispatch
-    table and the SDPA fallback. Candidates known only from a replayed recording carry no GREEN
-    checks of their own: evaluate them on a GPU first (evo eval --id ID).
+    Per-bucket winners (GREEN on a GPU) are run over their buckets and the package's tests on the
+    GPU, then written to OUT/NAME: a torch.library op, its dispatch table and the SDPA fallback.
+    Candidates known only from a replayed recording carry no GREEN checks of their own: evaluate
+    them on a GPU first (evo eval --id ID).
     """
     result = promote(name, out, db_url=require_database(db), study=study, candidate_ids=list(candidate),
-                     baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force)
+                     baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force,
+                     verify=not no_verify)
     console.print(_routes_table(result))
+    v = result.verification
+    console.print(f"verified on the GPU: {sum(v['checks'].values())} checks over the dispatch buckets "
+                  f"(seed {v['seed']}); package tests: {v.get('package_tests', '-')}" if v.get("verified")
+                  else "[yellow]not verified[/] (--no-verify): PROVENANCE.json says so")
     console.print(f"wrote {escape(str(result.path))} ({len(result.shipped)} kernel"
                   f"{'s' if len(result.shipped) != 1 else ''}, timings from {escape(result.device)})")
     if result.unused:

@@ -57,6 +57,10 @@ class Evaluator(abc.ABC):
     arch: str = ""
     not_evaluated: str = ""  # non-empty when this evaluator cannot run GREEN/FAST (why)
 
+    def build_id(self, item: Rendered) -> str:
+        """The id ``item`` is stored and looked up under: its build id on this evaluator's arch."""
+        return build_id_for(item, self.arch)
+
     @abc.abstractmethod
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         """One result per item, in order."""
@@ -140,6 +144,16 @@ class ReplayEvaluator(Evaluator):
                               f"{rec.family_version}, the templates are at version {item.family_version}")
         return rec
 
+    def build_id(self, item: Rendered) -> str:
+        """The recorded candidate's id (the build that was measured, under the id formula of its
+        day), so replayed candidates keep the ids of the GPU host's database and no nvcc is
+        needed; a record without an id, or a point the recording cannot answer for, gets one
+        made from its source hash."""
+        rec = self._record(item)
+        if isinstance(rec, Record) and rec.build_id:
+            return rec.build_id
+        return f"replay-{item.source_hash}"
+
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         out: list[BuildResult | Unmeasured] = []
         for item in items:
@@ -149,7 +163,7 @@ class ReplayEvaluator(Evaluator):
                 continue
             built = rec.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
             out.append(BuildResult(
-                build_id_for(item, self.arch), item.source_hash, self.arch,
+                self.build_id(item), item.source_hash, self.arch,
                 compile_flags(load_family(item.candidate.family)),
                 rec.status if built else Status.BUILT, rec.reason if built else "",
                 log=f"replayed from {self.recording.name}", cached=True))

@@ -29,7 +29,6 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from evo.build import build_id_for
 from evo.errors import InvalidCandidate
 from evo.manifest import Family, Value
 from evo.render import Rendered, render
@@ -269,7 +268,7 @@ class Search:
             p.invalid = str(exc)
             return p
         p.rendered = render(p.candidate, fam)
-        p.build_id = build_id_for(p.rendered, self.evaluator.arch)
+        p.build_id = self.evaluator.build_id(p.rendered)
         p.parents = self._parents(trial, p.candidate)
         return p
 
