@@ -219,7 +219,10 @@ def _check_green_evidence(store: Store, view: CandidateView) -> None:
     """Its newest evaluation with GREEN checks passed them all (status alone could be stale)."""
     checked = [e for e in store.evaluations(view.id) if e.checks]
     if not checked:
-        raise EvoError(f"candidate {view.id[:12]} is {view.status.value} but has no stored GREEN checks")
+        replayed = all(e.device.startswith("replay:") for e in store.evaluations(view.id))
+        raise EvoError(f"candidate {view.id[:12]} is {view.status.value} but has no stored GREEN checks"
+                       + (" (its results were replayed from a recording): gate it on a GPU first with "
+                          f"`evo eval --id {view.id[:12]}`" if replayed else ""))
     failed = [c for c in checked[-1].checks if not c.passed]
     if failed:
         raise EvoError(f"candidate {view.id[:12]} failed {len(failed)} GREEN checks in evaluation "

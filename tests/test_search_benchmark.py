@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from evo.paths import root
 from synthetic_sweep import make_recording
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sampler_benchmark.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("sampler_benchmark", root() / "scripts" / "sampler_benchmark.py")
+    spec = importlib.util.spec_from_file_location("sampler_benchmark", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules["sampler_benchmark"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
