@@ -13,7 +13,7 @@ import sys
 import click
 
 from evo.cli.app import app
-from evo.cli import build_cmds, db_cmds, eval_cmds, run_cmds, promote_cmds  # noqa: F401  (register)
+from evo.cli import build_cmds, db_cmds, eval_cmds, run_cmds, promote_cmds, report_cmds  # noqa: F401  (register)
 from evo.errors import EvoError
 
 

@@ -3,7 +3,6 @@ stored about one candidate: parameters, status, build report, checks, timings, l
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 
@@ -13,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from evo import jsondoc
 from evo.build import SOURCE, cache_dir
 from evo.cli.app import DbOption, app
 from evo.errors import EvoError
@@ -33,10 +33,12 @@ FORMATS = ("tree", "dot", "json")
 def lineage_cmd(
     study: str | None = typer.Option(None, "--study", help="study name (default: every candidate)"),
     fmt: str = typer.Option("tree", "--format", help="tree, dot or json"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON document on stdout (same as --format json)"),
     baseline: str = BaselineOption,
     db: str | None = DbOption,
 ) -> None:
     """The lineage graph: candidates with status and score, edges with the move and its effect."""
+    fmt = "json" if as_json else fmt
     if fmt not in FORMATS:
         raise EvoError(f"unknown format {fmt!r}; choose {', '.join(FORMATS)}")
     with open_store(db) as store:
@@ -49,13 +51,14 @@ def lineage_cmd(
     elif fmt == "dot":
         sys.stdout.write(to_dot(lin))
     else:
-        sys.stdout.write(json.dumps(to_json(lin), indent=1) + "\n")
+        sys.stdout.write(jsondoc.dumps(to_json(lin)))
 
 
 @app.command("show")
 def show_cmd(
     cand_id: str = typer.Argument(..., metavar="ID", help="candidate id or a unique prefix"),
     source: bool = typer.Option(False, "--source", help="print only the candidate's CUDA source"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON document on stdout (raw samples included)"),
     baseline: str = BaselineOption,
     db: str | None = DbOption,
 ) -> None:
@@ -64,6 +67,9 @@ def show_cmd(
         rec = store.get(cand_id)
         if source:
             sys.stdout.write(_source(rec))
+            return
+        if as_json:
+            sys.stdout.write(jsondoc.dumps(jsondoc.record_doc(store, rec, baseline)))
             return
         _print_record(store, rec, baseline)
 

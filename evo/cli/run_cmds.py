@@ -7,6 +7,7 @@ The commands parse options, draw progress and tables with rich, and leave the wo
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import optuna
@@ -16,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from evo import insights as insights_mod
+from evo import jsondoc
 from evo.cli.app import DbOption, app
 from evo.replay import export_sweep
 from evo.search.driver import RunOptions, run as run_search
@@ -117,11 +119,15 @@ def insights_cmd(
     db: str | None = DbOption,
     baseline: str = typer.Option("sdpa_default", "--baseline", help="speedups against this SDPA backend"),
     top: int = typer.Option(20, "--top", help="rows per table"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON document on stdout (every row, not --top)"),
 ) -> None:
     """Which moves help on which shapes, which params co-occur with resource failures, importances."""
     store = open_store(db)
     report = insights_mod.compute(store, study, baseline=baseline, db_url=db)
     insights_mod.save(store, study, report)
+    if as_json:
+        sys.stdout.write(jsondoc.dumps(jsondoc.insights_doc(report, study, baseline)))
+        return
     _show_insights(report, top)
 
 
