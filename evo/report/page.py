@@ -3,7 +3,7 @@ graph and every node's details inlined, so the file opens without a network.
 
 The page template, its script and its style live in ``templates/report/`` (shipped with evo
 like the kernel families). Data goes in as JSON inside ``<script type="application/json">``
-blocks, written so that no ``</script>`` can end them early; the page's script renders the
+blocks, written so that nothing in them can end them early; the page's script renders the
 figures with Plotly, wires node selection, and writes a summary of what it drew (traces,
 points and SVG marks per plot, lineage nodes, errors seen) into ``#evo-report-summary``.
 """
@@ -29,9 +29,10 @@ def template_dir() -> Any:
 
 
 def script_json(doc: Any) -> Markup:
-    """JSON safe inside a ``<script>`` element: ``</`` and ``<!--`` cannot close or confuse it."""
+    """JSON safe inside a ``<script>`` element: every ``<`` is written ``\\u003c``, so no text from
+    the database (a label, a reason, a source line) can close the element or open a comment."""
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    return Markup(text.replace("</", "<\\/").replace("<!--", "<\\!--"))
+    return Markup(text.replace("<", "\\u003c"))
 
 
 def inline_code(text: str, what: str) -> Markup:

@@ -34,6 +34,7 @@ from evo.manifest import Family, Value
 from evo.render import Rendered, render
 from evo.replay import record_key
 from evo.results import Evaluation, Shape, Status, Timing
+from evo.scoring import speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.params import from_trial_params, suggest
@@ -46,6 +47,7 @@ from evo.space import Candidate, all_candidates, diff, make_candidate
 CANDIDATE = "candidate"
 LABEL = "label"
 REUSED = "reused"
+SPEEDUPS = "speedups"
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"
 
@@ -59,6 +61,7 @@ class Outcome:
     values: list[float] | None = None
     candidate_id: str | None = None
     reused: bool = False
+    speedups: dict[str, float] | None = None  # case tag -> speedup over the study's baseline
 
 
 @dataclass
@@ -326,7 +329,9 @@ class Search:
             return Outcome("unscored", "no timing on " + ", ".join(s.tag for s in missing),
                            candidate_id=cid, reused=reused)
         vals = objective.values(timings, self.baseline, self.cases, self.objective)
-        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused)
+        per_case = speedups(timings, self.baseline)
+        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused,
+                       speedups={s.tag: per_case[s.tag] for s in self.cases if s.tag in per_case})
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
@@ -386,6 +391,8 @@ class Search:
             trial.set_user_attr(CANDIDATE, cid)
         if outcome.reused:
             trial.set_user_attr(REUSED, True)
+        if outcome.speedups:  # per case, where Optuna's tools look (optuna-dashboard, load_study)
+            trial.set_user_attr(SPEEDUPS, outcome.speedups)
         # the store first: if we die before tell, recovery marks both FAIL (see _recover)
         state = TrialState.COMPLETE if outcome.values is not None else TrialState.FAIL
         value = None if outcome.values is None else Best(0, "", "", outcome.values).score
