@@ -1,0 +1,136 @@
+"""The report and Optuna's tools on the replay database (what ``evo run`` writes without a GPU).
+
+The report is opened in headless Chromium (Debian's ``chromium``, installed by ``.ci/run``)
+with every host name unresolvable: the page must render with no console error, every plot
+must hold data points drawn as marks, and the lineage graph must hold every candidate of the
+database. The screenshot is kept in the test's folder, and copied to ``$EVO_REPORT_ARTIFACTS``
+when that names a folder. Optuna's API and optuna-dashboard (served in-process, no socket)
+read evo's study from the same file, with each trial's candidate id and speedups.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import wsgiref.util
+from pathlib import Path
+
+import optuna
+import optuna_dashboard
+import pytest
+
+from evo.cli import main
+from evo.scoring import geomean
+from evo.search.driver import RunOptions, run
+from evo.search.loop import NullReporter
+
+REPO = Path(__file__).resolve().parent.parent
+RECORDING = REPO / "data" / "sweep-h200.json.gz"
+STUDY = "evo-replay"
+PLOTS = ("progress", "samplers", "speedups", "heatmap", "roofline", "lineage", "importances", "failures")
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+@pytest.fixture(scope="module")
+def replay_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A replayed evo search: 60 trials of the default sampler on the committed H200 recording."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('replay') / 'evo.sqlite'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    run(RunOptions(replay=RECORDING, trials=60, seed=0, db=url, study=STUDY), NullReporter())
+    return url
+
+
+def candidates_in(url: str) -> int:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return conn.execute("SELECT count(*) FROM evo_candidates").fetchone()[0]
+
+
+def browser() -> str:
+    found = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("headless Chromium is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip("needs Chromium (apt-get install chromium)")
+    return found
+
+
+def chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium with no network: every host name resolves to nothing."""
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+           "--disable-background-networking", "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND",
+           f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=30000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
+
+
+def console_errors(stderr: str) -> list[str]:
+    """Console lines that report an error: uncaught exceptions and failed loads."""
+    lines = [ln for ln in stderr.splitlines() if ":CONSOLE" in ln or "net::ERR" in ln]
+    return [ln for ln in lines if re.search(r"Uncaught|Error|Failed to load|net::ERR", ln)]
+
+
+def test_the_report_renders_in_headless_chromium(replay_db: str, tmp_path: Path) -> None:
+    exe = browser()
+    out = tmp_path / "report.html"
+    assert main(["report", "--db", replay_db, "--out", str(out), "--bench", str(REPO / "benchmarks"),
+                 "--sampler-benchmark", str(REPO / "docs" / "sampler-benchmark.json")]) == 0
+    page = out.as_uri()
+
+    dom = chromium(exe, tmp_path / "profile-dom", "--dump-dom", page)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_errors(dom.stderr) == []
+    m = re.search(r'<output id="evo-report-summary"[^>]*>(.*?)</output>', dom.stdout, re.S)
+    assert m and m.group(1), "the page's script did not finish (no summary written)"
+    summary = json.loads(html.unescape(m.group(1)))
+    assert summary["errors"] == []
+    assert set(summary["plots"]) == set(PLOTS)
+    for name, plot in summary["plots"].items():
+        assert plot["traces"] > 0 and plot["points"] > 0 and plot["marks"] > 0, (name, plot)
+    assert summary["lineage_nodes"] == summary["graph_nodes"] == candidates_in(replay_db)
+    assert summary["selected"], "the best node is selected and its record shown"
+
+    shot = tmp_path / "report.png"
+    pic = chromium(exe, tmp_path / "profile-shot", "--window-size=1400,2600", "--hide-scrollbars",
+                   f"--screenshot={shot}", page)
+    assert pic.returncode == 0 and console_errors(pic.stderr) == []
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+    keep = os.environ.get("EVO_REPORT_ARTIFACTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / "report-replay.png")
+        shutil.copy(out, Path(keep) / "report-replay.html")
+
+
+def test_optuna_loads_evo_study_with_candidate_and_speedups(replay_db: str) -> None:
+    study = optuna.load_study(study_name=STUDY, storage=replay_db)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert done
+    with sqlite3.connect(replay_db.removeprefix("sqlite:///")) as conn:
+        known = {cid for (cid,) in conn.execute("SELECT id FROM evo_candidates")}
+    for t in done:
+        assert t.user_attrs["candidate"] in known and t.user_attrs["status"] == "fast"
+        speedups = t.user_attrs["speedups"]
+        assert set(speedups) == set(study.user_attrs["evo:settings"]["cases"])
+        assert t.value == pytest.approx(geomean(speedups.values()))  # the objective is their geomean
+
+
+def test_optuna_dashboard_serves_evo_study(replay_db: str) -> None:
+    app = optuna_dashboard.wsgi(replay_db)
+
+    def get(path: str) -> dict:
+        status: list[str] = []
+        environ = {"PATH_INFO": path, "wsgi.errors": io.StringIO()}
+        wsgiref.util.setup_testing_defaults(environ)
+        body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+        assert status == ["200 OK"], (path, status, body[:300])
+        return json.loads(body)
+
+    (summary,) = [s for s in get("/api/studies")["study_summaries"] if s["study_name"] == STUDY]
+    trials = get(f"/api/studies/{summary['study_id']}")["trials"]
+    attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in trials if t["state"] == "Complete"]
+    assert attrs and all(len(a["candidate"]) == 64 and json.loads(a["speedups"]) for a in attrs)
