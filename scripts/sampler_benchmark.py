@@ -56,7 +56,7 @@ class Result:
     trials: int
     best: float
     seconds: float
-    trace: list[tuple[int, float]]  # (evaluations so far, best value) each time the best improved
+    trace: list[tuple[int, float]]  # (evaluations, best so far) at each improvement and at the end
 
 
 def score_table(rec: Recording, cases: Sequence[Shape], baseline: str) -> dict[str, float | str]:
@@ -111,6 +111,7 @@ def run_one(sampler: str, seed: int, families: list, table: dict[str, float | st
                 trace.append((len(seen), best))
                 if best >= target:
                     return Result(sampler, seed, len(seen), trials, best, time.perf_counter() - t0, trace)
+    trace.append((len(seen), best))  # where the budget ran out
     return Result(sampler, seed, None, trials, best, time.perf_counter() - t0, trace)
 
 

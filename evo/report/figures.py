@@ -24,6 +24,7 @@ BACKEND_COLORS = {CANDIDATE: "#111111", "sdpa_default": "#1f77b4", "sdpa_flash":
                   "sdpa_cudnn": "#2ca02c", "sdpa_efficient": "#9467bd"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f")
+DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#1a9850"]]  # slower | parity | faster
 EDGE_STYLES = {"mutation": "solid", "crossover": "dash", "nearest": "dot"}
 EDGE_TEXT_MAX = 150  # edges whose effect is written on the graph; above, it is in the hover only
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
@@ -168,7 +169,7 @@ def heatmap(cases: Mapping[str, Any]) -> Figure | None:
     text = [[_ratio(v) for v in r["speedups"]] for r in rows]
     labels = [f"{r['short']} ({_ratio(r['score'])})" for r in rows]
     return {"data": [{"type": "heatmap", "x": cases["tags"], "y": labels, "z": z, "text": text,
-                      "texttemplate": "%{text}", "textfont": {"size": 10}, "zmid": 1.0, "colorscale": "RdYlGn",
+                      "texttemplate": "%{text}", "textfont": {"size": 10}, "zmid": 1.0, "colorscale": DIVERGING,
                       "colorbar": {"title": {"text": "speedup"}},
                       "customdata": [[r["label"]] * len(cases["tags"]) for r in rows],
                       "hovertemplate": "%{y} on %{x}: %{text}<br>%{customdata}<extra></extra>"}],
