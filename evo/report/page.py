@@ -42,11 +42,17 @@ def inline_code(text: str, what: str) -> Markup:
     return Markup(text)
 
 
+def value_text(x: Any) -> str:
+    """A parameter value as evo writes it everywhere else (booleans lower case)."""
+    return str(x).lower() if isinstance(x, bool) else str(x)
+
+
 def render_page(context: Mapping[str, Any], figures: Mapping[str, Any], graph: Mapping[str, Any]) -> str:
     """The HTML page from the template, the report's data, its figures and the lineage graph."""
     folder = template_dir()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["v"] = value_text
     try:
         template = env.get_template(TEMPLATE)
         script = (folder / "report.js").read_text()
