@@ -386,7 +386,9 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
         for key, e in s.entries.items():
             index[(s.view.id, key)] = len(kernels)
             kernels.append({"id": s.view.id, "entry": e.name, "threads": e.launch.threads,
-                            "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes})
+                            "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes,
+                            "abi": e.launch.abi, "tma_rows": list(e.launch.tma_rows),
+                            "persistent": e.launch.persistent})
     table = []
     for r in routes:
         d, dt, causal = r.key
