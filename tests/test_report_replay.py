@@ -1,7 +1,8 @@
 """The report and Optuna's tools on the replay database (what ``evo run`` writes without a GPU).
 
-The report is opened in headless Chromium (Debian's ``chromium``, installed by ``.ci/run``)
-with every host name unresolvable: the page must render with no console error, every plot
+The report is opened in headless Chromium (Debian's ``chromium``, installed by ``.ci/run``;
+:mod:`evo.report.browser` runs it with every host name unresolvable): the page must render
+with no console error, every plot
 must hold data points drawn as marks, and the lineage graph must hold every candidate of the
 database. The screenshot is kept in the test's folder, and copied to ``$EVO_REPORT_ARTIFACTS``
 when that names a folder. Optuna's API and optuna-dashboard (served in-process, no socket)
@@ -10,14 +11,11 @@ read evo's study from the same file, with each trial's candidate id and speedups
 
 from __future__ import annotations
 
-import html
 import io
 import json
 import os
-import re
 import shutil
 import sqlite3
-import subprocess
 import wsgiref.util
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import optuna_dashboard
 import pytest
 
 from evo.cli import main
+from evo.report import browser
 from evo.scoring import geomean
 from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
@@ -34,7 +33,6 @@ REPO = Path(__file__).resolve().parent.parent
 RECORDING = REPO / "data" / "sweep-h200.json.gz"
 STUDY = "evo-replay"
 PLOTS = ("progress", "samplers", "speedups", "heatmap", "roofline", "lineage", "importances", "failures")
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +49,8 @@ def candidates_in(url: str) -> int:
         return conn.execute("SELECT count(*) FROM evo_candidates").fetchone()[0]
 
 
-def browser() -> str:
-    found = next((b for b in map(shutil.which, BROWSERS) if b), None)
+def chromium() -> str:
+    found = browser.find_browser()
     if found is None:
         if os.environ.get("CI"):
             pytest.fail("headless Chromium is not installed (.ci/run installs Debian's chromium)")
@@ -60,50 +58,39 @@ def browser() -> str:
     return found
 
 
-def chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Headless Chromium with no network: every host name resolves to nothing."""
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-           "--disable-background-networking", "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND",
-           f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=30000", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
-
-
-def console_errors(stderr: str) -> list[str]:
-    """Console lines that report an error: uncaught exceptions and failed loads."""
-    lines = [ln for ln in stderr.splitlines() if ":CONSOLE" in ln or "net::ERR" in ln]
-    return [ln for ln in lines if re.search(r"Uncaught|Error|Failed to load|net::ERR", ln)]
-
-
 def test_the_report_renders_in_headless_chromium(replay_db: str, tmp_path: Path) -> None:
-    exe = browser()
+    exe = chromium()
     out = tmp_path / "report.html"
     assert main(["report", "--db", replay_db, "--out", str(out), "--bench", str(REPO / "benchmarks"),
                  "--sampler-benchmark", str(REPO / "docs" / "sampler-benchmark.json")]) == 0
-    page = out.as_uri()
 
-    dom = chromium(exe, tmp_path / "profile-dom", "--dump-dom", page)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert console_errors(dom.stderr) == []
-    m = re.search(r'<output id="evo-report-summary"[^>]*>(.*?)</output>', dom.stdout, re.S)
-    assert m and m.group(1), "the page's script did not finish (no summary written)"
-    summary = json.loads(html.unescape(m.group(1)))
-    assert summary["errors"] == []
-    assert set(summary["plots"]) == set(PLOTS)
-    for name, plot in summary["plots"].items():
+    check = browser.inspect(out, exe)
+    assert check.console_errors == []
+    assert check.summary is not None, "the page's script did not finish (no summary written)"
+    assert check.summary["errors"] == []
+    assert set(check.summary["plots"]) == set(PLOTS)
+    for name, plot in check.summary["plots"].items():
         assert plot["traces"] > 0 and plot["points"] > 0 and plot["marks"] > 0, (name, plot)
-    assert summary["lineage_nodes"] == summary["graph_nodes"] == candidates_in(replay_db)
-    assert summary["selected"], "the best node is selected and its record shown"
+    assert check.summary["lineage_nodes"] == check.summary["graph_nodes"] == candidates_in(replay_db)
+    assert check.summary["selected"], "the best node is selected and its record shown"
 
     shot = tmp_path / "report.png"
-    pic = chromium(exe, tmp_path / "profile-shot", "--window-size=1400,2600", "--hide-scrollbars",
-                   f"--screenshot={shot}", page)
-    assert pic.returncode == 0 and console_errors(pic.stderr) == []
+    assert browser.screenshot(out, shot, exe) == []
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
     keep = os.environ.get("EVO_REPORT_ARTIFACTS")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "report-replay.png")
         shutil.copy(out, Path(keep) / "report-replay.html")
+
+
+def test_a_page_error_is_caught(tmp_path: Path) -> None:
+    """The check above can fail: a page whose script throws is reported, summary or not."""
+    exe = chromium()
+    page = tmp_path / "broken.html"
+    page.write_text('<output id="evo-report-summary"></output><script>undefinedFunction();</script>')
+    check = browser.inspect(page, exe)
+    assert check.summary is None and any("undefinedFunction" in line for line in check.console_errors)
 
 
 def test_optuna_loads_evo_study_with_candidate_and_speedups(replay_db: str) -> None:

@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError
 from evo import paths
 from evo import report as report_mod
 from evo.cli.app import DbOption, app
+from evo.report import browser
 from evo.errors import EvoError
 from evo.store import open_store
 from evo.store.engine import safe_url
@@ -32,13 +33,19 @@ def report_cmd(
     sampler_benchmark: Path | None = typer.Option(None, "--sampler-benchmark",
                                                   help="scripts/sampler_benchmark.py's JSON "
                                                        "(default: docs/sampler-benchmark.json when present)"),
+    screenshot: Path | None = typer.Option(None, "--screenshot", help="also open the page in headless Chromium, "
+                                                                     "check what it drew and save a PNG here"),
 ) -> None:
     """Write one HTML page (no network needed to view it): search progress, speedups per case,
     TFLOP/s against the GEMM rate, the interactive lineage graph, insights and failures."""
     if baseline not in BACKENDS:
         raise EvoError(f"unknown baseline {baseline!r}; one of {', '.join(BACKENDS)}")
-    if not out.parent.is_dir():
-        raise EvoError(f"folder {out.parent} does not exist")
+    for path in (out, screenshot):
+        if path is not None and not path.parent.is_dir():
+            raise EvoError(f"folder {path.parent} does not exist")
+    exe = browser.find_browser() if screenshot else None
+    if screenshot and exe is None:
+        raise EvoError("--screenshot needs Chromium (Debian: apt-get install chromium)")
     url = db or paths.default_db_url()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # importances would log every study they make
     _require_database(url)
@@ -51,6 +58,22 @@ def report_cmd(
             sampler_benchmark=sampler_benchmark or (default_samplers if default_samplers.is_file() else None))
     size = written.stat().st_size / 1e6
     console.print(f"wrote {written} ({size:.1f} MB) from {safe_url(url)}; open it in a browser")
+    if screenshot and exe:
+        _check_in_browser(written, screenshot, exe)
+
+
+def _check_in_browser(page: Path, png: Path, exe: str) -> None:
+    """Load the page headless, say what it drew, save the screenshot; drawing errors fail."""
+    check = browser.inspect(page, exe)
+    errors = check.console_errors + browser.screenshot(page, png, exe)
+    if check.summary is None:
+        raise EvoError(f"{page}: the page's script did not finish drawing in headless Chromium")
+    errors += check.summary["errors"]
+    plots = check.summary["plots"]
+    empty = [name for name, p in plots.items() if not (p["points"] and p["marks"])]
+    console.print(f"{png}: {len(plots)} plots drawn, {check.summary['lineage_nodes']} lineage nodes")
+    if errors or empty:
+        raise EvoError(f"{page} did not draw cleanly: " + "; ".join(errors + [f"plot {n} is empty" for n in empty]))
 
 
 def _require_database(url: str) -> None:
