@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from evo import __version__, paths
 from evo.lineage import build_lineage
 from evo.report import data, figures, nodes
@@ -64,13 +66,24 @@ def build(store: Store, *, study: str | None = None, baseline: str = "sdpa_defau
         "title": f"evo report: {study or 'every study'}",
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "evo_version": __version__, "git_sha": (paths.git_sha() or "unknown")[:12],
-        "db": safe_url(store.url), "study": study, "baseline": baseline,
+        "db": shown_url(store.url), "study": study, "baseline": baseline,
         "counts": data.status_counts(store, lin.nodes), "candidates": len(lin.nodes), "edges": len(graph["edges"]),
         "runs": runs, "studies": list(trials), "reach": data.reach(series), "samplers": samplers,
         "cases": per_case, "bench": [b.name for b in records], "insights": insight, "top": TOP_ROWS,
         "failures": fails,
     }
     return render_page(context, figs, graph)
+
+
+def shown_url(url: str) -> str:
+    """The database as the page names it: no password, and a SQLite file below the current
+    folder by its relative path (a committed report should not carry the author's home)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database).resolve()
+        if path.is_relative_to(Path.cwd()):
+            return f"sqlite:///{path.relative_to(Path.cwd())}"
+    return safe_url(url)
 
 
 def write(store: Store, out: Path, **kwargs: Any) -> Path:

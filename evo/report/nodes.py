@@ -1,7 +1,8 @@
 """The lineage graph as the report draws it: nodes placed by :mod:`evo.report.graph`, edges
 with their move and measured effect, and what selecting a node shows (its stored record).
 
-A node's details are its ``evo show --json`` document without raw timing samples, plus its
+A node's details are its ``evo show --json`` document, slimmed for the page: the latest
+timings only, grouped per case (no raw samples), numbers to 6 significant digits; plus its
 CUDA source. Sources are long and nearly alike (one template, different traits), so the page
 stores every distinct line once and each source as a list of line numbers.
 """
@@ -17,9 +18,12 @@ from evo.lineage import Lineage, mutation_text
 from evo.render import render
 from evo.report.graph import layout
 from evo.results import Status
+from evo.scoring import CANDIDATE
 from evo.space import make_candidate
 from evo.store import Store, short_id
 from evo.store.views import CandidateView
+
+
 
 
 class LineTable:
@@ -65,10 +69,36 @@ def details(store: Store, cid: str, baseline: str, lines: LineTable) -> dict[str
     for b in doc["builds"]:
         if b["status"] != Status.COMPILE_FAILED.value:
             b.pop("log", None)
+    for e in doc["evaluations"]:  # the panel shows the latest timings (doc["timings"]), not each pass's
+        e["timed"] = len(e.pop("timings"))
+    doc["cases"] = case_rows(doc.pop("timings"))
+    del doc["speedups"]  # the page divides the medians itself
     text, note = source_of(rec.candidate)
     doc["source"] = None if text is None else lines.add(text)
     doc["source_note"] = note
-    return doc
+    return rounded(doc)
+
+
+def case_rows(timings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timings per case: the shape, evo's TFLOP/s, and ``us: {backend: [median, p20, p80]}``."""
+    rows: dict[str, dict[str, Any]] = {}
+    for t in timings:
+        row = rows.setdefault(t["tag"], {k: t[k] for k in ("tag", "B", "H", "L", "D")} | {"us": {}, "flagged": ""})
+        row["us"][t["backend"]] = [t["median_us"], t["p20_us"], t["p80_us"]]
+        if t["backend"] == CANDIDATE:
+            row["tflops"], row["flagged"] = t["tflops"], t["flagged"]
+    return [r for r in rows.values() if CANDIDATE in r["us"]]
+
+
+def rounded(x: Any) -> Any:
+    """``x`` with floats cut to 6 significant digits (the page shows 2-3; the database keeps all)."""
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [rounded(v) for v in x]
+    return x
 
 
 def graph(store: Store, lin: Lineage) -> dict[str, Any]:

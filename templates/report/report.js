@@ -60,19 +60,15 @@
   function caseName(t) { return t.case + (t.causal ? "c" : "") + "-" + t.dtype; }
 
   function timingsTable(d) {
-    var evo = {}, base = {};
-    d.timings.forEach(function (t) {
-      var tag = caseName(t);
-      if (t.backend === "evo") evo[tag] = t;
-      else (base[tag] = base[tag] || {})[t.backend] = t;
+    var backends = [];
+    d.cases.forEach(function (c) {
+      Object.keys(c.us).forEach(function (b) { if (b !== "evo" && backends.indexOf(b) < 0) backends.push(b); });
     });
-    var backends = Object.keys(d.speedups);
-    var rows = Object.keys(evo).map(function (tag) {
-      var t = evo[tag];
-      return [tag, t.B + "," + t.H + "," + t.L + "," + t.D, fmt(t.median_us) + " (" + fmt(t.p20_us) + "-" + fmt(t.p80_us) + ")",
-              fmt(t.tflops, 1)].concat(backends.map(function (b) {
-        var s = d.speedups[b][tag];
-        return s === undefined ? "—" : Number(s).toFixed(2) + "x";
+    var rows = d.cases.map(function (c) {
+      var evo = c.us.evo;
+      return [c.tag, c.B + "," + c.H + "," + c.L + "," + c.D, fmt(evo[0]) + " (" + fmt(evo[1]) + "-" + fmt(evo[2]) + ")",
+              fmt(c.tflops, 1)].concat(backends.map(function (b) {
+        return c.us[b] && evo[0] ? (c.us[b][0] / evo[0]).toFixed(2) + "x" : "—";
       }));
     });
     return table("FAST timings (device time per launch, us; speedup = baseline / evo)",
@@ -125,7 +121,7 @@
     })));
     if (d.parents.length) panel.appendChild(edgesTable("parents (move that made this one, its effect)", d.parents));
     if (d.children.length) panel.appendChild(edgesTable("children", d.children));
-    if (d.timings.length) panel.appendChild(timingsTable(d));
+    if (d.cases.length) panel.appendChild(timingsTable(d));
     if (d.builds.length) {
       panel.appendChild(ptxasTable(d));
       var last = d.builds[d.builds.length - 1];
