@@ -44,9 +44,9 @@ def replay_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-def candidates_in(url: str) -> int:
+def candidate_ids(url: str) -> list[str]:
     with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-        return conn.execute("SELECT count(*) FROM evo_candidates").fetchone()[0]
+        return [cid for (cid,) in conn.execute("SELECT id FROM evo_candidates ORDER BY id")]
 
 
 def chromium() -> str:
@@ -71,8 +71,14 @@ def test_the_report_renders_in_headless_chromium(replay_db: str, tmp_path: Path)
     assert set(check.summary["plots"]) == set(PLOTS)
     for name, plot in check.summary["plots"].items():
         assert plot["traces"] > 0 and plot["points"] > 0 and plot["marks"] > 0, (name, plot)
-    assert check.summary["lineage_nodes"] == check.summary["graph_nodes"] == candidates_in(replay_db)
-    assert check.summary["selected"], "the best node is selected and its record shown"
+    assert check.summary["lineage_nodes"] == check.summary["graph_nodes"] == len(candidate_ids(replay_db))
+    best = check.summary["selected"]
+    assert best and check.summary["panel"].startswith(best[:12]), "the best node is selected, its record shown"
+
+    other = next(n for n in candidate_ids(replay_db) if n != best)
+    linked = browser.inspect(out, exe, fragment=f"node={other[:12]}")  # what selecting a node writes
+    assert linked.summary is not None and linked.summary["selected"] == other
+    assert linked.summary["panel"].startswith(other[:12]) and linked.summary["errors"] == []
 
     shot = tmp_path / "report.png"
     assert browser.screenshot(out, shot, exe) == []
@@ -97,8 +103,7 @@ def test_optuna_loads_evo_study_with_candidate_and_speedups(replay_db: str) -> N
     study = optuna.load_study(study_name=STUDY, storage=replay_db)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert done
-    with sqlite3.connect(replay_db.removeprefix("sqlite:///")) as conn:
-        known = {cid for (cid,) in conn.execute("SELECT id FROM evo_candidates")}
+    known = set(candidate_ids(replay_db))
     for t in done:
         assert t.user_attrs["candidate"] in known and t.user_attrs["status"] == "fast"
         speedups = t.user_attrs["speedups"]

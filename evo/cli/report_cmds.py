@@ -63,11 +63,14 @@ def report_cmd(
 
 
 def _check_in_browser(page: Path, png: Path, exe: str) -> None:
-    """Load the page headless, say what it drew, save the screenshot; drawing errors fail."""
+    """Load the page headless, say what it drew, save a screenshot from the top down to the end of
+    the lineage section; drawing errors fail."""
     check = browser.inspect(page, exe)
-    errors = check.console_errors + browser.screenshot(page, png, exe)
     if check.summary is None:
-        raise EvoError(f"{page}: the page's script did not finish drawing in headless Chromium")
+        raise EvoError(f"{page}: the page's script did not finish drawing in headless Chromium; "
+                       + "; ".join(check.console_errors))
+    height = check.summary["section_bottoms"].get("lineage", browser.SHOT_HEIGHT) + 20  # down to the graph
+    errors = check.console_errors + browser.screenshot(page, png, exe, height=height)
     errors += check.summary["errors"]
     plots = check.summary["plots"]
     empty = [name for name, p in plots.items() if not (p["points"] and p["marks"])]

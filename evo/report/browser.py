@@ -26,6 +26,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dis
          "--disable-background-networking", "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND",
          "--enable-logging=stderr", "--v=0", "--virtual-time-budget=30000", "--hide-scrollbars")
 TIMEOUT_S = 240
+SHOT_WIDTH, SHOT_HEIGHT = 1400, 2600
 _SUMMARY = re.compile(r'<output id="evo-report-summary"[^>]*>(.*?)</output>', re.S)
 _ERROR = re.compile(r"Uncaught|Error|Failed to load|net::ERR")
 
@@ -61,15 +62,15 @@ def console_errors(log: str) -> list[str]:
     return [ln for ln in lines if _ERROR.search(ln)]
 
 
-def inspect(page: Path, exe: str) -> PageCheck:
-    """Load ``page`` and read what it drew."""
-    done = _run(exe, "--dump-dom", page.resolve().as_uri())
+def inspect(page: Path, exe: str, fragment: str = "") -> PageCheck:
+    """Load ``page`` (with ``#fragment``, e.g. ``node=ID`` to select a node) and read what it drew."""
+    done = _run(exe, "--dump-dom", page.resolve().as_uri() + (f"#{fragment}" if fragment else ""))
     m = _SUMMARY.search(done.stdout)
     summary = json.loads(html.unescape(m.group(1))) if m and m.group(1).strip() else None
     return PageCheck(summary, console_errors(done.stderr))
 
 
-def screenshot(page: Path, png: Path, exe: str, width: int = 1400, height: int = 2600) -> list[str]:
+def screenshot(page: Path, png: Path, exe: str, width: int = SHOT_WIDTH, height: int = SHOT_HEIGHT) -> list[str]:
     """Save a ``width`` x ``height`` screenshot of the top of ``page``; returns console errors."""
     done = _run(exe, f"--window-size={width},{height}", f"--screenshot={png.resolve()}", page.resolve().as_uri())
     if not png.is_file():

@@ -66,8 +66,8 @@ def details(store: Store, cid: str, baseline: str, lines: LineTable) -> dict[str
     failed compiles) and its source as line numbers into ``lines``."""
     rec = store.get(cid)
     doc = record_doc(store, rec, baseline, samples=False)
-    for b in doc["builds"]:
-        if b["status"] != Status.COMPILE_FAILED.value:
+    for b in doc["builds"]:  # a log says why a compile failed, or where a build without a report came from
+        if b["status"] != Status.COMPILE_FAILED.value and b["resources"]:
             b.pop("log", None)
     for e in doc["evaluations"]:  # the panel shows the latest timings (doc["timings"]), not each pass's
         e["timed"] = len(e.pop("timings"))

@@ -123,8 +123,9 @@
     if (d.children.length) panel.appendChild(edgesTable("children", d.children));
     if (d.cases.length) panel.appendChild(timingsTable(d));
     if (d.builds.length) {
-      panel.appendChild(ptxasTable(d));
       var last = d.builds[d.builds.length - 1];
+      if (Object.keys(last.resources).length) panel.appendChild(ptxasTable(d));
+      else panel.appendChild(el("p", { cls: "empty", text: "No ptxas report stored (build " + last.status + ")." }));
       if (last.log) panel.appendChild(el("pre", { cls: "log", text: last.log }));
     } else {
       panel.appendChild(el("p", { cls: "empty", text: "No build stored." }));
@@ -148,6 +149,7 @@
       Plotly.restyle(lineageDiv, { x: [[byId[id].x]], y: [[byId[id].y]] }, [highlightTrace]);
     }
     window.evoSelected = id;
+    if (history.replaceState) history.replaceState(null, "", "#node=" + id.slice(0, 12));  // a link to this node
   }
 
   function search(text) {
@@ -179,8 +181,14 @@
         data.forEach(function (t) { if (t.meta === "nodes") lineageNodes += t.x.length; });
       }
     });
+    var bottoms = {};
+    document.querySelectorAll("section[id]").forEach(function (sec) {
+      bottoms[sec.id] = Math.ceil(sec.getBoundingClientRect().bottom + window.scrollY);
+    });
     var summary = { plots: plots, lineage_nodes: lineageNodes, graph_nodes: graph.nodes.length,
-                    selected: window.evoSelected || null, errors: window.evoErrors };
+                    selected: window.evoSelected || null, errors: window.evoErrors,
+                    panel: (document.querySelector("#panel h3") || {}).textContent || null,
+                    height: document.documentElement.scrollHeight, section_bottoms: bottoms };
     document.getElementById("evo-report-summary").textContent = JSON.stringify(summary);
   }
 
@@ -208,6 +216,9 @@
   var searchBox = document.getElementById("node-search");
   if (searchBox) searchBox.addEventListener("keydown", function (e) { if (e.key === "Enter") search(searchBox.value); });
   Promise.all(plots.map(draw)).then(function () {
+    var wanted = /^#node=(.+)$/.exec(location.hash);  // a link to a node (what select() writes)
+    if (wanted) search(decodeURIComponent(wanted[1]));
+    if (window.evoSelected) return;
     var best = graph.nodes.filter(function (n) { return n.score !== null; })
       .sort(function (a, b) { return b.score - a.score; })[0] || graph.nodes[0];
     if (best) select(best.id);
