@@ -9,6 +9,13 @@ green or fast, with passing GREEN checks, are considered, and only cubins of the
 timings were taken on ship. Everything the package needs (cubins, sources, the table, the
 GREEN suite for its tests, provenance) is written next to Python sources rendered from
 ``templates/package/``.
+
+Stored checks are not enough to ship on (:mod:`evo.verify`): before anything is written, every
+shipped kernel runs on the GPU over its dispatch buckets (edges, ragged lengths, random scales,
+stress inputs) and the promotion is refused with one line if any check fails; the package is
+then assembled in a scratch folder, its own tests run there, and only then is it moved into
+place. ``verify=False`` (``--no-verify``) skips both, for machines without a GPU; the package's
+PROVENANCE.json says whether it was verified.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 import keyword
 import math
 import re
+import secrets
 import shutil
 import tempfile
 from collections import Counter
@@ -32,10 +40,12 @@ from sqlalchemy.exc import ArgumentError
 
 import evo
 from evo import build, paths
+from evo import verify as verifier
 from evo.bench import git_sha
 from evo.errors import EvoError
 from evo.manifest import load_family
 from evo.render import Entry, Rendered, entries_for, entry_name, render
+from evo.draws import bucket_top
 from evo.results import Shape, Status, Timing
 from evo.scoring import CANDIDATE, geomean, latest
 from evo.space import make_candidate
@@ -252,14 +262,19 @@ class Promoted:
     shipped: list[str]
     unused: list[str] = field(default_factory=list)
     cases: list[dict[str, Any]] = field(default_factory=list)
+    verification: dict[str, Any] = field(default_factory=dict)
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
             candidate_ids: Sequence[str] = (), baseline: str = BASELINE, device: str | None = None,
-            min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False) -> Promoted:
-    """Write the package ``out/name`` from the per-bucket winners in the database."""
+            min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
+            verify: bool = True) -> Promoted:
+    """Write the package ``out/name`` from the per-bucket winners in the database, after
+    verifying them on the GPU (unless ``verify`` is False)."""
     check_name(name)
     target = Path(out).expanduser().resolve() / name
+    if verify:
+        verifier.require_gpu()
     with open_store(db_url) as store:
         views = select_candidates(store, study, candidate_ids)
         dev = choose_device(store, [v.id for v in views], device)
@@ -278,12 +293,25 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                    for w in winners]
         db = sanitize_url(store.url)
     _check_target(target, force)
+    checked = _verify(shipped, routes) if verify else {"verified": False}
     cases = _case_table(routes, contenders)
     context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
-                       list(candidate_ids), baseline, min_speedup)
-    _write(target, context, shipped)
+                       list(candidate_ids), baseline, min_speedup) | {"verification": checked}
+    _write(target, context, shipped, run_tests=verify)
     return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
-                    if candidate_ids else [], cases)
+                    if candidate_ids else [], cases, context["verification"])
+
+
+def _verify(shipped: Sequence[Shipped], routes: Sequence[Route]) -> dict[str, Any]:
+    """Every shipped kernel over each bucket it serves, on the GPU (EvoError: refused)."""
+    seed = secrets.randbelow(2**31)
+    kernels = []
+    for s in shipped:
+        buckets = [(r.key, r.bucket.lo, bucket_top(r.bucket.lo, r.bucket.hi, [x.L for x in r.shapes]))
+                   for r in routes if r.winner == s.view.id]
+        kernels.append((s.view.id, s.cubin, list(s.entries.values()), buckets))
+    checks = verifier.verify_kernels(kernels, seed)
+    return {"verified": True, "seed": seed, "checks": checks}
 
 
 def _check_target(target: Path, force: bool) -> None:
@@ -430,6 +458,7 @@ def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
         "baseline": ctx["baseline"], "min_speedup": ctx["min_speedup"],
         "kernels": ctx["shipped"], "routes": ctx["routes"], "cases": ctx["cases"],
         "geomean_speedup_served": ctx["geomean_served"],
+        "verification": ctx.get("verification", {"verified": False}),
     }
 
 
@@ -466,8 +495,9 @@ def _render_tree(dest: Path, ctx: dict[str, Any]) -> None:
             shutil.copyfile(f, out)
 
 
-def _write(target: Path, ctx: dict[str, Any], shipped: Sequence[Shipped]) -> None:
-    """Build the package in a sibling temp folder, then move it into place."""
+def _write(target: Path, ctx: dict[str, Any], shipped: Sequence[Shipped], run_tests: bool = False) -> None:
+    """Build the package in a sibling temp folder, run its own tests there (``run_tests``),
+    then move it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
@@ -481,6 +511,9 @@ def _write(target: Path, ctx: dict[str, Any], shipped: Sequence[Shipped]) -> Non
         _dump(pkg / "dispatch.json", _dispatch_json(ctx))
         _dump(pkg / MARKER, _provenance_json(ctx))
         _dump(pkg / "tests" / "green_suite.json", _green_suite())
+        if run_tests:
+            ctx["verification"]["package_tests"] = verifier.run_package_tests(tmp, ctx["name"])
+            _dump(pkg / MARKER, _provenance_json(ctx))
         if target.exists():  # empty, or a package promote wrote and force allows replacing
             shutil.rmtree(target)
         tmp.rename(target)

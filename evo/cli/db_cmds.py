@@ -112,6 +112,11 @@ def _print_record(store: Store, rec: CandidateRecord, baseline: str) -> None:
     for ev in rec.evaluations:
         console.print(f"evaluation {ev.id} on {escape(ev.device or '?')}: {_status(ev.status, ev.reason)} "
                       f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s, run {ev.run_id})[/]")
+        trust = {k: ev.device_info[k] for k in ("salt", "green_drawn", "fast_outputs_checked", "cubin_sha256")
+                 if k in ev.device_info}
+        if trust:
+            console.print("[dim]  " + ", ".join(f"{k} {v[:16] if k == 'cubin_sha256' else v}"
+                                                 for k, v in trust.items()) + "[/]")
         if ev.checks:
             _print_checks(ev.checks)
     timings = store.timings_for(c.id)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evo import paths
-from evo.bench import COLUMNS, case_records, run_bench
+from evo.bench import COLUMNS, case_records, fidelity_summary, run_bench
 from evo.build import build_batch, default_arch
 from evo.cli.app import DbOption, app
 from evo.errors import EvoError
@@ -190,4 +190,5 @@ def bench_cmd(
     gemm = record["gemm_tflops"]
     console.print(speed_table(record["cases"], f"{record['gpu']}  (dense fp16 GEMM "
                               f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s)", with_candidate=not package))
+    console.print(fidelity_summary(record))
     console.print(f"wrote {path} and {path.parent.resolve().parent / 'BENCHMARKS.md'}")

@@ -33,13 +33,21 @@ def promote_cmd(
     min_speedup: float = typer.Option(1.0, "--min-speedup", help="a bucket's winner must beat SDPA by more than this"),
     version: str = typer.Option("0.1.0", "--version", help="the package version"),
     force: bool = typer.Option(False, "--force", help="replace OUT/NAME if promote wrote it before"),
+    no_verify: bool = typer.Option(False, "--no-verify",
+                                   help="write without running the kernels over their buckets and the "
+                                        "package's tests on the GPU (for machines without one)"),
 ) -> None:
-    """Promote per-bucket winners (green only) into OUT/NAME: op, dispatch table, SDPA fallback."""
+    """Verify the per-bucket winners (green only) on the GPU, then write OUT/NAME: op, dispatch table, SDPA fallback."""
     if baseline not in BACKENDS:
         raise EvoError(f"unknown baseline {baseline!r}; one of {', '.join(BACKENDS)}")
     result = promote(name, out, db_url=db, study=study, candidate_ids=candidate, baseline=baseline,
-                     device=device, min_speedup=min_speedup, version=version, force=force)
+                     device=device, min_speedup=min_speedup, version=version, force=force,
+                     verify=not no_verify)
     console.print(_routes_table(result))
+    v = result.verification
+    console.print(f"verified on the GPU: {sum(v['checks'].values())} checks over the dispatch buckets "
+                  f"(seed {v['seed']}); package tests: {v.get('package_tests', '-')}" if v.get("verified")
+                  else "[yellow]not verified[/] (--no-verify): PROVENANCE.json says so")
     console.print(f"wrote {result.path} ({len(result.shipped)} kernel"
                   f"{'s' if len(result.shipped) != 1 else ''}, timings from {result.device})")
     if result.unused:
