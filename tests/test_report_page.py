@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -95,3 +97,9 @@ def test_a_missing_database_is_refused_not_created(capsys: pytest.CaptureFixture
     db = tmp_path / "none.sqlite"
     assert main(["report", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "r.html")]) == 2
     assert "no database at" in capsys.readouterr().err and not db.exists()
+
+
+def test_other_commands_do_not_need_plotly() -> None:
+    """plotly is imported when a report is rendered, so a GPU host without it runs every other command."""
+    code = "import sys, evo.cli; sys.exit(any(m.split('.')[0] == 'plotly' for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -16,7 +16,6 @@ from typing import Any
 
 import jinja2
 from markupsafe import Markup
-from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from evo import paths
 from evo.errors import EvoError
@@ -49,6 +48,10 @@ def value_text(x: Any) -> str:
 
 def render_page(context: Mapping[str, Any], figures: Mapping[str, Any], graph: Mapping[str, Any]) -> str:
     """The HTML page from the template, the report's data, its figures and the lineage graph."""
+    try:  # imported here: every other evo command works without plotly (e.g. on a bare GPU host)
+        from plotly.offline import get_plotlyjs, get_plotlyjs_version
+    except ImportError:
+        raise EvoError("evo report needs plotly (pip install 'plotly>=6,<8')") from None
     folder = template_dir()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)

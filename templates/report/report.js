@@ -130,6 +130,14 @@
     } else {
       panel.appendChild(el("p", { cls: "empty", text: "No build stored." }));
     }
+    d.evaluations.forEach(function (e) {  // what makes each pass reproducible and its timings attributable
+      var facts = ["salt", "green_drawn", "fast_outputs_checked", "cubin_sha256"].filter(function (k) {
+        return e.device_info[k] !== undefined;
+      }).map(function (k) { return k + " " + String(e.device_info[k]).slice(0, 16); });
+      panel.appendChild(el("p", { cls: "meta", text: "evaluation " + e.id + " on " + e.device + ": " + e.status +
+        " (GREEN " + fmt(e.green_seconds, 1) + " s, FAST " + fmt(e.fast_seconds, 1) + " s, " + e.timed + " timings" +
+        (facts.length ? "; " + facts.join(", ") : "") + ")" }));
+    });
     var checked = d.evaluations.filter(function (e) { return e.checks.length; });
     if (checked.length) panel.appendChild(checksTable(checked[checked.length - 1]));
     else if (d.evaluations.length) panel.appendChild(el("p", { cls: "empty", text: "No GREEN checks stored (" +
