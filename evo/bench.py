@@ -242,7 +242,17 @@ def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]]) -> st
     ordered = sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
     if not ordered:
         return MD_HEADER + "\nNo benchmarks yet: run `evo bench` on a GPU machine.\n"
-    return MD_HEADER + "".join("\n" + _table(rec, name) + _fidelity_table(rec) for name, rec in ordered)
+    return MD_HEADER + "".join("\n" + _section(rec, name) for name, rec in ordered)
+
+
+def _section(record: Mapping[str, Any], name: str) -> str:
+    """A record's tables: candidates against SDPA (and FAST's fidelity), or a seeds record
+    (claims beside evo's measurements, the SDPA sweep)."""
+    if record.get("kind") == "seeds":
+        from evo.seedreport import section
+
+        return section(record, name)
+    return _table(record, name) + _fidelity_table(record)
 
 
 def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -257,8 +267,12 @@ def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def regenerate(out_dir: Path, md_path: Path | None = None) -> Path:
     """Rewrite BENCHMARKS.md (default: beside ``out_dir``) from every record in ``out_dir``."""
+    from evo.seedreport import write_plots
+
     md = md_path or out_dir.resolve().parent / "BENCHMARKS.md"
-    md.write_text(render_benchmarks_md(load_records(out_dir)))
+    records = load_records(out_dir)
+    write_plots(records, out_dir)
+    md.write_text(render_benchmarks_md(records))
     return md
 
 

@@ -12,6 +12,10 @@ The build id is computed without compiling (:func:`build_id_for`): it hashes the
 :func:`evo.render.build_key` -- source, flags, arch, every entry's launch config, the nvcc
 version and build, and the headers included from outside the toolkit -- so editing any of them
 gives a new id instead of a stale cached verdict. The key is kept in each ``meta.json``.
+
+A family on another backend (:mod:`evo.backends`: a rendered Python module with Triton kernels)
+goes through the same cache: its module is checked and installed under its build id, whose key
+names the installed triton instead of nvcc; ``meta.json`` says which file is the artifact.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from evo import headers, paths, smi
+from evo import backends, headers, paths, smi
 from evo.errors import EvoError
 from evo.manifest import Family, load_family
 from evo.ptxas import parse_ptxas
@@ -150,8 +154,11 @@ def compile_flags(family: Family) -> tuple[str, ...]:
 
 
 def build_key_for(rendered: Rendered, arch: str) -> dict[str, Any]:
-    """The key whose hash is ``rendered``'s build id on ``arch`` (:func:`evo.render.build_key`)."""
+    """The key whose hash is ``rendered``'s build id on ``arch`` (:func:`evo.render.build_key`);
+    a Triton family's compiler is the installed triton (:func:`evo.backends.triton_identity`)."""
     fam = load_family(rendered.candidate.family)
+    if fam.backend != "cuda":
+        return build_key(rendered, compile_flags(fam), arch, backends.triton_identity(), {})
     return build_key(rendered, compile_flags(fam), arch, compiler_identity(),
                      headers.header_key(fam, rendered.source))
 
@@ -219,6 +226,7 @@ class _Plan:
     rendered: Rendered
     flags: tuple[str, ...]
     key: dict[str, Any]
+    backend: str = "cuda"
 
 
 def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = None,
@@ -239,7 +247,7 @@ def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = 
             raise EvoError(f"family {fam.name} does not support {arch}; it supports {', '.join(fam.arches)}")
         key = build_key_for(item, arch)
         bid = build_id(key)
-        plans.setdefault(bid, _Plan(bid, item, compile_flags(fam), key))
+        plans.setdefault(bid, _Plan(bid, item, compile_flags(fam), key, fam.backend))
         order.append(bid)
     results: dict[str, BuildResult] = {}
     todo = []
@@ -251,6 +259,11 @@ def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = 
             results[bid] = hit
             if on_done:
                 on_done(hit)
+    for plan in [p for p in todo if p.backend != "cuda"]:
+        results[plan.build_id] = _build_module(plan, arch)
+        if on_done:
+            on_done(results[plan.build_id])
+    todo = [p for p in todo if p.backend == "cuda"]
     if todo:
         _compile(todo, arch, jobs or os.cpu_count() or 1, timeout_s, results, on_done)
     return [results[bid] for bid in order]
@@ -265,7 +278,7 @@ def load_cached(bid: str) -> BuildResult | None:
         log = (folder / LOG).read_text()
     except (OSError, ValueError, KeyError):
         return None
-    cubin = folder / CUBIN
+    cubin = folder / meta.get("artifact", CUBIN)
     if meta.get("build_id") != bid or (status is not Status.COMPILE_FAILED and not cubin.is_file()):
         return None
     return BuildResult(
@@ -382,17 +395,42 @@ def _finish(folder: Path, plan: _Plan, arch: str, timeout_s: int, note: str) -> 
                                           seconds=seconds, resources=resources))
 
 
+def _build_module(plan: _Plan, arch: str) -> BuildResult:
+    """A non-CUDA backend's build: the rendered module is checked (it parses, it defines
+    ``launch``) and its launch geometry too, then cached like a cubin. Its kernels are compiled
+    by Triton in the worker, on first use."""
+    artifact = backends.backend(plan.backend).artifact
+    staging = paths.candidates_dir().resolve() / ".tmp"
+    staging.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="module-", dir=staging))
+    (folder / SOURCE).write_text(plan.rendered.source)
+    problem = backends.module_problem(plan.rendered.source, artifact)
+    result = BuildResult(plan.build_id, plan.rendered.source_hash, arch, plan.flags, Status.BUILT,
+                         log=problem or f"{artifact}: parsed; Triton compiles its kernels on first launch")
+    if problem:
+        result = replace(result, status=Status.COMPILE_FAILED, reason=problem)
+    else:
+        (folder / artifact).write_text(plan.rendered.source)
+        geometry = geometry_problems(plan.rendered.entries)
+        if geometry:
+            result = replace(result, status=Status.RESOURCE_REJECTED, reason="; ".join(geometry))
+    (folder / LOG).write_text(result.log)
+    return _install(folder, plan, result)
+
+
 def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
     """Write meta.json and rename the folder into the cache (atomic; the first writer wins)."""
     (folder / _STATUS_FILE).unlink(missing_ok=True)
     (folder / f"{CUBIN}.part").unlink(missing_ok=True)
+    artifact = backends.backend(plan.backend).artifact
     cand = plan.rendered.candidate
     meta = {
         "build_id": result.build_id, "source_hash": result.source_hash, "arch": result.arch,
         "flags": list(result.flags), "status": result.status.value, "reason": result.reason,
         "seconds": result.seconds, "resources": {k: asdict(v) for k, v in result.resources.items()},
         "family": cand.family, "family_version": plan.rendered.family_version, "params": cand.p,
-        "label": cand.label(), "nvcc": nvcc_version(), "key": plan.key,
+        "label": cand.label(), "key": plan.key, "artifact": artifact,
+        **({"nvcc": nvcc_version()} if plan.backend == "cuda" else {}),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
@@ -404,5 +442,5 @@ def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
         os.rename(folder, final)
     except OSError:
         pass  # another process installed the same build first; its files are equivalent
-    cubin = final / CUBIN
+    cubin = final / artifact
     return replace(result, cubin_path=str(cubin) if cubin.is_file() else None)

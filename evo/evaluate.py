@@ -163,10 +163,10 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
 
         return None, package_op, None
     from evo.errors import EvoError
-    from evo.runtime import CandidateKernels
+    from evo.runtime import load_kernels
 
     before = cubin_sha256(request.cubin_path)
-    kernels = CandidateKernels(request.cubin_path, request.entries, device=0)
+    kernels = load_kernels(request.cubin_path, request.entries, device=0)  # a cubin or a Triton module
     if cubin_sha256(request.cubin_path) != before:
         raise EvoError(f"{request.cubin_path} changed while it was being loaded")
     ev.device["cubin_sha256"] = before

@@ -226,6 +226,15 @@ def _check_green_evidence(store: Store, view: CandidateView) -> None:
                        f"{checked[-1].id}; it is not promoted")
 
 
+def ships_cubin(family: str) -> bool:
+    """The package launches cubins, so Triton-backend candidates (evo/backends.py) are not
+    promoted (yet); a family the templates no longer have is left for _ship to report."""
+    try:
+        return load_family(family).backend == "cuda"
+    except EvoError:
+        return True
+
+
 def choose_device(store: Store, ids: Sequence[str], device: str | None) -> str:
     """The device the timings are compared on: ``device``, else the one most candidates were
     last timed on."""
@@ -283,7 +292,8 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                      if e.device_info), {})
         cap = _device_capability(info, views, dev)
         contenders = [Contender(v, measurements(timed[v.id][1], baseline)) for v in views
-                      if v.id in timed and v.arch is not None and capability(v.arch) == cap]
+                      if v.id in timed and v.arch is not None and capability(v.arch) == cap
+                      and ships_cubin(v.family)]
         routes = plan_routes(contenders, min_speedup)
         if not any(r.winner for r in routes):
             raise EvoError(_nothing_to_promote(contenders, baseline, dev))

@@ -23,6 +23,7 @@ from typing import Any
 import jinja2
 
 from evo import paths
+from evo.backends import backend
 from evo.errors import EvoError
 from evo.manifest import Family, load_family
 from evo.space import Candidate, LaunchConfig, launch_config, make_candidate
@@ -122,7 +123,8 @@ def render(cand: Candidate, family: Family | None = None) -> Rendered:
         body = _env(search).get_template(fam.template).render(context)
     except jinja2.TemplateError as exc:
         raise EvoError(f"template error in {fam.name}/{fam.template}: {exc}") from None
-    header = (f"// evo family={fam.name} version={fam.version} render={RENDER_VERSION}\n"
-              f"// params: {cand.key()}\n")
+    c = backend(fam.backend).comment   # "//" for CUDA, "#" for a Python module
+    header = (f"{c} evo family={fam.name} version={fam.version} render={RENDER_VERSION}\n"
+              f"{c} params: {cand.key()}\n")
     source = header + body
     return Rendered(cand, fam.version, source, hashlib.sha256(source.encode()).hexdigest(), entries)

@@ -191,23 +191,39 @@ class CandidateKernels:
         return wrapped
 
     def _validate(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> None:
-        for name, t in zip("qkvo", (q, k, v, o)):
-            if not isinstance(t, torch.Tensor):
-                raise EvoError(f"{name} is a {type(t).__name__}, not a tensor")
-            if t.device != self._torch_device:
-                raise EvoError(f"{name} is on {t.device}; the kernels are loaded on {self._torch_device}")
-            if t.dtype not in DTYPE_NAMES or t.dtype != q.dtype:
-                raise EvoError(f"{name} is {t.dtype}; need float16 or bfloat16, the same for q, k, v, o")
-            if t.dim() != 4 or t.shape != q.shape:
-                raise EvoError(f"{name} has shape {tuple(t.shape)}; need (B, H, L, D) equal for q, k, v, o")
-            if not t.is_contiguous():
-                raise EvoError(f"{name} is not contiguous (strides {t.stride()})")
-            if t.data_ptr() % ALIGNMENT:  # the families load 16-byte vectors (docs/kernel-abi.md)
-                raise EvoError(f"{name} is not {ALIGNMENT}-byte aligned (a view with a storage offset?)")
-        B, H, L, D = q.shape
-        if min(B, H, L, D) < 1:
-            raise EvoError(f"empty problem (B, H, L, D) = {(B, H, L, D)}")
-        if B * H > MAX_GRID_Y:
-            raise EvoError(f"B * H = {B * H} is over the grid limit {MAX_GRID_Y}")
-        if q.numel() >= 2**31:
-            raise EvoError(f"{q.numel()} elements per tensor: the kernel ABI indexes with 32-bit ints")
+        check_tensors(q, k, v, o, self._torch_device)
+
+
+def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                  device: torch.device) -> None:
+    """Refuse (EvoError) what the kernel ABI does not take: see docs/kernel-abi.md."""
+    for name, t in zip("qkvo", (q, k, v, o)):
+        if not isinstance(t, torch.Tensor):
+            raise EvoError(f"{name} is a {type(t).__name__}, not a tensor")
+        if t.device != device:
+            raise EvoError(f"{name} is on {t.device}; the kernels are loaded on {device}")
+        if t.dtype not in DTYPE_NAMES or t.dtype != q.dtype:
+            raise EvoError(f"{name} is {t.dtype}; need float16 or bfloat16, the same for q, k, v, o")
+        if t.dim() != 4 or t.shape != q.shape:
+            raise EvoError(f"{name} has shape {tuple(t.shape)}; need (B, H, L, D) equal for q, k, v, o")
+        if not t.is_contiguous():
+            raise EvoError(f"{name} is not contiguous (strides {t.stride()})")
+        if t.data_ptr() % ALIGNMENT:  # the families load 16-byte vectors (docs/kernel-abi.md)
+            raise EvoError(f"{name} is not {ALIGNMENT}-byte aligned (a view with a storage offset?)")
+    B, H, L, D = q.shape
+    if min(B, H, L, D) < 1:
+        raise EvoError(f"empty problem (B, H, L, D) = {(B, H, L, D)}")
+    if B * H > MAX_GRID_Y:
+        raise EvoError(f"B * H = {B * H} is over the grid limit {MAX_GRID_Y}")
+    if q.numel() >= 2**31:
+        raise EvoError(f"{q.numel()} elements per tensor: the kernel ABI indexes with 32-bit ints")
+
+
+def load_kernels(artifact: str | Path, entries: Sequence[Entry], device: int = 0) -> Any:
+    """The launchable kernels of a built candidate, by its artifact (:mod:`evo.backends`): a cubin
+    (:class:`CandidateKernels`) or a Python module (:class:`evo.pykernels.ModuleKernels`)."""
+    if Path(artifact).suffix == ".py":
+        from evo.pykernels import ModuleKernels
+
+        return ModuleKernels(artifact, entries, device)
+    return CandidateKernels(artifact, entries, device)

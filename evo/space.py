@@ -3,7 +3,8 @@
 ``make_candidate`` fills defaults, checks every value against its domain and every manifest
 constraint, and raises :class:`InvalidCandidate` naming the parameter and what is allowed.
 ``launch_config`` evaluates the family's launch formulas for a head dim; ``random_candidates``
-and ``mutations`` enumerate valid points for batch builds and for the evolutionary sampler.
+and ``mutations`` enumerate valid points for batch builds and for the evolutionary sampler, and
+``switch`` moves a candidate to a successor family, keeping the genes the two share.
 """
 
 from __future__ import annotations
@@ -165,6 +166,18 @@ def mutations(family: Family, cand: Candidate, genes: int = 1) -> list[tuple[Can
                 out.append((Candidate(family.name, tuple(params.items())),
                             {n: (base[n], params[n]) for n in names}))
     return out
+
+
+def switch(cand: Candidate, target: Family) -> Candidate:
+    """``cand`` moved to the family ``target`` (a successor in its manifest): the genes both
+    families have keep their values where ``target`` allows them, the rest take ``target``'s
+    defaults; if that point breaks a constraint of ``target``, its defaults alone."""
+    kept = {n: v for n, v in cand.params if n in target.params and v in target.params[n].values
+            and type(v) is type(target.params[n].default)}
+    try:
+        return make_candidate(target, kept)
+    except InvalidCandidate:
+        return make_candidate(target)
 
 
 def diff(a: Candidate, b: Candidate) -> dict[str, tuple[Value, Value]]:

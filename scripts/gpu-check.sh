@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
-# Stages: env smoke tests throughput eval sweep:N run:N bench promote report save
+# Stages: env smoke tests throughput eval sweep:N run:N bench promote seeds report save
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -60,6 +60,9 @@ for stage in "$@"; do
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 scripts/eager_overhead.py evoattn --json "$OUT/eager.json" 2>&1 | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -30
       python3 scripts/check_package_speed.py /tmp/pkg/evoattn/evoattn/PROVENANCE.json "$OUT"/benchmarks/*-evoattn.json 2>&1 | tee -a "$OUT/promote.log" ;;
+    seeds)
+      log "seed campaigns (issue 14): rows, SDPA sweep, evolution from V0"
+      OUT="$OUT" scripts/seeds-gpu.sh ;;
     report)
       log "report (HTML; make the screenshot where Chromium is: evo report ... --screenshot)"
       bench=(); [ -d "$OUT/benchmarks" ] && bench=(--bench "$OUT/benchmarks")

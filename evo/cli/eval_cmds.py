@@ -155,8 +155,19 @@ def bench_cmd(
     out: Path = typer.Option(None, "--out", help="folder for the JSON (default: benchmarks/)"),
     db: str | None = DbOption,
     timeout: float = TimeoutOption,
+    seeds: bool = typer.Option(False, "--seeds", help="the seed campaigns' rows: claims beside evo's GREEN + FAST figures"),
+    sweep: bool = typer.Option(False, "--sweep", help="SDPA's backends over the sweep grid, with plots (evo/seeds.py)"),
 ) -> None:
     """The FAST suite against every SDPA backend, interleaved; writes benchmarks/*.json and BENCHMARKS.md."""
+    if seeds or sweep:
+        if package or ids or best or cases:
+            raise EvoError("--seeds / --sweep measure their own shapes: leave out --package, --id, --best and --cases")
+        from evo.seeds import GROUPS, run
+
+        written = run(out or paths.root() / "benchmarks", GROUPS if seeds else (), sweep, timeout_s=timeout,
+                      log=console.print)
+        console.print(f"wrote {written} and {written.parent.resolve().parent / 'BENCHMARKS.md'}")
+        return
     if package and (ids or best):
         raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
     if ids and best:

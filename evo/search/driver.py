@@ -113,8 +113,8 @@ def _defaults(ev: Evaluator) -> dict[str, Any]:
     if isinstance(ev, ReplayEvaluator):
         recorded = {r.family for r in ev.recording.records.values()}
         families = [f for f in list_families() if f in recorded]
-    else:
-        families = list_families()
+    else:  # seed families (search_default = false) only when --families names them
+        families = [f for f in list_families() if load_family(f).search_default]
     cases = ev.recording.common_shapes() if isinstance(ev, ReplayEvaluator) else fast_cases()
     return {"families": families, "cases": [s.tag for s in cases],
             "baseline": objective.BASELINES[0], "objective": objective.OBJECTIVES[0]}

@@ -2,7 +2,10 @@
 
 Seeds: the first children of a study are the families' defaults (the hand-written starting
 points, as EvoEngineer starts from seed kernels), so the search starts from known-good kernels
-and what it finds is measured against them.
+and what it finds is measured against them. A family that another selected family names among
+its ``successors`` (manifest) is not seeded: it is reached by switching to it, so a study of
+``seed_naive, seed_online, flash_scalar, seed_wmma`` starts from the naive kernel alone and its
+lineage shows each step (immigrants, too, come only from the families that are seeded).
 
 Population: the best ``population`` distinct completed trials (multi-objective: by the
 geometric mean of their values). A child is
@@ -12,7 +15,10 @@ geometric mean of their values). A child is
 - a uniform crossover of two elites of the same family at rate ``crossover_rate``, re-drawn
   when the child is invalid or already tried;
 - otherwise a mutation of a rank-selected elite that changes one gene (two at rate
-  ``two_gene_rate``), drawn from :func:`evo.space.mutations` so it is always valid.
+  ``two_gene_rate``), drawn from :func:`evo.space.mutations` so it is always valid; at rate
+  ``switch_rate`` (and whenever no gene mutation is left) the mutation switches the elite to a
+  successor family instead (:func:`evo.space.switch`: shared genes kept), recorded as the move
+  ``family: old -> new`` so its measured effect weighs it like any other move.
 
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
@@ -35,7 +41,7 @@ from evo.manifest import Family, Value
 from evo.replay import record_key
 from evo.search.params import from_trial_params
 from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, seen_keys
-from evo.space import Candidate, make_candidate, mutations
+from evo.space import Candidate, make_candidate, mutations, switch
 
 Move = tuple[str, Value, Value]
 FAILURES = frozenset({"invalid", "compile_failed", "resource_rejected", "red", "crashed", "timeout"})
@@ -108,14 +114,17 @@ class EvoSampler(ProposalSampler):
 
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
-                 insight_strength: float = 8.0) -> None:
+                 switch_rate: float = 0.5, insight_strength: float = 8.0) -> None:
         super().__init__(families, seed)
         self.population = population
         self.immigrant_rate = immigrant_rate
         self.crossover_rate = crossover_rate
         self.two_gene_rate = two_gene_rate
+        self.switch_rate = switch_rate
         self.insight_strength = insight_strength
         self._by_name = {f.name: f for f in self.families}
+        reached = {s for f in self.families for s in f.successors if s in self._by_name and s != f.name}
+        self.roots = [f for f in self.families if f.name not in reached] or list(self.families)
 
     def elites(self, trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Candidate]]:
         """Best distinct completed candidates of the selected families, best first."""
@@ -136,13 +145,15 @@ class EvoSampler(ProposalSampler):
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
         seen = seen_keys(trials)
-        for fam in self.families:
+        for fam in self.roots:
             default = make_candidate(fam)
             if record_key(default.family, default.p) not in seen:
                 return Proposal(default, "seed", [])
         elites = self.elites(trials)
         if not elites or self._rng.random() < self.immigrant_rate:
-            return self.random_unseen(seen, "immigrant")
+            found = self.random_unseen(seen, "immigrant", self.roots)
+            if found is not None or not elites:  # roots used up before anything was measured: any family
+                return found or self.random_unseen(seen, "immigrant")
         if self._rng.random() < self.crossover_rate:
             child = self.crossover(elites, seen)
             if child is not None:
@@ -164,6 +175,10 @@ class EvoSampler(ProposalSampler):
         for i in self._rank_order(len(elites)):
             parent_trial, parent = elites[i]
             fam = self._by_name[parent.family]
+            if self._rng.random() < self.switch_rate:
+                moved = self.switched(parent_trial, parent, weights, seen)
+                if moved is not None:
+                    return moved
             genes = (2, 1) if self._rng.random() < self.two_gene_rate else (1, 2)
             for g in genes:
                 options = [(c, m) for c, m in mutations(fam, parent, g)
@@ -175,7 +190,26 @@ class EvoSampler(ProposalSampler):
                 child, mut = self._rng.choices(options, weights=w)[0]
                 return Proposal(child, "mutation", [parent_trial.number],
                                 {n: [old, new] for n, (old, new) in mut.items()})
+            moved = self.switched(parent_trial, parent, weights, seen)   # no gene mutation left
+            if moved is not None:
+                return moved
         return None
+
+    def switched(self, parent_trial: FrozenTrial, parent: Candidate, weights: Mapping[Move, float],
+                 seen: set[str]) -> Proposal | None:
+        """``parent`` switched to one of its family's selected successors (weighted by the
+        record of each ``family`` move), or None when every such child has been tried."""
+        options = []
+        for name in self._by_name[parent.family].successors:
+            if name in self._by_name and name != parent.family:
+                child = switch(parent, self._by_name[name])
+                if record_key(child.family, child.p) not in seen:
+                    options.append(child)
+        if not options:
+            return None
+        w = [weights.get(("family", parent.family, c.family), 1.0) for c in options]
+        child = self._rng.choices(options, weights=w)[0]
+        return Proposal(child, "mutation", [parent_trial.number], {"family": [parent.family, child.family]})
 
     def crossover(self, elites: Sequence[tuple[FrozenTrial, Candidate]], seen: set[str],
                   tries: int = 20) -> Proposal | None:
