@@ -102,6 +102,14 @@ def test_bench_records_are_read_newest_first_and_bad_ones_refused(tmp_path: Path
         data.load_bench([tmp_path / "missing.json"])
 
 
+def test_seeds_records_in_a_folder_are_passed_over_and_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "bench.json").write_text(json.dumps({"gpu": "G", "created": "2026", "cases": []}))
+    (tmp_path / "seeds.json").write_text(json.dumps({"kind": "seeds", "gpu": "G", "rows": []}))
+    assert [b.name for b in data.load_bench([tmp_path])] == ["bench.json"]
+    with pytest.raises(EvoError, match="a seeds record"):
+        data.load_bench([tmp_path / "seeds.json"])
+
+
 def test_the_sampler_table_counts_unreached_runs_past_the_budget(tmp_path: Path) -> None:
     path = tmp_path / "sb.json"
     runs = [{"sampler": "evo", "seed": s, "evaluations": e, "trials": 10, "best": 1.0, "trace": [[e or 9, 1.0]]}

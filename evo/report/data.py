@@ -291,19 +291,25 @@ class BenchRecord:
 
 
 def load_bench(paths: Sequence[Path]) -> list[BenchRecord]:
-    """``evo bench`` records from files or folders (``*.json`` in them), newest first."""
-    files: list[Path] = []
+    """``evo bench`` records of candidates or packages from files or folders (``*.json`` in
+    them), newest first. A folder's seeds records (``evo bench --seeds``: campaign rows and the
+    SDPA sweep, no GEMM rate beside kernels) are passed over; naming one is an error."""
+    files: list[tuple[Path, bool]] = []
     for p in paths:
         if p.is_dir():
-            files += sorted(p.glob("*.json"))
+            files += [(f, False) for f in sorted(p.glob("*.json"))]
         elif p.is_file():
-            files.append(p)
+            files.append((p, True))
         else:
             raise EvoError(f"no benchmark file or folder {p}")
     out = []
-    for f in files:
+    for f, named in files:
         try:
             rec = json.loads(f.read_text())
+            if isinstance(rec, dict) and rec.get("kind") == "seeds":
+                if named:
+                    raise ValueError("a seeds record (campaign rows), not a benchmark of candidates")
+                continue
             if not isinstance(rec, dict) or not isinstance(rec.get("cases"), list) or "gpu" not in rec:
                 raise ValueError("not an evo bench record (no gpu or cases)")
         except (OSError, ValueError) as exc:

@@ -145,7 +145,7 @@
     if (d.trials.length) panel.appendChild(el("p", { cls: "meta", text: "trials: " + d.trials.map(function (t) {
       return t.study + " #" + t.number + " " + t.state + (t.value === null ? "" : " " + ratio(t.value));
     }).join(", ") }));
-    var src = el("details", {}, el("summary", { text: "CUDA source (" + d.source_note + ")" }));
+    var src = el("details", {}, el("summary", { text: "Kernel source (" + d.source_note + ")" }));
     if (d.source) src.appendChild(el("pre", { cls: "source", text: d.source.map(function (i) { return graph.lines[i]; }).join("\n") }));
     panel.appendChild(src);
   }
