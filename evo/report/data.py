@@ -9,7 +9,7 @@ insights are computed, not saved. The sections:
   the best value among the studies shown (the statistic of docs/sampler-benchmark.md).
 - ``cases``: per FAST case the winning candidate and the best candidate overall, each with
   every backend timed beside it (median, p20, p80), on one device; ``heatmap``: the top
-  candidates' speedups per case; ``gemm``: the dense GEMM rate measured with them, if any.
+  candidates' speedups per case; ``gemm_tflops``: the dense GEMM rate measured with them, if any.
 - ``failures``: failed candidates, and trials that never made one, counted by reason.
 - ``insights``: moves, resources and parameter importances (:mod:`evo.insights`).
 
@@ -181,10 +181,7 @@ def case_entry(cid: str, label: str, timings: Iterable[Timing], tag: str) -> dic
     by = latest(timings)
     if (tag, CANDIDATE) not in by:
         return None
-    shape = by[(tag, CANDIDATE)].shape
-    return {"candidate": cid, "short": short_id(cid), "label": label,
-            "shape": {"B": shape.B, "H": shape.H, "L": shape.L, "D": shape.D, "causal": shape.causal,
-                      "dtype": shape.dtype, "flops": shape.flops},
+    return {"tag": tag, "candidate": cid, "short": short_id(cid), "label": label,
             "backends": {b: stats(t) for (tg, b), t in by.items() if tg == tag}}
 
 
@@ -208,12 +205,10 @@ def cases(store: Store, lin: Lineage, timed: Mapping[str, tuple[str, list[Timing
     for tag in tags:
         ranked = sorted(((s, cid) for cid, ts in here.items() if (s := speedup_on(ts, tag, baseline)) is not None),
                         reverse=True)
-        if ranked:
-            cid = ranked[0][1]
-            winners.append(case_entry(cid, lin.nodes[cid].label if cid in lin.nodes else "", here[cid], tag)
-                           | {"tag": tag})
+        if ranked and (entry := case_entry(ranked[0][1], lin.nodes[ranked[0][1]].label, here[ranked[0][1]], tag)):
+            winners.append(entry)
         if best is not None and (entry := case_entry(best.id, best.label, here[best.id], tag)):
-            overall.append(entry | {"tag": tag})
+            overall.append(entry)
     rows = scored[:HEATMAP_ROWS]
     heat = {"tags": tags, "rows": [{"candidate": n.id, "short": short_id(n.id), "label": n.label, "score": n.score,
                                     "speedups": [speedup_on(here[n.id], tag, baseline) for tag in tags]}
@@ -271,13 +266,18 @@ def failures(store: Store, ids: Iterable[str], trials: Mapping[str, Sequence[Fro
 
 def insights(store: Store, study: str | None, baseline: str, storage: optuna.storages.RDBStorage | None,
              studies: Iterable[str]) -> dict[str, Any]:
-    """Moves and resources over the scope, importances for every study shown (not saved)."""
+    """Moves and resources over the scope, importances for every study shown (not saved); each
+    importance names its study."""
     report = insights_mod.compute(store, None, baseline=baseline) if study is None else \
         insights_mod.compute(store, study, baseline=baseline, db_url=store.url)
+    owners = [study] * len(report.importances)
     if study is None and storage is not None:
         for name in studies:
-            report.importances += insights_mod.importances(optuna.load_study(study_name=name, storage=storage))
+            found = insights_mod.importances(optuna.load_study(study_name=name, storage=storage))
+            report.importances += found
+            owners += [name] * len(found)
     doc = insights_doc(report, study, baseline)
+    doc["importances"] = [imp | {"study": owner} for imp, owner in zip(doc["importances"], owners)]
     return doc
 
 

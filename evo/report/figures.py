@@ -338,14 +338,14 @@ def failures(rows: Sequence[Mapping[str, Any]], top: int = 15) -> Figure | None:
 
 
 def importances(doc: Mapping[str, Any]) -> Figure | None:
-    """Optuna's parameter importances, one group of bars per family and study."""
+    """Optuna's parameter importances, one group of bars per study and family."""
     data = []
     for i, imp in enumerate(doc["importances"]):
         if not imp["values"]:
             continue
         items = sorted(imp["values"].items(), key=lambda kv: kv[1])
-        data.append({"type": "bar", "orientation": "h", "name": f"{imp['family']} ({imp['trials']} trials)",
-                     "x": [v for _, v in items], "y": [f"{imp['family']}.{k}" for k, _ in items],
+        data.append({"type": "bar", "orientation": "h", "name": f"{imp['study']}: {imp['family']} ({imp['trials']} trials)",
+                     "x": [v for _, v in items], "y": [f"{imp['study']}: {imp['family']}.{k}" for k, _ in items],
                      "marker": {"color": PALETTE[i % len(PALETTE)]},
                      "hovertemplate": "%{y}: %{x:.3f}<extra></extra>"})
     if not data:
