@@ -55,7 +55,7 @@ def _backend_color(name: str, i: int) -> str:
 def progress(series: Sequence[Mapping[str, Any]]) -> Figure | None:
     """Best value so far against evaluations, one line per study and sampler, every trial's
     value as a faint point of the same color."""
-    data = []
+    data: list[dict[str, Any]] = []
     for i, s in enumerate(series):
         color, name = PALETTE[i % len(PALETTE)], f"{s['study']} · {s['sampler']}"
         pts = [p for p in s["points"] if p["best"] is not None]
@@ -339,7 +339,7 @@ def failures(rows: Sequence[Mapping[str, Any]], top: int = 15) -> Figure | None:
 
 def importances(doc: Mapping[str, Any]) -> Figure | None:
     """Optuna's parameter importances, one group of bars per study and family."""
-    data = []
+    data: list[dict[str, Any]] = []
     for i, imp in enumerate(doc["importances"]):
         if not imp["values"]:
             continue
