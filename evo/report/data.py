@@ -217,15 +217,18 @@ def cases(store: Store, lin: Lineage, timed: Mapping[str, tuple[str, list[Timing
     return {"device": device, "baseline": baseline, "tags": tags, "winners": winners, "overall": overall,
             "best": None if best is None else {"candidate": best.id, "short": short_id(best.id),
                                                "label": best.label, "score": best.score},
-            "heatmap": heat, "gemm_tflops": gemm_rate(store, device, shown),
+            "heatmap": heat, "gemm_tflops": gemm_rate(store, device, shown, here),
             "other_devices": sorted({dev for dev, _ in timed.values() if dev != device})}
 
 
-def gemm_rate(store: Store, device: str | None, ids: Iterable[str]) -> float | None:
-    """The dense fp16 GEMM rate (TFLOP/s) the worker measured in the evaluations of ``ids`` on
-    ``device`` (``evo bench`` and ``evo eval`` measure it; a search does not): their median."""
-    rates = [float(e.device_info["gemm_tflops"]) for cid in sorted(ids) for e in store.evaluations(cid, device)
-             if e.device_info.get("gemm_tflops")]
+def gemm_rate(store: Store, device: str | None, shown: Iterable[str], timed: Iterable[str]) -> float | None:
+    """The dense fp16 GEMM rate (TFLOP/s) measured on ``device`` in the runs that timed the
+    ``shown`` candidates (a GPU search measures it with its first evaluation; it is kept in that
+    evaluation's device info): the median over those runs, None when none measured it."""
+    evaluations = {cid: store.evaluations(cid, device) for cid in set(timed) | set(shown)}
+    runs = {e.run_id for cid in shown for e in evaluations[cid] if e.timings}
+    rates = [float(e.device_info["gemm_tflops"]) for evs in evaluations.values() for e in evs
+             if e.run_id in runs and e.device_info.get("gemm_tflops")]
     return statistics.median(rates) if rates else None
 
 

@@ -235,7 +235,7 @@ def roofline(cases: Mapping[str, Any], bench: Sequence[Any], case_key: Any) -> F
             owner.append(v)
     if not any(t["x"] for t in data):
         return None
-    notes = ["" if view["gemm"] else "no GEMM rate was measured in this run" for view in views]
+    notes = ["" if view["gemm"] else "no GEMM rate was measured in these runs" for view in views]
     tags = [sorted(view["per"], key=case_key) for view in views]
     buttons = [{"label": view["name"], "method": "update",
                 "args": [{"visible": [o == v for o in owner]},
