@@ -99,6 +99,16 @@ def test_a_page_error_is_caught(tmp_path: Path) -> None:
     assert check.summary is None and any("undefinedFunction" in line for line in check.console_errors)
 
 
+def test_the_report_only_reads_the_database(replay_db: str, tmp_path: Path) -> None:
+    def dump() -> list[str]:
+        with sqlite3.connect(replay_db.removeprefix("sqlite:///")) as conn:
+            return list(conn.iterdump())
+
+    before = dump()
+    assert main(["report", "--db", replay_db, "--out", str(tmp_path / "r.html")]) == 0
+    assert dump() == before  # no insight saved, no Optuna table or row added
+
+
 def test_optuna_loads_evo_study_with_candidate_and_speedups(replay_db: str) -> None:
     study = optuna.load_study(study_name=STUDY, storage=replay_db)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
