@@ -20,9 +20,11 @@ from evo import insights as insights_mod
 from evo import jsondoc
 from evo.cli.app import DbOption, app
 from evo.replay import export_sweep
-from evo.search.driver import RunOptions, run as run_search
+from evo.search.driver import RunOptions
+from evo.search.fanout import start as run_search
 from evo.search.loop import Best, Outcome, RunSummary
 from evo.search.samplers import SAMPLERS
+from evo.search.study import GRACE_S, HEARTBEAT_S
 from evo.store import open_store
 
 console = Console()
@@ -72,15 +74,20 @@ def run_cmd(
     baseline: str | None = typer.Option(None, "--baseline", help="sdpa_default or sdpa_flash"),
     objective: str | None = typer.Option(None, "--objective", help="geomean, or per-bucket (head_dim x causal)"),
     jobs: int | None = typer.Option(None, "--jobs", help="parallel nvcc processes (default: CPU count)"),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPUs to measure on, one worker process each: all, or "
+                                    "indices like 0,1 (0,0: two workers on GPU 0) (default: all visible)"),
+    heartbeat: int = typer.Option(HEARTBEAT_S, "--heartbeat", help="seconds between a worker's heartbeats"),
+    grace: int = typer.Option(GRACE_S, "--grace", help="seconds without a heartbeat before a worker's trial "
+                              "is failed and retried by another"),
 ) -> None:
     """Start or resume an evolution; Ctrl-C stops it and a later run continues the study."""
     opts = RunOptions(trials=trials, time_budget_s=time_budget, families=_split(families), cases=_split(cases),
                       sampler=sampler, seed=seed, db=db, study=study, replay=replay, batch=batch, arch=arch,
-                      baseline=baseline, objective=objective, jobs=jobs)
+                      baseline=baseline, objective=objective, jobs=jobs, heartbeat_s=heartbeat, grace_s=grace)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     reporter = RichReporter()
     try:
-        summary = run_search(opts, reporter, note=console.print)
+        summary = run_search(opts, gpus, reporter)
     finally:
         reporter.stop()
     print_summary(summary)
@@ -102,8 +109,12 @@ def print_summary(s: RunSummary) -> None:
         table.add_row(status, str(n))
     if s.reused:
         table.add_row("(answered from the store)", str(s.reused))
+    if s.waited:
+        table.add_row("(measured by another worker meanwhile)", str(s.waited))
     if s.recovered:
-        table.add_row("(re-queued from a dead run)", str(s.recovered))
+        table.add_row("(re-queued from a dead worker)", str(s.recovered))
+    if s.lost:
+        table.add_row("(failed as stale before told)", str(s.lost))
     if table.rows:
         console.print(table)
     if s.not_evaluated:

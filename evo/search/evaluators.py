@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import os
 import secrets
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,7 @@ class GpuEvaluator(Evaluator):
         self.options = dict(options or {})
         self.pool = WorkerPool(devices, target)
         self.device = gpu_name(self.pool.workers[0].device)
+        self.where = {"host": socket.gethostname(), "gpu_index": str(self.pool.workers[0].device)}
 
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []
@@ -104,7 +106,9 @@ class GpuEvaluator(Evaluator):
                     for j in jobs]
         if requests and self.gemm_pending:
             requests[0].options["gemm"], self.gemm_pending = True, False
-        yield from self.pool.map(requests, self.timeout_s)
+        for ev in self.pool.map(requests, self.timeout_s):  # which GPU of which host measured it
+            ev.device.update(self.where)
+            yield ev
 
     def close(self) -> None:
         self.pool.close()
@@ -136,7 +140,7 @@ class ReplayEvaluator(Evaluator):
         self.arch = recording.arch
         self.device = f"replay:{recording.gpu}"
         self._info = {"name": self.device, "gpu": recording.gpu, "source": "replay",
-                      "recording": recording.name}
+                      "recording": recording.name, "host": socket.gethostname(), "pid": str(os.getpid())}
 
     def _record(self, item: Rendered) -> Record | Unmeasured:
         rec = self.recording.lookup(item.candidate)
@@ -151,11 +155,12 @@ class ReplayEvaluator(Evaluator):
         """The recorded candidate's id (the build that was measured, under the id formula of its
         day), so replayed candidates keep the ids of the GPU host's database and no nvcc is
         needed; a record without an id, or a point the recording cannot answer for, gets one
-        made from its source hash."""
+        made from its source hash, cut to fit the store's 64-character ids (PostgreSQL enforces
+        the length)."""
         rec = self._record(item)
         if isinstance(rec, Record) and rec.build_id:
             return rec.build_id
-        return f"replay-{item.source_hash}"
+        return f"replay-{item.source_hash[:57]}"
 
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         out: list[BuildResult | Unmeasured] = []
