@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
-# Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds save pack:NAME
+# Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds report save pack:NAME
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -82,6 +82,10 @@ for stage in "$@"; do
     seeds)
       log "seed campaigns (issue 14): rows, SDPA sweep, evolution from V0"
       OUT="$OUT" scripts/seeds-gpu.sh ;;
+    report)
+      log "report (HTML; make the screenshot where Chromium is: evo report ... --screenshot)"
+      bench=(); [ -d "$OUT/benchmarks" ] && bench=(--bench "$OUT/benchmarks")
+      $EVO report --study "${EVO_STUDY:-evo-gpu}" --out "$OUT/report-gpu.html" "${bench[@]}" 2>&1 | tail -3 ;;
     save)
       log save
       python3 - <<'PY'

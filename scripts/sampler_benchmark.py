@@ -8,7 +8,8 @@ candidate is answered again without counting as an evaluation) until its best sc
 least 98% of the best score in the recording, or the evaluation budget is spent. An
 evaluation is one distinct valid candidate looked up (what would cost a build and a GPU
 run); invalid proposals are free and not counted. Writes a markdown table (median and IQR
-of evaluations per sampler) to docs/sampler-benchmark.md.
+of evaluations per sampler) to docs/sampler-benchmark.md, and every run with its best-so-far
+trace to docs/sampler-benchmark.json (which ``evo report`` draws).
 
 CMA-ES is left out: every evo parameter is categorical, which Optuna's CmaEsSampler does not
 model (it samples them all with its RandomSampler), so it would measure random search again.
@@ -19,6 +20,7 @@ model (it samples them all with its RandomSampler), so it would measure random s
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -54,6 +56,7 @@ class Result:
     trials: int
     best: float
     seconds: float
+    trace: list[tuple[int, float]]  # (evaluations, best so far) at each improvement and at the end
 
 
 def score_table(rec: Recording, cases: Sequence[Shape], baseline: str) -> dict[str, float | str]:
@@ -78,6 +81,7 @@ def run_one(sampler: str, seed: int, families: list, table: dict[str, float | st
         study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, families, seed))
     seen: set[str] = set()
     best, trials = -math.inf, 0
+    trace: list[tuple[int, float]] = []
     while len(seen) < budget and trials < max_trials:
         asked = []
         for _ in range(min(batch, max_trials - trials)):
@@ -104,9 +108,11 @@ def run_one(sampler: str, seed: int, families: list, table: dict[str, float | st
             study.tell(trial, outcome)
             if outcome > best:
                 best = outcome
+                trace.append((len(seen), best))
                 if best >= target:
-                    return Result(sampler, seed, len(seen), trials, best, time.perf_counter() - t0)
-    return Result(sampler, seed, None, trials, best, time.perf_counter() - t0)
+                    return Result(sampler, seed, len(seen), trials, best, time.perf_counter() - t0, trace)
+    trace.append((len(seen), best))  # where the budget ran out
+    return Result(sampler, seed, None, trials, best, time.perf_counter() - t0, trace)
 
 
 def benchmark(rec: Recording, samplers: Sequence[str], seeds: Sequence[int], cases: Sequence[Shape],
@@ -166,6 +172,17 @@ def markdown(rec: Recording, results: Sequence[Result], best: float, budget: int
     return "\n".join(lines)
 
 
+def to_json(rec: Recording, results: Sequence[Result], best: float, budget: int, cases: Sequence[Shape],
+            baseline: str, batch: int, seeds: Sequence[int]) -> dict:
+    """The same benchmark as data, every run with its best-so-far trace (``evo report`` draws it)."""
+    return {"schema": "evo.sampler-benchmark/1", "recording": rec.name, "gpu": rec.gpu, "arch": rec.arch,
+            "records": len(rec.records), "git_sha": git_sha(), "seeds": list(seeds), "batch": batch,
+            "baseline": baseline, "cases": [s.tag for s in cases], "best": best,
+            "target": best * (1 - TOLERANCE), "budget": budget,
+            "runs": [{"sampler": r.sampler, "seed": r.seed, "evaluations": r.evaluations, "trials": r.trials,
+                      "best": r.best, "trace": [list(p) for p in r.trace]} for r in results]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recording", type=Path, default=None, help="default: newest data/sweep-*.json.gz")
@@ -176,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--budget", type=int, default=None, help="evaluations per run (default: all points)")
     ap.add_argument("--out", type=Path, default=paths.root() / "docs" / "sampler-benchmark.md")
+    ap.add_argument("--json", type=Path, default=None, help="also write the runs as JSON "
+                    "(default: --out with .json; evo report reads it)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -197,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(markdown(rec, results, best, budget, cases, args.baseline, args.batch, seeds))
-    print(f"wrote {args.out}")
+    out_json = args.json or args.out.with_suffix(".json")
+    out_json.write_text(json.dumps(to_json(rec, results, best, budget, cases, args.baseline, args.batch, seeds),
+                                   indent=1) + "\n")
+    print(f"wrote {args.out} and {out_json}")
     return 0
 
 

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from evo.cli import build_cmds, db_cmds, eval_cmds, promote_cmds, run_cmds  # noqa: F401  (register)
+from evo.cli import build_cmds, db_cmds, eval_cmds, promote_cmds, report_cmds, run_cmds  # noqa: F401  (register)
 from evo.cli.app import cli
 from evo.errors import EvoError
 

@@ -3,13 +3,13 @@ stored about one candidate: parameters, status, build report, checks, timings, l
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 
 import click
 from rich.markup import escape
 
+from evo import jsondoc
 from evo.build import SOURCE, cache_dir
 from evo.cli.app import cli, db_option, require_database
 from evo.cli.output import console, table
@@ -32,13 +32,15 @@ baseline_option = click.option("--baseline", type=click.Choice(BACKENDS), defaul
 @click.option("--study", metavar="NAME", help="study name (default: every candidate)")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="tree", show_default=True,
               help="a tree on the terminal, Graphviz DOT, or JSON")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (same as --format json)")
 @baseline_option
 @db_option()
-def lineage_cmd(study: str | None, fmt: str, baseline: str, db: str) -> None:
+def lineage_cmd(study: str | None, fmt: str, as_json: bool, baseline: str, db: str) -> None:
     """The search tree: candidates, moves and their effects.
 
     Candidates with status and score; edges with the move that made the child and its effect.
     """
+    fmt = "json" if as_json else fmt
     with open_store(require_database(db)) as store:
         cases = study_cases(store.url, study) if study else None
         lin = build_lineage(store, study, baseline, cases)
@@ -49,15 +51,16 @@ def lineage_cmd(study: str | None, fmt: str, baseline: str, db: str) -> None:
     elif fmt == "dot":
         sys.stdout.write(to_dot(lin))
     else:
-        sys.stdout.write(json.dumps(to_json(lin), indent=1) + "\n")
+        sys.stdout.write(jsondoc.dumps(to_json(lin)))
 
 
 @cli.command("show")
 @click.argument("cand_id", metavar="ID")
 @click.option("--source", is_flag=True, help="print only the candidate's CUDA source")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (raw samples included)")
 @baseline_option
 @db_option()
-def show_cmd(cand_id: str, source: bool, baseline: str, db: str) -> None:
+def show_cmd(cand_id: str, source: bool, as_json: bool, baseline: str, db: str) -> None:
     """Everything stored about one candidate.
 
     ID is a candidate id or a unique prefix of one.
@@ -66,6 +69,9 @@ def show_cmd(cand_id: str, source: bool, baseline: str, db: str) -> None:
         rec = store.get(cand_id)
         if source:
             sys.stdout.write(_source(rec))
+            return
+        if as_json:
+            sys.stdout.write(jsondoc.dumps(jsondoc.record_doc(store, rec, baseline)))
             return
         _print_record(store, rec, baseline)
 

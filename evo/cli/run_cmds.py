@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import shlex
+import sys
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
 from evo import insights as insights_mod
+from evo import jsondoc
 from evo import paths
 from evo.cli.app import cli, db_option, require_database, split_list
 from evo.cli.output import console, speedup_words, table
@@ -177,7 +179,8 @@ def _print_next(s: RunSummary, url: str) -> None:
 @click.option("--baseline", type=click.Choice(BACKENDS), default="sdpa_default", show_default=True,
               help="speedups against this SDPA backend")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N", help="rows per table")
-def insights_cmd(study: str | None, db: str, baseline: str, top: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (every row, not --top)")
+def insights_cmd(study: str | None, db: str, baseline: str, top: int, as_json: bool) -> None:
     """Which moves help, on which shapes; what fails to build.
 
     Moves (child score / parent score per parameter change), parameter values that co-occur with
@@ -186,6 +189,9 @@ def insights_cmd(study: str | None, db: str, baseline: str, top: int) -> None:
     with open_store(require_database(db)) as store:
         report = insights_mod.compute(store, study, baseline=baseline, db_url=db)
         insights_mod.save(store, study, report)
+    if as_json:
+        sys.stdout.write(jsondoc.dumps(jsondoc.insights_doc(report, study, baseline)))
+        return
     _show_insights(report, top)
 
 

@@ -43,6 +43,7 @@ from evo.manifest import Family, Value
 from evo.render import Rendered, render
 from evo.replay import record_key
 from evo.results import Evaluation, Shape, Status, Timing
+from evo.scoring import speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.params import from_trial_params, suggest
@@ -55,6 +56,7 @@ from evo.space import Candidate, all_candidates, diff, make_candidate
 CANDIDATE = "candidate"
 LABEL = "label"
 REUSED = "reused"
+SPEEDUPS = "speedups"
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"
 
@@ -68,6 +70,7 @@ class Outcome:
     values: list[float] | None = None
     candidate_id: str | None = None
     reused: bool = False
+    speedups: dict[str, float] | None = None  # case tag -> speedup over the study's baseline
 
 
 @dataclass
@@ -403,7 +406,9 @@ class Search:
             return Outcome("unscored", "no timing on " + ", ".join(s.tag for s in missing),
                            candidate_id=cid, reused=reused)
         vals = objective.values(timings, self.baseline, self.cases, self.objective)
-        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused)
+        per_case = speedups(timings, self.baseline)
+        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused,
+                       speedups={s.tag: per_case[s.tag] for s in self.cases if s.tag in per_case})
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
@@ -472,6 +477,8 @@ class Search:
                 trial.set_user_attr(CANDIDATE, cid)
             if outcome.reused:
                 trial.set_user_attr(REUSED, True)
+            if outcome.speedups:  # per case, where Optuna's tools look (optuna-dashboard, load_study)
+                trial.set_user_attr(SPEEDUPS, outcome.speedups)
             trial.set_user_attr(STATUS, outcome.status)  # last: a FAIL trial with a status is an outcome
             # the store first: if we die before tell, recovery marks both FAIL (see _recover)
             self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
