@@ -9,16 +9,15 @@ from collections.abc import Iterable
 import click
 from rich.markup import escape
 
-from evo import jsondoc
+from evo import api, jsondoc
 from evo.build import SOURCE, cache_dir
 from evo.cli.app import cli, db_option, require_database
 from evo.cli.output import console, table
 from evo.errors import EvoError
-from evo.lineage import STATUS_STYLE, build_lineage, mutation_text, to_dot, to_json, to_tree
+from evo.lineage import STATUS_STYLE, mutation_text, to_dot, to_json, to_tree
 from evo.render import render
 from evo.results import CheckResult, Status, Timing
 from evo.scoring import CANDIDATE, edge_effect, latest, score, speedups
-from evo.search.study import study_cases
 from evo.space import make_candidate
 from evo.store import CandidateRecord, Store, open_store, short_id
 from evo.timing import BACKENDS
@@ -41,9 +40,7 @@ def lineage_cmd(study: str | None, fmt: str, as_json: bool, baseline: str, db: s
     Candidates with status and score; edges with the move that made the child and its effect.
     """
     fmt = "json" if as_json else fmt
-    with open_store(require_database(db)) as store:
-        cases = study_cases(store.url, study) if study else None
-        lin = build_lineage(store, study, baseline, cases)
+    lin = api.lineage_graph(db, study, baseline)
     if not lin.nodes:
         raise EvoError(f"no candidates{f' in study {study!r}' if study else ''} in the database")
     if fmt == "tree":

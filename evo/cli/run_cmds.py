@@ -15,9 +15,8 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from evo import api, jsondoc, paths
 from evo import insights as insights_mod
-from evo import jsondoc
-from evo import paths
 from evo.cli.app import cli, db_option, require_database, split_list
 from evo.cli.output import console, speedup_words, table
 from evo.cli.progress import TrialProgress
@@ -27,8 +26,6 @@ from evo.replay import export_sweep
 from evo.results import Shape
 from evo.scoring import score
 from evo.search import objective
-from evo.search.driver import RunOptions
-from evo.search.fanout import start as run_search
 from evo.search.loop import RunSummary
 from evo.search.samplers import SAMPLERS
 from evo.search.study import GRACE_S, HEARTBEAT_S, study_cases
@@ -89,13 +86,12 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
     gated (GREEN) and timed (FAST); without one the newest recording under data/ is replayed
     (measured values looked up, never invented).
     """
-    opts = RunOptions(trials=trials, time_budget_s=time_budget, families=split_list(families),
-                      cases=split_list(cases), sampler=sampler, seed=seed, db=db, study=study, replay=replay,
-                      batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs,
-                      heartbeat_s=heartbeat, grace_s=grace)
     reporter = TrialProgress(console)
     try:
-        summary = run_search(opts, gpus, reporter)
+        summary = api.run(db, trials=trials, time_budget_s=time_budget, families=split_list(families),
+                          cases=split_list(cases), sampler=sampler, seed=seed, study=study, replay=replay,
+                          batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
+                          heartbeat_s=heartbeat, grace_s=grace, reporter=reporter)
     finally:
         reporter.stop()
     print_summary(summary, db)

@@ -107,6 +107,23 @@ class Store:
                 raise EvoError(f"no run {run_id}")
             run.status, run.finished = status, utcnow()
 
+    @contextmanager
+    def recording(self, command: str, *, study: str | None = None, options: Mapping[str, Any] | None = None,
+                  device: Mapping[str, Any] | None = None) -> Iterator[int]:
+        """Record one command as a run around the block (the one run-bookkeeping path of every
+        command that writes): ``done`` when the block ends, ``interrupted`` on Ctrl-C
+        (KeyboardInterrupt), ``failed`` on any other exception, which goes on up."""
+        run_id = self.start_run(command, study=study, options=options, device=device)
+        status = "failed"
+        try:
+            yield run_id
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            self.finish_run(run_id, status)
+
     def get_run(self, run_id: int) -> RunView | None:
         with self._read() as s:
             run = s.get(Run, run_id)
