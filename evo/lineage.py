@@ -19,6 +19,7 @@ from evo.errors import EvoError
 from evo.results import Shape, Status
 from evo.scoring import edge_effect, score
 from evo.store import Store, short_id
+from evo.vocab import value_text
 
 STATUS_STYLE = {
     Status.FAST: "bold green", Status.GREEN: "green", Status.BUILT: "cyan", Status.RED: "red",
@@ -85,9 +86,7 @@ def build_lineage(store: Store, study: str | None = None, baseline: str = "sdpa_
 
 
 def mutation_text(mutation: dict[str, tuple[Any, Any]]) -> str:
-    def fmt(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    return ", ".join(f"{k} {fmt(old)}->{fmt(new)}" for k, (old, new) in mutation.items()) or "(no change)"
+    return ", ".join(f"{k} {value_text(old)}->{value_text(new)}" for k, (old, new) in mutation.items()) or "(no change)"
 
 
 def _ratio(x: float | None) -> str:

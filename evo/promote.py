@@ -41,20 +41,19 @@ from sqlalchemy.exc import ArgumentError
 import evo
 from evo import build, paths
 from evo import verify as verifier
-from evo.bench import git_sha
 from evo.errors import EvoError
 from evo.manifest import load_family
 from evo.render import Entry, Rendered, entries_for, entry_name, render
 from evo.draws import bucket_top
 from evo.results import Shape, Status, Timing
-from evo.scoring import CANDIDATE, geomean, latest
+from evo.vocab import EVO, PASSED
+from evo.scoring import geomean, latest
 from evo.space import make_candidate
 from evo.store import CandidateView, Store, open_store
 from evo.suites import green_cases, green_settings
 from evo.timing import recheck_failed
 
 BASELINE = "sdpa_default"
-PROMOTABLE = (Status.GREEN, Status.FAST)
 RESERVED_NAMES = frozenset({"evo", "torch", "aten", "prim", "prims", "tests", "test"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARCH = re.compile(r"^sm_(\d+)(\d)[af]?$")
@@ -129,7 +128,7 @@ def measurements(timings: Iterable[Timing], baseline: str = BASELINE) -> tuple[M
     out = []
     for (tag, backend), t in by.items():
         base = by.get((tag, baseline))
-        if backend == CANDIDATE and base is not None and t.median_us > 0 and not recheck_failed(t):
+        if backend == EVO and base is not None and t.median_us > 0 and not recheck_failed(t):
             out.append(Measured(t.shape, t.median_us, base.median_us))
     return tuple(out)
 
@@ -204,11 +203,11 @@ def select_candidates(store: Store, study: str | None, ids: Sequence[str]) -> li
     if ids:
         views = [store.get(i).candidate for i in ids]
         for v in views:
-            if v.status not in PROMOTABLE:
+            if v.status not in PASSED:
                 raise EvoError(f"candidate {v.id[:12]} is {v.status.value}, not green: "
                                f"only kernels that passed GREEN are promoted ({v.reason or 'no reason stored'})")
         return list({v.id: v for v in views}.values())
-    views = store.find_candidates(status=PROMOTABLE, study=study)
+    views = store.find_candidates(status=PASSED, study=study)
     if not views:
         where = f"study {study!r}" if study is not None else "the database"
         raise EvoError(f"no green candidate in {where} ({sanitize_url(store.url)})")
@@ -410,8 +409,7 @@ def _case_table(routes: Sequence[Route], contenders: Sequence[Contender]) -> lis
         for s in r.shapes:
             m = by.get((r.winner, s)) if r.winner else None
             base = m.base_us if m else next((x.base_us for (_, sh), x in by.items() if sh == s), None)
-            rows.append({"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
-                         "dtype": s.dtype, "served_by": r.winner, "bucket": r.bucket.label(),
+            rows.append({**s.as_dict(), "served_by": r.winner, "bucket": r.bucket.label(),
                          "evo_us": m.evo_us if m else None, "sdpa_us": base,
                          "speedup": m.speedup if m else None})
     return sorted(rows, key=lambda c: (c["D"], c["dtype"], c["causal"], c["L"], c["case"]))
@@ -452,7 +450,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
         "geomean_served": geomean(served) if served else None,
         "timed_shas": sorted({sha for s in shipped for sha in s.provenance["timed_at_git_shas"]}),
         "head_dims": sorted({r.key[0] for r in routes if r.winner}),
-        "evo_version": evo.__version__, "evo_git_sha": git_sha(),
+        "evo_version": evo.__version__, "evo_git_sha": paths.git_sha(),
     }
 
 
@@ -478,8 +476,7 @@ def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
 def _green_suite() -> dict[str, Any]:
     settings = green_settings()
     return {
-        "cases": [{"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
-                   "dtype": s.dtype} for s in green_cases(settings.dtypes)],
+        "cases": [s.as_dict() for s in green_cases(settings.dtypes)],
         "seeds": list(settings.seeds), "multiplier": settings.multiplier,
         "floors": dict(settings.floors), "float64_below": settings.float64_below,
     }

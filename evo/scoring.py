@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from evo.errors import EvoError
 from evo.results import Shape, Timing
-
-CANDIDATE = "evo"
+from evo.vocab import EVO
 
 
 def latest(timings: Iterable[Timing]) -> dict[tuple[str, str], Timing]:
@@ -29,7 +28,7 @@ def speedups(timings: Iterable[Timing], baseline: str = "sdpa_default") -> dict[
     by = latest(timings)
     return {tag: by[(tag, baseline)].median_us / t.median_us
             for (tag, backend), t in by.items()
-            if backend == CANDIDATE and (tag, baseline) in by and t.median_us > 0}
+            if backend == EVO and (tag, baseline) in by and t.median_us > 0}
 
 
 def geomean(values: Iterable[float]) -> float:
@@ -57,7 +56,7 @@ def score(timings: Iterable[Timing], baseline: str = "sdpa_default",
         tags = sorted(per_case)
     missing = [t for t in tags if t not in per_case]
     if missing or not tags:
-        raise EvoError(f"no {CANDIDATE} and {baseline} timings for " + (", ".join(missing) or "any case"))
+        raise EvoError(f"no {EVO} and {baseline} timings for " + (", ".join(missing) or "any case"))
     return geomean(per_case[t] for t in tags)
 
 

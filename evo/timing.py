@@ -42,14 +42,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from evo.results import Fidelity, Shape, Timing
+from evo.vocab import EVO, SDPA_BACKENDS
 
 if TYPE_CHECKING:
     import torch
 
     from evo.suites import GreenSettings
 
-BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
-EVO = "evo"
 PEAK_TFLOPS = 1000.0          # no Hopper part does dense fp16 attention above this
 PEAK_TBPS = 5.0               # nor moves HBM bytes faster than this
 IMPLAUSIBLE_SPEEDUP = 2.0     # faster than the best baseline by more than this is re-checked
@@ -608,7 +607,7 @@ def _timings(shape: Shape, attempt: _Attempt, tries: int) -> list[Timing]:
     return out
 
 
-def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = BACKENDS, *,
+def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA_BACKENDS, *,
               rounds: int = 5, reps: int = 10, warmup: int = 3, seed: int = 0,
               budget_ms: float = CASE_BUDGET_MS, recheck: Callable[[Shape], str] | None = None,
               known: Sequence[Timing] = (), check: GreenSettings | None = None,

@@ -36,7 +36,8 @@ from optuna.trial import TrialState
 from evo import paths
 from evo.errors import EvoError, InvalidCandidate
 from evo.manifest import load_family
-from evo.replay import Recording, git_sha, load_recording, newest_recording, record_key
+from evo.paths import git_sha
+from evo.replay import Recording, load_recording, newest_recording, record_key
 from evo.results import Shape, Status
 from evo.search import objective
 from evo.search.params import suggest
@@ -150,7 +151,7 @@ def markdown(rec: Recording, results: Sequence[Result], best: float, budget: int
         "# Sampler benchmark (replay)",
         "",
         f"Recording `{rec.name}` ({rec.gpu}, {rec.arch}, {len(rec.records)} candidates), git "
-        f"`{git_sha()[:12]}`, seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), batches of {batch}.",
+        f"`{(git_sha() or 'unknown')[:12]}`, seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), batches of {batch}.",
         f"Objective: geometric-mean speedup over {baseline} on {', '.join(s.tag for s in cases)}; "
         f"the recording's best is x{best:.3f}, the target x{best * (1 - TOLERANCE):.3f} (within 2%).",
         "An evaluation is one distinct valid candidate looked up (a build and a GPU run on real hardware); "
@@ -176,7 +177,7 @@ def to_json(rec: Recording, results: Sequence[Result], best: float, budget: int,
             baseline: str, batch: int, seeds: Sequence[int]) -> dict:
     """The same benchmark as data, every run with its best-so-far trace (``evo report`` draws it)."""
     return {"schema": "evo.sampler-benchmark/1", "recording": rec.name, "gpu": rec.gpu, "arch": rec.arch,
-            "records": len(rec.records), "git_sha": git_sha(), "seeds": list(seeds), "batch": batch,
+            "records": len(rec.records), "git_sha": git_sha() or "unknown", "seeds": list(seeds), "batch": batch,
             "baseline": baseline, "cases": [s.tag for s in cases], "best": best,
             "target": best * (1 - TOLERANCE), "budget": budget,
             "runs": [{"sampler": r.sampler, "seed": r.seed, "evaluations": r.evaluations, "trials": r.trials,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from evo.results import Fidelity, Shape, Timing
+from evo.vocab import SDPA_BACKENDS
 from evo.timing import (
-    BACKENDS, RECHECK_FAILED, Stats, disagrees, fidelity_of, floor_us, implausible, io_bytes, make_timing,
+    RECHECK_FAILED, Stats, disagrees, fidelity_of, floor_us, implausible, io_bytes, make_timing,
     narrowest, recheck_failed, too_wide,
 )
 
@@ -94,7 +95,7 @@ def test_time_case_interleaves_candidate_and_backends_checks_and_profiles() -> N
 
     got = time_case(candidate, F1, rounds=2, reps=5, check=green_settings(), fidelity=True)
     out = got.timings
-    assert out[0].backend == "evo" and {t.backend for t in out[1:]} <= set(BACKENDS)
+    assert out[0].backend == "evo" and {t.backend for t in out[1:]} <= set(SDPA_BACKENDS)
     assert "sdpa_default" in {t.backend for t in out}
     assert all(t.median_us > 0 and len(t.samples_us) == 10 for t in out)
     assert "implausible" not in out[0].flagged

@@ -21,7 +21,7 @@ from evo.cli.build_cmds import param_option
 from evo.cli.output import console, table
 from evo.results import Status
 from evo.suites import DTYPES
-from evo.timing import EVO
+from evo.vocab import EVO
 
 cases_option = click.option("--cases", metavar="LIST",
                             help="FAST cases, e.g. F1,F3c,F5-F8 (default: the whole FAST suite)")

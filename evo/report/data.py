@@ -39,7 +39,8 @@ from evo.errors import EvoError
 from evo.jsondoc import insights_doc
 from evo.lineage import Lineage
 from evo.results import Shape, Status, Timing
-from evo.scoring import CANDIDATE, geomean, latest
+from evo.vocab import EVO
+from evo.scoring import geomean, latest
 from evo.store import Store, short_id
 
 TOLERANCE = 0.02   # "within 2% of the best", as the sampler benchmark counts it
@@ -179,7 +180,7 @@ def main_device(timed: Mapping[str, tuple[str, list[Timing]]]) -> str | None:
 def case_entry(cid: str, label: str, timings: Iterable[Timing], tag: str) -> dict[str, Any] | None:
     """One candidate on one case: its timing and every backend's, measured beside it."""
     by = latest(timings)
-    if (tag, CANDIDATE) not in by:
+    if (tag, EVO) not in by:
         return None
     return {"tag": tag, "candidate": cid, "short": short_id(cid), "label": label,
             "backends": {b: stats(t) for (tg, b), t in by.items() if tg == tag}}
@@ -187,7 +188,7 @@ def case_entry(cid: str, label: str, timings: Iterable[Timing], tag: str) -> dic
 
 def speedup_on(timings: Iterable[Timing], tag: str, baseline: str) -> float | None:
     by = latest(timings)
-    evo, base = by.get((tag, CANDIDATE)), by.get((tag, baseline))
+    evo, base = by.get((tag, EVO)), by.get((tag, baseline))
     return base.median_us / evo.median_us if evo and base and evo.median_us > 0 else None
 
 
@@ -197,7 +198,7 @@ def cases(store: Store, lin: Lineage, timed: Mapping[str, tuple[str, list[Timing
     every backend timed beside each; the top candidates' speedups per case (heatmap)."""
     device = main_device(timed)
     here = {cid: ts for cid, (dev, ts) in timed.items() if dev == device}
-    tags = sorted({t.shape.tag for ts in here.values() for t in ts if t.backend == CANDIDATE}, key=case_key)
+    tags = sorted({t.shape.tag for ts in here.values() for t in ts if t.backend == EVO}, key=case_key)
     scored = sorted((n for n in lin.nodes.values() if n.score is not None and n.id in here),
                     key=lambda n: n.score or 0.0, reverse=True)
     best = scored[0] if scored else None

@@ -31,6 +31,7 @@ from evo.manifest import load_family
 from evo.render import Rendered
 from evo.replay import Record, Recording
 from evo.results import BuildResult, Evaluation, Shape, Status
+from evo.vocab import BUILD_FAILED
 from evo.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
 
 
@@ -169,7 +170,7 @@ class ReplayEvaluator(Evaluator):
             if isinstance(rec, Unmeasured):
                 out.append(rec)
                 continue
-            built = rec.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
+            built = rec.status in BUILD_FAILED
             out.append(BuildResult(
                 self.build_id(item), item.source_hash, self.arch,
                 compile_flags(load_family(item.candidate.family)),

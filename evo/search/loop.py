@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from evo.manifest import Family, Value
 from evo.render import Rendered, render
 from evo.replay import record_key
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.scoring import speedups
+from evo.scoring import geomean, speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.params import from_trial_params, suggest
@@ -52,6 +51,7 @@ from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, re
 from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
 from evo.space import Candidate, all_candidates, diff, make_candidate
+from evo.vocab import FAILED, PASSED
 
 CANDIDATE = "candidate"
 LABEL = "label"
@@ -94,7 +94,7 @@ class Best:
 
     @property
     def score(self) -> float:
-        return math.exp(sum(math.log(v) for v in self.values) / len(self.values))
+        return geomean(self.values)
 
 
 @dataclass
@@ -392,10 +392,9 @@ class Search:
         """A final outcome from the store, or None when the candidate still needs work."""
         if known is None:
             return None
-        if known.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED, Status.RED,
-                            Status.CRASHED, Status.TIMEOUT):
+        if known.status in FAILED:
             return Outcome(known.status.value, known.reason, candidate_id=known.candidate_id, reused=True)
-        if known.status in (Status.GREEN, Status.FAST) and not objective.missing_cases(
+        if known.status in PASSED and not objective.missing_cases(
                 known.timings, self.baseline, self.cases):
             return self._scored(known.candidate_id, known.timings, reused=True)
         return None
@@ -427,7 +426,7 @@ class Search:
                 self._finish_all(ps, Outcome(NOT_EVALUATED, self.evaluator.not_evaluated, candidate_id=cid))
                 continue
             k = known[bid]
-            passed = k is not None and k.status in (Status.GREEN, Status.FAST)
+            passed = k is not None and k.status in PASSED
             prior = k.timings if passed and k is not None else []
             need = objective.missing_cases(prior, self.baseline, self.cases) if passed else self.cases
             jobs.append((Job(ps[0].rendered, res, not passed, tuple(need)), cid, list(prior)))  # type: ignore[arg-type]

@@ -32,9 +32,9 @@ from evo.store.models import (Base, Build, Candidate, Check, Claim, Edge, Evalua
                               Trial, utcnow)
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
                              RunView, TrialView)
+from evo.vocab import EVALUATED
 
 EDGE_KINDS = ("mutation", "crossover", "nearest")
-EVALUATED = frozenset({Status.CRASHED, Status.TIMEOUT, Status.RED, Status.GREEN, Status.FAST})
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 
 
@@ -231,10 +231,10 @@ class Store:
                                 reason=evaluation.reason, green_seconds=evaluation.green_seconds,
                                 fast_seconds=evaluation.fast_seconds)
             s.add(row)
-            row.checks = [Check(**_shape_cols(c.shape), seed=c.seed, passed=c.passed,
+            row.checks = [Check(**c.shape.as_dict(), seed=c.seed, passed=c.passed,
                                 max_abs_err=_num(c.max_abs_err), ref_err=_num(c.ref_err),
                                 tolerance=_num(c.tolerance), reason=c.reason) for c in evaluation.checks]
-            row.timings = [TimingRow(**_shape_cols(t.shape), backend=t.backend, median_us=t.median_us,
+            row.timings = [TimingRow(**t.shape.as_dict(), backend=t.backend, median_us=t.median_us,
                                      p20_us=t.p20_us, p80_us=t.p80_us, samples_us=list(t.samples_us),
                                      tflops=t.tflops if t.median_us > 0 else 0.0, flagged=t.flagged)
                            for t in evaluation.timings]
@@ -423,11 +423,6 @@ def _num(x: float) -> float | None:
 
 def _asdict(r: Resources) -> dict[str, int]:
     return {k: getattr(r, k) for k in Resources.__dataclass_fields__}
-
-
-def _shape_cols(shape: Shape) -> dict[str, Any]:
-    return {"case": shape.case, "B": shape.B, "H": shape.H, "L": shape.L, "D": shape.D,
-            "causal": shape.causal, "dtype": shape.dtype}
 
 
 def _shape(row: Check | TimingRow) -> Shape:
