@@ -51,8 +51,7 @@ def clean(x: Any) -> Any:
 
 
 def shape_doc(s: Shape) -> dict[str, Any]:
-    return {"case": s.case, "tag": s.tag, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
-            "dtype": s.dtype, "flops": s.flops}
+    return {**s.as_dict(), "tag": s.tag, "flops": s.flops}
 
 
 def timing_doc(t: Timing, samples: bool = True) -> dict[str, Any]:

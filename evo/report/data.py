@@ -38,7 +38,7 @@ from evo import insights as insights_mod
 from evo.errors import EvoError
 from evo.jsondoc import insights_doc
 from evo.lineage import Lineage
-from evo.results import Shape, Status, Timing
+from evo.results import Status, Timing
 from evo.vocab import EVO
 from evo.scoring import geomean, latest
 from evo.store import Store, short_id
@@ -341,11 +341,6 @@ def load_sampler_benchmark(path: Path | None) -> dict[str, Any] | None:
                      "median": statistics.median(evals), "p25": q[0], "p75": q[2],
                      "trials_median": statistics.median(r["trials"] for r in rs)})
     return doc | {"rows": rows, "file": path.name}
-
-
-def shape_of(case: Mapping[str, Any]) -> Shape:
-    return Shape(str(case["case"]), int(case["B"]), int(case["H"]), int(case["L"]), int(case["D"]),
-                 bool(case["causal"]), str(case.get("dtype", "fp16")))
 
 
 def status_counts(store: Store, ids: Iterable[str]) -> dict[str, int]:
