@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,7 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
         "gpu": device.get("name", "unknown"),
         "versions": {k: device.get(k, "unknown") for k in VERSION_KEYS},
         "git_sha": sha,
-        "created": created.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        "created": created.astimezone(UTC).isoformat(timespec="seconds"),
         "gemm_tflops": gemm_tflops,
         "package": package,
         "candidates": [{"id": cid, "cubin_sha256": ev.device.get("cubin_sha256"),
@@ -289,7 +289,7 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
             results.append((cid, ev))
     if not results:
         raise EvoError("no benchmark succeeded: " + "; ".join(problems))
-    record = make_record(results, gemm_tflops=gemm, sha=short_sha(paths.git_sha()), created=datetime.now(timezone.utc),
+    record = make_record(results, gemm_tflops=gemm, sha=short_sha(paths.git_sha()), created=datetime.now(UTC),
                          package=package)
     if package:  # rows the package routes to SDPA measure SDPA itself: say so per row
         routes = package_routes(package)

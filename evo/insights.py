@@ -30,6 +30,7 @@ from evo.manifest import Value
 from evo.paths import default_db_url
 from evo.results import Shape, Status, Timing
 from evo.scoring import edge_effect, geomean
+from evo.search.study import read_storage
 from evo.store import NewInsight, Store
 from evo.store.views import CandidateView, EdgeView
 from evo.vocab import COMPILED, FAILED, value_text
@@ -210,8 +211,11 @@ def compute(store: Store, study: str | None = None, *, baseline: str = "sdpa_def
     timings = store.latest_timings([i for i in ids if cands.get(i) and cands[i].status is Status.FAST])
     imps: list[Importance] = []
     if study is not None:
+        rdb = read_storage(db_url or default_db_url())
         try:
-            st = optuna.load_study(study_name=study, storage=db_url or default_db_url())
+            if rdb is None:
+                raise KeyError(study)
+            st = optuna.load_study(study_name=study, storage=rdb)
         except KeyError:
             raise EvoError(f"no study {study!r} in the database") from None
         imps = importances(st)

@@ -21,6 +21,7 @@ PROVENANCE.json says whether it was verified.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import keyword
 import math
@@ -84,8 +85,8 @@ def length_buckets(lengths: Iterable[int]) -> list[Bucket]:
     ls = sorted(set(lengths))
     if not ls or ls[0] < 1:
         raise EvoError("no measured sequence lengths to derive buckets from")
-    edges = [math.isqrt(a * b) for a, b in zip(ls, ls[1:])]
-    return [Bucket(lo, hi) for lo, hi in zip([1, *(e + 1 for e in edges)], [*edges, None])]
+    edges = [math.isqrt(a * b) for a, b in itertools.pairwise(ls)]
+    return [Bucket(lo, hi) for lo, hi in zip([1, *(e + 1 for e in edges)], [*edges, None], strict=True)]
 
 
 @dataclass(frozen=True)
@@ -394,6 +395,8 @@ def _rebuild(rendered: Rendered, view: CandidateView) -> Path:
     """Compile a winner whose cubin left the cache (a fresh GPU host, a cleaned checkout). The
     source renders to the stored hash (checked by the caller) and the build id must come out equal
     to the stored id, so the rebuilt cubin is the measured kernel, not a look-alike."""
+    if view.arch is None:
+        raise EvoError(f"candidate {view.id[:12]} was never built; nothing to promote")
     result = build.build_batch([rendered], arch=view.arch)[0]
     if result.build_id != view.id or result.status is not Status.BUILT or not result.cubin_path:
         raise EvoError(f"cubin of candidate {view.id[:12]} is not cached and rebuilding it gave "
@@ -420,7 +423,8 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
              db: str, study: str | None, requested: list[str], baseline: str,
              min_speedup: float) -> dict[str, Any]:
     """Everything the templates and the JSON files say."""
-    kernels, index = [], {}
+    kernels: list[dict[str, Any]] = []
+    index: dict[tuple[str, Key], int] = {}
     for s in shipped:
         for key, e in s.entries.items():
             index[(s.view.id, key)] = len(kernels)
@@ -442,7 +446,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
     arches = sorted({s.view.arch for s in shipped if s.view.arch})
     return {
         "name": name, "version": version,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "arch": ", ".join(arches), "capability": list(cap), "device": dev, "device_info": info,
         "baseline": baseline, "min_speedup": min_speedup, "database": db, "study": study,
         "requested": requested, "kernels": kernels, "routes": table, "cases": cases,

@@ -141,7 +141,7 @@ def new_header(gpu: str, arch: str, shapes: Iterable[Shape], versions: Mapping[s
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def load_recording(path: Path | str) -> Recording:
@@ -252,8 +252,8 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
                 stat |= {"p20_us": t.p20_us, "p80_us": t.p80_us}
             rec.timings.setdefault(t.shape.tag, {})[t.backend] = stat
         records.append(rec)
-    shapes = {}
-    for cid, (_, ts) in timings.items():
+    shapes: dict[str, Shape] = {}
+    for _, ts in timings.values():
         for t in ts:
             shapes.setdefault(t.shape.tag, t.shape)
     newest = max((evs[-1] for evs in per_cand.values()), key=lambda e: e.created, default=None)

@@ -107,8 +107,12 @@ def time_plot(sweep: Mapping[str, Any], d: int, gpu: str) -> str:
         pts = [p for p in sweep["points"] if (p["B"], p["H"], p["D"]) == (b, h, d)]
         vals = [u for p in pts for u in p["us"].values()] or [1.0]
         lo, hi = math.log10(min(vals)), math.log10(max(vals)) + 1e-9
-        x = lambda L: ox + pw * (math.log2(L) - math.log2(Ls[0])) / max(1e-9, math.log2(Ls[-1]) - math.log2(Ls[0]))  # noqa: E731
-        y = lambda u: oy + ph - ph * (math.log10(u) - lo) / max(1e-9, hi - lo)  # noqa: E731
+        def x(L: float, ox: float = ox) -> float:
+            return ox + pw * (math.log2(L) - math.log2(Ls[0])) / max(1e-9, math.log2(Ls[-1]) - math.log2(Ls[0]))
+
+        def y(u: float, oy: float = oy, lo: float = lo, hi: float = hi) -> float:
+            return oy + ph - ph * (math.log10(u) - lo) / max(1e-9, hi - lo)
+
         body.append(f'<rect x="{ox}" y="{oy}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
         body.append(f'<text x="{ox + 4}" y="{oy + 14}">B={b} H={h}</text>')
         body += [f'<text x="{x(L) - 12:.0f}" y="{oy + ph + 14}">{L}</text>' for L in Ls]
@@ -160,7 +164,7 @@ def write_plots(records: Sequence[tuple[str, Mapping[str, Any]]], out_dir: Path)
         folder = out_dir / "plots"
         folder.mkdir(parents=True, exist_ok=True)
         names = plot_names(name, sweep)
-        for d, fname in zip(sweep["grid"]["D"], names):
+        for d, fname in zip(sweep["grid"]["D"], names, strict=True):
             (folder / fname).write_text(time_plot(sweep, d, rec["gpu"]))
             written.append(folder / fname)
         (folder / names[-1]).write_text(heatmap(sweep, rec["gpu"]))

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -205,10 +205,10 @@ def run(out_dir: Path, groups: Sequence[str] = GROUPS, sweep: bool = True, *, ti
     arch = default_arch()
     rendered = {candidate_key(r): render(make_candidate(r.family, r.params)) for r in rows}
     t0 = time.monotonic()
-    built = dict(zip(rendered, build_batch(list(rendered.values()), arch=arch))) if rendered else {}
+    built = dict(zip(rendered, build_batch(list(rendered.values()), arch=arch), strict=True)) if rendered else {}
     log(f"built {len(built)} seed candidates in {time.monotonic() - t0:.1f} s")
     record: dict[str, Any] = {"kind": "seeds", "git_sha": short_sha(paths.git_sha()),
-                              "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                              "created": datetime.now(UTC).isoformat(timespec="seconds"),
                               "fast": {k: v for k, v in FAST_OPTIONS.items() if k != "interleave"},
                               "rows": [], "sweep": None}
     device: dict[str, str] = {}

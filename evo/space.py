@@ -148,9 +148,9 @@ def all_candidates(family: Family) -> Iterator[Candidate]:
     if key not in _VALID:
         names = list(family.params)
         _VALID[key] = tuple(
-            Candidate(family.name, tuple(zip(names, combo)))
+            Candidate(family.name, tuple(zip(names, combo, strict=True)))
             for combo in itertools.product(*(family.params[n].values for n in names))
-            if not _constraint_violations(family, dict(zip(names, combo))))
+            if not _constraint_violations(family, dict(zip(names, combo, strict=True))))
     yield from _VALID[key]
 
 
@@ -169,7 +169,7 @@ def mutations(family: Family, cand: Candidate, genes: int = 1) -> list[tuple[Can
     for names in itertools.combinations(family.params, genes):
         choices = [[v for v in family.params[n].values if v != base[n]] for n in names]
         for combo in itertools.product(*choices):
-            params = base | dict(zip(names, combo))
+            params = base | dict(zip(names, combo, strict=True))
             if is_valid(family, params):
                 out.append((Candidate(family.name, tuple(params.items())),
                             {n: (base[n], params[n]) for n in names}))

@@ -15,7 +15,7 @@ import re
 # ----------------------------------------------------------------------------- statuses
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """The one status column of a candidate (docs/design.md, status taxonomy)."""
 
     INVALID = "invalid"                      # violates manifest or constraints, never rendered

@@ -23,6 +23,7 @@ reporting when the budget ran out). Tests swap in CPU stand-ins as targets.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import multiprocessing.connection
@@ -215,10 +216,8 @@ class Worker:
         if proc is None:
             return
         if not kill and conn is not None:
-            try:
+            with contextlib.suppress(OSError):  # the child is gone already: the join below ends at once
                 conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
             proc.join(STOP_TIMEOUT_S)
         if proc.is_alive():
             proc.kill()

@@ -24,7 +24,6 @@ import collections
 import json
 import re
 import statistics
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,16 +31,16 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import inspect
 
 from evo import insights as insights_mod
 from evo.errors import EvoError
 from evo.jsondoc import insights_doc
 from evo.lineage import Lineage
 from evo.results import Status, Timing
-from evo.vocab import EVO
 from evo.scoring import geomean, latest
+from evo.search.study import read_storage
 from evo.store import Store, short_id
+from evo.vocab import EVO
 
 TOLERANCE = 0.02   # "within 2% of the best", as the sampler benchmark counts it
 HEATMAP_ROWS = 20  # candidates in the speedup heatmap
@@ -56,11 +55,7 @@ _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?(?![A-Za-z0-9_])")
 def optuna_storage(store: Store) -> optuna.storages.RDBStorage | None:
     """Optuna's storage on the same database, opened read-only in effect (no table is created);
     None when the database holds no Optuna tables (e.g. only ``evo build`` ever wrote to it)."""
-    if not inspect(store.engine).has_table("studies"):
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return optuna.storages.RDBStorage(store.url, skip_compatibility_check=True, skip_table_creation=True)
+    return read_storage(store.url)
 
 
 def study_trials(storage: optuna.storages.RDBStorage | None, study: str | None) -> dict[str, list[FrozenTrial]]:
@@ -281,7 +276,7 @@ def insights(store: Store, study: str | None, baseline: str, storage: optuna.sto
             report.importances += found
             owners += [name] * len(found)
     doc = insights_doc(report, study, baseline)
-    doc["importances"] = [imp | {"study": owner} for imp, owner in zip(doc["importances"], owners)]
+    doc["importances"] = [imp | {"study": owner} for imp, owner in zip(doc["importances"], owners, strict=True)]
     return doc
 
 

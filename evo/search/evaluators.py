@@ -71,8 +71,8 @@ class Evaluator(abc.ABC):
     def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
         """One result per job, in order (nothing when ``not_evaluated``)."""
 
-    def close(self) -> None:
-        """Release workers (no-op by default)."""
+    def close(self) -> None:  # noqa: B027 - optional: most evaluators hold nothing to release
+        """Release workers (nothing to release by default)."""
 
 
 def gpu_name(index: int = 0) -> str:
@@ -102,11 +102,13 @@ class GpuEvaluator(Evaluator):
     def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
         # A fresh salt per request: every candidate is gated on inputs of its own, so no kernel
         # can pass by matching inputs it has seen (the salt is kept in the evaluation's device info).
-        requests = [EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries,
-                                j.green, j.cases, self.options | {"salt": secrets.randbelow(2**31)})
-                    for j in jobs]
-        if requests and self.gemm_pending:
-            requests[0].options["gemm"], self.gemm_pending = True, False
+        requests = []
+        for j in jobs:
+            options = self.options | {"salt": secrets.randbelow(2**31)}
+            if self.gemm_pending:
+                options["gemm"], self.gemm_pending = True, False
+            requests.append(EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries, j.green,
+                                        j.cases, options))
         for ev in self.pool.map(requests, self.timeout_s):  # which GPU of which host measured it
             ev.device.update(self.where)
             yield ev
