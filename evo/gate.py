@@ -1,4 +1,4 @@
-"""GREEN: decide, case by case, whether a kernel computes attention correctly (DESIGN.md, GREEN).
+"""GREEN: decide, case by case, whether a kernel computes attention correctly (docs/design.md, GREEN).
 
 One check = one case x one seed: fresh normal inputs (seeded by case, seed and a per-evaluation
 salt; of the case's spread, with a spiked key if it has one), a reference from SDPA's math

@@ -41,6 +41,9 @@ MIN_TRIALS_FOR_IMPORTANCE = 10
 
 @dataclass
 class MoveStat:
+    """The measured effect of one move (a parameter changed from ``old`` to ``new``) in one family
+    and bucket: child score / parent score per edge, and how many children of the move failed."""
+
     family: str
     param: str
     old: Value
@@ -76,6 +79,9 @@ class MoveStat:
 
 @dataclass
 class ResourceStat:
+    """How often built candidates with ``param = value`` were rejected for resources (spills, or
+    shared memory over the limit)."""
+
     family: str
     param: str
     value: Value
@@ -110,6 +116,8 @@ class Importance:
 
 @dataclass
 class Report:
+    """Everything ``evo insights`` shows: moves, resource failures and Optuna's importances."""
+
     moves: list[MoveStat]
     resources: list[ResourceStat]
     importances: list[Importance]

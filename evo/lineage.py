@@ -2,7 +2,7 @@
 
 Nodes are the study's candidates plus any parent they came from; a node's score is its
 geometric-mean speedup over the baseline on its stored timings, an edge's effect is child
-score / parent score over the cases both were timed on, on the same device (DESIGN.md,
+score / parent score over the cases both were timed on, on the same device (docs/design.md,
 Lineage). The graph renders as a rich Tree (``evo lineage``), Graphviz DOT, or JSON.
 """
 
@@ -30,6 +30,8 @@ STATUS_STYLE = {
 
 @dataclass(frozen=True)
 class Node:
+    """One candidate of the graph: its status and its score against the baseline (None: not timed)."""
+
     id: str
     label: str
     family: str
@@ -41,6 +43,10 @@ class Node:
 
 @dataclass(frozen=True)
 class Link:
+    """One edge: the move (``kind``, ``mutation`` old -> new per parameter) that made ``child``
+    from ``parent``, and its effect (child score / parent score; None unless both were timed on
+    one device)."""
+
     parent: str
     child: str
     kind: str
@@ -50,6 +56,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Lineage:
+    """A study's search tree (:func:`build_lineage`): nodes by id in creation order, and links."""
+
     study: str | None
     baseline: str
     nodes: dict[str, Node]  # in creation order

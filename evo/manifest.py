@@ -51,6 +51,9 @@ class Param:
 
 @dataclass(frozen=True)
 class Constraint:
+    """A manifest's ``[[constraints]]`` entry: a boolean expression over the parameters, and the
+    message a candidate that violates it is ``invalid`` with."""
+
     expr: str
     message: str
 

@@ -30,6 +30,9 @@ class Resources:
 
 @dataclass
 class BuildResult:
+    """What compiling one candidate for one arch gave: its status (``built``, ``compile_failed``
+    or ``resource_rejected``) and why, the cubin, the nvcc log and the ptxas report per entry."""
+
     build_id: str
     source_hash: str
     arch: str

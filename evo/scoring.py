@@ -3,7 +3,7 @@
 A candidate's timings on a suite hold, per case, one :class:`~evo.results.Timing` for the
 candidate (backend ``evo``) and one per SDPA baseline measured beside it. The speedup on a
 case is baseline median / candidate median; a score over a selection of cases is their
-geometric mean (DESIGN.md, FAST); an edge's effect is child score / parent score over the
+geometric mean (docs/design.md, FAST); an edge's effect is child score / parent score over the
 cases both were timed on. Cases are matched by :attr:`~evo.results.Shape.tag` (name,
 causal, dtype), so a case measured in two evaluations is the same case.
 """

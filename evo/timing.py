@@ -1,6 +1,6 @@
 """FAST timing: device time per launch from CUDA-graph replays, candidate and SDPA alike.
 
-Why this shape (DESIGN.md, FAST): host overhead must not count, so ``launches_per_graph``
+Why this shape (docs/design.md, FAST): host overhead must not count, so ``launches_per_graph``
 calls are captured in one ``torch.cuda.CUDAGraph`` (after warm-up, on a side stream) and each
 replay is bracketed by CUDA events; a sample is elapsed / launches, and a replay lasts at least
 about 1 ms so event resolution does not matter. Small shapes would otherwise be timed with
@@ -9,7 +9,7 @@ total is over twice the L2 size. The SDPA backends are timed by the same code on
 inputs, and :func:`time_case` interleaves them with the candidate round by round so clock or
 thermal drift hits every backend alike.
 
-What makes the numbers trustworthy (DESIGN.md, FAST and GREEN):
+What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
 
 - Clocks: every op replays untimed before its samples in each round (as long as the samples
   take, up to ``WARM_MS``), so it is measured at the clocks its own load settles to, not the

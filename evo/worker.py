@@ -1,5 +1,5 @@
 """Crash-isolated GPU workers: one child process per GPU, supervised from a parent that never
-touches CUDA (DESIGN.md, crash isolation).
+touches CUDA (docs/design.md, crash isolation).
 
 A CUDA fault poisons a context for good, so GREEN and FAST run in a ``spawn``ed child that
 sees exactly one GPU. The parent sends a picklable :class:`EvalRequest` over a pipe and waits

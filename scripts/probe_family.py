@@ -1,6 +1,6 @@
 """Probe kernel configurations of one family on the GPU: correctness per shape, then speed.
 
-A kernel-writing tool (docs/perf-notes.md), not part of the search: for each configuration it
+A kernel-writing tool (dev/perf-notes.md), not part of the search: for each configuration it
 prints every check's max error against an fp32 reference next to PyTorch's own low-precision
 error (the GREEN tolerance rule), then times the FAST cases against SDPA's backends with evo's
 timer. Each configuration runs in its own process with a time limit, so a kernel that faults

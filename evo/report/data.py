@@ -285,6 +285,8 @@ def insights(store: Store, study: str | None, baseline: str, storage: optuna.sto
 
 @dataclass(frozen=True)
 class BenchRecord:
+    """One ``benchmarks/*.json`` record, by file name, for the report's benchmark figures."""
+
     name: str
     record: dict[str, Any]
 

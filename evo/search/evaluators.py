@@ -54,6 +54,13 @@ class Job:
 
 
 class Evaluator(abc.ABC):
+    """Where a search's measurements come from: builds a batch of rendered candidates, then gates
+    and times the built ones (see the module docstring for the three kinds).
+
+    An extension point: a new measurement source subclasses this, sets ``name`` (the study's
+    source), ``device`` (stored evaluations are reused only on the same device) and ``arch``, and
+    implements :meth:`build` and :meth:`evaluate`, one result per input, in order."""
+
     name: str = ""
     device: str = ""
     arch: str = ""

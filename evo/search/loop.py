@@ -90,6 +90,8 @@ class Pending:
 
 @dataclass
 class Best:
+    """The best trial so far: its candidate and objective values (``score``: their geometric mean)."""
+
     number: int
     candidate_id: str
     label: str
@@ -102,6 +104,9 @@ class Best:
 
 @dataclass
 class RunSummary:
+    """What one ``evo run`` (or :func:`evo.run`) did: trials told by status, trials answered from
+    the store or recovered from dead workers, why it stopped, and the best candidate."""
+
     study: str
     source: str
     run_id: Any
@@ -121,12 +126,19 @@ class RunSummary:
 
 
 class Reporter(Protocol):
+    """What a search tells about its progress (an extension point: the CLI's progress bar, the
+    forwarder of a worker process, :class:`NullReporter`): ``start`` once with the study's
+    target and the trials already counted, ``advance`` per trial told, ``note`` for a line of
+    news (a recovered trial, failing heartbeats)."""
+
     def start(self, total: int, done: int) -> None: ...
     def advance(self, number: int, outcome: Outcome, best: Best | None) -> None: ...
     def note(self, text: str) -> None: ...
 
 
 class NullReporter:
+    """A :class:`Reporter` that says nothing (the API's default)."""
+
     def start(self, total: int, done: int) -> None:
         pass
 

@@ -18,6 +18,8 @@ from evo.vocab import BUILD_FAILED, PASSED
 
 @dataclass(frozen=True)
 class Known:
+    """What the store already holds for a build on a device: its status, why, and its timings."""
+
     candidate_id: str
     status: Status
     reason: str = ""

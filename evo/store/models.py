@@ -2,7 +2,7 @@
 
 Every table is prefixed ``evo_`` and Alembic's version table is ``evo_alembic_version``,
 because Optuna keeps its own tables (``studies``, ``trials``, ...) and its own
-``alembic_version`` in the same database (DESIGN.md, Storage). A candidate row is keyed by
+``alembic_version`` in the same database (docs/design.md, Storage). A candidate row is keyed by
 its build id (rendered source + flags + arch); everything measured about it hangs off it.
 """
 
@@ -23,6 +23,8 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
+    """The declarative base of evo's tables (``evo_*``), with constraint names fixed for Alembic."""
+
     metadata = MetaData(naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",
