@@ -50,6 +50,7 @@ from evo.render import Rendered, render
 from evo.results import BuildResult, Evaluation, Shape, Status
 from evo.space import Candidate, all_candidates, make_candidate, parse_assignments
 from evo.store import Store, open_store
+from evo.vocab import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # the search, lineage and promote modules load when their function is called
     from evo.lineage import Lineage
@@ -429,7 +430,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     return start(opts, gpus, reporter or NullReporter())
 
 
-def lineage_graph(db: DB = None, study: str | None = None, baseline: str = "sdpa_default") -> Lineage:
+def lineage_graph(db: DB = None, study: str | None = None, baseline: str = DEFAULT_BASELINE) -> Lineage:
     """The search tree of ``study`` (every candidate when None) as an :class:`evo.lineage.Lineage`:
     ``nodes`` (id -> label, status, score against ``baseline``) and ``links`` (parent, child,
     the move, its effect). A study is scored on the FAST cases it was created with."""
@@ -445,7 +446,7 @@ def lineage_graph(db: DB = None, study: str | None = None, baseline: str = "sdpa
 
 
 def promote_winners(name: str, out: str | os.PathLike[str], *, db: DB = None, study: str | None = None,
-                    candidate_ids: Sequence[str] = (), baseline: str = "sdpa_default", device: str | None = None,
+                    candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
                     min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
                     verify: bool = True) -> Promoted:
     """Write the pip package ``out/name`` from the per-bucket winners (``evo promote``); returns

@@ -33,7 +33,7 @@ from evo.scoring import edge_effect, geomean
 from evo.search.study import read_storage
 from evo.store import NewInsight, Store
 from evo.store.views import CandidateView, EdgeView
-from evo.vocab import COMPILED, FAILED, value_text
+from evo.vocab import COMPILED, DEFAULT_BASELINE, FAILED, value_text
 
 ALL = "all"
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -207,7 +207,7 @@ def importances(study: optuna.Study) -> list[Importance]:
     return out
 
 
-def compute(store: Store, study: str | None = None, *, baseline: str = "sdpa_default",
+def compute(store: Store, study: str | None = None, *, baseline: str = DEFAULT_BASELINE,
             db_url: str | None = None) -> Report:
     """All insights for one study (or, moves and resources, for the whole database)."""
     cands = {c.id: c for c in store.find_candidates(study=study)}

@@ -20,7 +20,7 @@ from typing import Any
 from evo.errors import EvoError
 from evo.insights import Report
 from evo.results import CheckResult, Shape, Timing
-from evo.vocab import EVO
+from evo.vocab import DEFAULT_BASELINE, EVO
 from evo.scoring import edge_effect, latest, score, speedups
 from evo.store import CandidateRecord, Store
 from evo.store.views import BuildView, EdgeView, EvaluationView
@@ -114,7 +114,7 @@ def edge_docs(store: Store, rec: CandidateRecord, baseline: str) -> dict[str, li
     return out
 
 
-def record_doc(store: Store, rec: CandidateRecord, baseline: str = "sdpa_default", *,
+def record_doc(store: Store, rec: CandidateRecord, baseline: str = DEFAULT_BASELINE, *,
                samples: bool = True, logs: bool = True) -> dict[str, Any]:
     """Everything stored about one candidate (what ``evo show`` prints), as plain data.
 

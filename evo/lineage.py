@@ -19,7 +19,7 @@ from evo.errors import EvoError
 from evo.results import Shape, Status
 from evo.scoring import edge_effect, score
 from evo.store import Store, short_id
-from evo.vocab import value_text
+from evo.vocab import DEFAULT_BASELINE, value_text
 
 STATUS_STYLE = {
     Status.FAST: "bold green", Status.GREEN: "green", Status.BUILT: "cyan", Status.RED: "red",
@@ -68,7 +68,7 @@ class Lineage:
         return [n for n in self.nodes if n not in children]
 
 
-def build_lineage(store: Store, study: str | None = None, baseline: str = "sdpa_default",
+def build_lineage(store: Store, study: str | None = None, baseline: str = DEFAULT_BASELINE,
                   cases: Sequence[Shape] | None = None, device: str | None = None) -> Lineage:
     """Read the graph of ``study`` (every candidate when None) from the store and score it."""
     cands = {c.id: c for c in store.find_candidates(study=study)}

@@ -47,14 +47,13 @@ from evo.manifest import load_family
 from evo.render import Entry, Rendered, entries_for, entry_name, render
 from evo.draws import bucket_top
 from evo.results import Shape, Status, Timing
-from evo.vocab import EVO, PASSED
+from evo.vocab import DEFAULT_BASELINE, EVO, PASSED
 from evo.scoring import geomean, latest
 from evo.space import make_candidate
 from evo.store import CandidateView, Store, open_store
 from evo.suites import green_cases, green_settings
 from evo.timing import recheck_failed
 
-BASELINE = "sdpa_default"
 RESERVED_NAMES = frozenset({"evo", "torch", "aten", "prim", "prims", "tests", "test"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARCH = re.compile(r"^sm_(\d+)(\d)[af]?$")
@@ -122,7 +121,7 @@ class Route:
     best: tuple[str, float] | None = None      # best contender when none beat SDPA
 
 
-def measurements(timings: Iterable[Timing], baseline: str = BASELINE) -> tuple[Measured, ...]:
+def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) -> tuple[Measured, ...]:
     """Per case with a candidate and a baseline timing (newest of each), unless the candidate's
     timing failed its implausibility re-check."""
     by = latest(timings)
@@ -278,7 +277,7 @@ class Promoted:
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
-            candidate_ids: Sequence[str] = (), baseline: str = BASELINE, device: str | None = None,
+            candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
             min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
             verify: bool = True) -> Promoted:
     """Write the package ``out/name`` from the per-bucket winners in the database, after

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from evo.errors import EvoError
 from evo.results import Shape, Timing
-from evo.vocab import EVO
+from evo.vocab import DEFAULT_BASELINE, EVO
 
 
 def latest(timings: Iterable[Timing]) -> dict[tuple[str, str], Timing]:
@@ -23,7 +23,7 @@ def latest(timings: Iterable[Timing]) -> dict[tuple[str, str], Timing]:
     return {(t.shape.tag, t.backend): t for t in timings}
 
 
-def speedups(timings: Iterable[Timing], baseline: str = "sdpa_default") -> dict[str, float]:
+def speedups(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) -> dict[str, float]:
     """Per case tag: baseline median / candidate median, for cases that have both."""
     by = latest(timings)
     return {tag: by[(tag, baseline)].median_us / t.median_us
@@ -43,7 +43,7 @@ def _tags(cases: Sequence[Shape] | None) -> list[str] | None:
     return None if cases is None else [s.tag for s in cases]
 
 
-def score(timings: Iterable[Timing], baseline: str = "sdpa_default",
+def score(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE,
           cases: Sequence[Shape] | None = None) -> float:
     """Geometric-mean speedup over ``cases`` (default: every case with both timings).
 
@@ -60,7 +60,7 @@ def score(timings: Iterable[Timing], baseline: str = "sdpa_default",
     return geomean(per_case[t] for t in tags)
 
 
-def edge_effect(parent: Iterable[Timing], child: Iterable[Timing], baseline: str = "sdpa_default",
+def edge_effect(parent: Iterable[Timing], child: Iterable[Timing], baseline: str = DEFAULT_BASELINE,
                 cases: Sequence[Shape] | None = None) -> float | None:
     """Child score / parent score over the selected cases both have (None if they share none)."""
     p, c = speedups(parent, baseline), speedups(child, baseline)

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-BASELINE = "sdpa_default"
+from evo.vocab import DEFAULT_BASELINE
+
 COLORS = {"sdpa_flash": "#1f77b4", "sdpa_cudnn": "#d62728", "sdpa_efficient": "#2ca02c", "sdpa_default": "#7f7f7f"}
 
 
@@ -32,7 +33,7 @@ def _tflops(c: Mapping[str, Any], us: float) -> float:
 def rows_table(record: Mapping[str, Any]) -> str:
     """One line per (row, case): claim and claimed GPU beside evo's time, TFLOP/s, speedups."""
     cols = ["campaign", "step (evo candidate)", "case B,H,L,D", "claimed (GPU)", "evo", "TFLOP/s",
-            "vs sdpa_cudnn", f"vs {BASELINE}", "GREEN"]
+            "vs sdpa_cudnn", f"vs {DEFAULT_BASELINE}", "GREEN"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in record["rows"]:
         green = "passed" if row["status"] == "fast" else f"{row['status']}: {row['reason'][:80]}"
@@ -40,7 +41,7 @@ def rows_table(record: Mapping[str, Any]) -> str:
             evo = c["us"].get("evo")
             claimed = "; ".join(filter(None, [_us(c["claimed_us"]) if c.get("claimed_us") else "",
                                               row["claim"] if i == 0 else ""]))
-            speed = [f"{c['us'][b] / evo:.3f}x" if evo and c["us"].get(b) else "—" for b in ("sdpa_cudnn", BASELINE)]
+            speed = [f"{c['us'][b] / evo:.3f}x" if evo and c["us"].get(b) else "—" for b in ("sdpa_cudnn", DEFAULT_BASELINE)]
             out.append("| " + " | ".join([
                 row["group"] if i == 0 else "", f"{row['step']} (`{row['candidate_id'][:10]}`)" if i == 0 else "",
                 f"{c['B']},{c['H']},{c['L']},{c['D']}", f"{claimed} ({row['claimed_on']})" if claimed else "",
@@ -146,7 +147,7 @@ def heatmap(sweep: Mapping[str, Any], gpu: str) -> str:
                 continue
             best = min(p["us"], key=p["us"].get)
             tf = _tflops(p, p["us"][best])
-            ratio = p["us"].get(BASELINE, float("nan")) / p["us"][best]
+            ratio = p["us"].get(DEFAULT_BASELINE, float("nan")) / p["us"][best]
             body.append(f'<rect x="{left + i * cw}" y="{top + r * ch}" width="{cw - 2}" height="{ch - 2}" '
                         f'fill="{COLORS.get(best, "#000")}" fill-opacity="0.35"/>')
             body.append(f'<text x="{left + i * cw + 4}" y="{top + r * ch + 13}">{best.removeprefix("sdpa_")}</text>')

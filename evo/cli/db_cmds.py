@@ -17,14 +17,14 @@ from evo.errors import EvoError
 from evo.lineage import STATUS_STYLE, mutation_text, to_dot, to_json, to_tree
 from evo.render import render
 from evo.results import CheckResult, Status, Timing
-from evo.vocab import EVO
+from evo.vocab import DEFAULT_BASELINE, EVO
 from evo.scoring import edge_effect, latest, score, speedups
 from evo.space import make_candidate
 from evo.store import CandidateRecord, Store, open_store, short_id
 from evo.vocab import SDPA_BACKENDS, value_text
 
 FORMATS = ("tree", "dot", "json")
-baseline_option = click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default="sdpa_default", show_default=True,
+baseline_option = click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
                                help="the SDPA backend speedups are measured against")
 
 

@@ -15,8 +15,8 @@ from rich.table import Table
 from evo import api
 from evo.cli.app import cli, db_option
 from evo.cli.output import console, table
-from evo.promote import BASELINE, Promoted
-from evo.vocab import SDPA_BACKENDS
+from evo.promote import Promoted
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 
 @cli.command("promote")
@@ -26,7 +26,7 @@ from evo.vocab import SDPA_BACKENDS
 @click.option("--study", metavar="NAME", help="promote from this study's green candidates")
 @click.option("--candidate", multiple=True, metavar="ID", help="candidate id or unique prefix (repeatable)")
 @db_option()
-@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend to beat")
 @click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the one most "
               "candidates were last timed on)")

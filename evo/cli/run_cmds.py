@@ -31,7 +31,7 @@ from evo.search.samplers import SAMPLERS
 from evo.search.study import GRACE_S, HEARTBEAT_S, study_cases
 from evo.store import open_store, short_id
 from evo.store.engine import safe_url
-from evo.vocab import SDPA_BACKENDS, assignment_text
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS, assignment_text
 
 REFUSED = {"cmaes": "cmaes is not offered: every evo parameter is categorical, which Optuna's CMA-ES "
                     "does not model (it would draw each one at random); use random for a random baseline"}
@@ -140,7 +140,7 @@ def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
     with open_store(url) as store:
         _, timings = store.latest_timings([cid]).get(cid, ("", []))
     rows = table("vs", "speedup", "in words", right=("speedup",), wrap=("in words",), show_header=False)
-    for b in sorted(SDPA_BACKENDS, key=lambda b: b != "sdpa_default"):
+    for b in sorted(SDPA_BACKENDS, key=lambda b: b != DEFAULT_BASELINE):
         try:
             x = score(timings, b, cases)
         except EvoError:  # not timed against this backend (e.g. a recording without it)
@@ -173,7 +173,7 @@ def _print_next(s: RunSummary, url: str) -> None:
 @cli.command("insights")
 @click.option("--study", metavar="NAME", help="one study (default: every edge in the database)")
 @db_option()
-@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default="sdpa_default", show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="speedups against this SDPA backend")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N", help="rows per table")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (every row, not --top)")

@@ -27,11 +27,12 @@ from evo.results import Status
 from evo.search.study import study_cases
 from evo.store import Store
 from evo.store.engine import safe_url
+from evo.vocab import DEFAULT_BASELINE
 
 TOP_ROWS = 30  # rows of the moves and resources tables
 
 
-def build(store: Store, *, study: str | None = None, baseline: str = "sdpa_default",
+def build(store: Store, *, study: str | None = None, baseline: str = DEFAULT_BASELINE,
           bench: Sequence[Path] = (), same_gpu: bool = False, sampler_benchmark: Path | None = None) -> str:
     """The report's HTML for ``study`` (every candidate and study when None). ``bench``: evo
     bench records to draw too (only those of the database's GPU when ``same_gpu``)."""

@@ -32,7 +32,7 @@ from evo.store.models import (Base, Build, Candidate, Check, Claim, Edge, Evalua
                               Trial, utcnow)
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
                              RunView, TrialView)
-from evo.vocab import EVALUATED
+from evo.vocab import DEFAULT_BASELINE, EVALUATED
 
 EDGE_KINDS = ("mutation", "crossover", "nearest")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
@@ -355,7 +355,7 @@ class Store:
         with self._read() as s:
             return [_edge_view(e) for e in s.scalars(q)]
 
-    def best(self, n: int = 10, *, baseline: str = "sdpa_default", cases: Sequence[Shape] | None = None,
+    def best(self, n: int = 10, *, baseline: str = DEFAULT_BASELINE, cases: Sequence[Shape] | None = None,
              family: str | None = None, study: str | None = None,
              device: str | None = None) -> list[tuple[CandidateView, float]]:
         """The ``n`` FAST candidates with the highest score (those lacking a selected case's
