@@ -165,7 +165,7 @@ def write_plots(records: Sequence[tuple[str, Mapping[str, Any]]], out_dir: Path)
         folder = out_dir / "plots"
         folder.mkdir(parents=True, exist_ok=True)
         names = plot_names(name, sweep)
-        for d, fname in zip(sweep["grid"]["D"], names, strict=True):
+        for d, fname in zip(sweep["grid"]["D"], names[:-1], strict=True):
             (folder / fname).write_text(time_plot(sweep, d, rec["gpu"]))
             written.append(folder / fname)
         (folder / names[-1]).write_text(heatmap(sweep, rec["gpu"]))
