@@ -24,19 +24,16 @@ are re-queued). This page is generated from the commands' own help by `scripts/g
 """
 
 
-def help_text(command: click.Command, name: str, parent: click.Context | None = None) -> str:
-    ctx = click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
-    return command.get_help(ctx)
-
-
 def render() -> str:
-    """The page: ``evo -h``, then each command's help in the order ``evo -h`` lists them."""
-    root = click.Context(cli, info_name="evo", terminal_width=WIDTH, max_content_width=WIDTH)
-    parts = [HEADER, "```text\n" + help_text(cli, "evo") + "\n```\n"]
+    """The page: ``evo -h``, then each command's help in the order ``evo -h`` lists them, as a
+    terminal ``WIDTH`` columns wide shows them (the group's context settings: ``-h``/``--help``)."""
+    root = click.Context(cli, info_name="evo", terminal_width=WIDTH, **cli.context_settings)
+    parts = [HEADER, "```text\n" + cli.get_help(root) + "\n```\n"]
     for name in cli.list_commands(root):
         command = cli.get_command(root, name)
         assert command is not None
-        parts.append(f"## evo {name}\n\n```text\n{help_text(command, name, root)}\n```\n")
+        ctx = click.Context(command, info_name=name, parent=root, **command.context_settings)
+        parts.append(f"## evo {name}\n\n```text\n{command.get_help(ctx)}\n```\n")
     return "\n".join(parts)
 
 
