@@ -184,3 +184,41 @@ def test_read_only_workflows_refuse_a_missing_database(env: Path) -> None:
     with pytest.raises(EvoError, match="no database at"):
         api.promote_winners("pkg", env / "out", db=env / "absent.sqlite", verify=False)
     assert not (env / "absent.sqlite").exists()
+
+
+def test_a_database_url_needs_a_dialect_and_its_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(EvoError, match="cannot use database URL 'nosuch://x'"):
+        api.check_driver("nosuch://x")
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # None in sys.modules makes the import fail
+    with pytest.raises(EvoError, match=r"postgresql driver .* is not installed: pip install 'evo-kernels\[postgres\]'"):
+        api.check_driver("postgresql+psycopg://u@h/db")
+
+
+@needs_nvcc
+def test_bad_input_of_the_other_workflows_is_one_line(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = env / "evo.sqlite"
+    with pytest.raises(EvoError, match="does not support sm_80"):
+        api.build_candidates(["tiny", "flash_wgmma"], arch="sm_80", db=db)
+    with pytest.raises(EvoError, match="-p applies to a FAMILY"):
+        api.evaluate_candidate(candidate_id="abc", params={"ROWS": 32}, target="standins:serve_green")
+    with pytest.raises(EvoError, match="not both"):
+        api.benchmark(["abc"], best=2, target="standins:serve_bench")
+    monkeypatch.setattr(api, "list_families", lambda: [])
+    with pytest.raises(EvoError, match="no kernel families found"):
+        api.build_candidates(db=db)
+    assert not db.exists()
+
+
+@needs_nvcc
+def test_stored_candidates_that_cannot_be_timed_as_stored_are_refused(env: Path) -> None:
+    db = env / "evo.sqlite"
+    built = api.build_candidates(["tiny"], {"SMEM_KB": 300}, arch="sm_90a", db=db)
+    (rejected,) = built.results
+    with pytest.raises(EvoError, match="resource_rejected"):
+        api.benchmark([rejected.build_id[:12]], db=db, target="standins:serve_bench")
+    with api.open_db(db) as store:
+        invalid = store.record_invalid(api.candidate("tiny").candidate, "made up for the test")
+    with pytest.raises(EvoError, match="was never built"):
+        api.evaluate_candidate(candidate_id=invalid, db=db, target="standins:serve_green")
+    with pytest.raises(EvoError, match="no FAST candidates"):
+        api.benchmark(db=db, target="standins:serve_bench")
