@@ -14,6 +14,7 @@ import click
 
 from evo.cli.app import app
 from evo.cli import build_cmds, db_cmds, eval_cmds, run_cmds, promote_cmds  # noqa: F401  (register)
+from evo.cli import bench_samplers_cmds  # noqa: F401  (register)
 from evo.errors import EvoError
 
 

@@ -40,7 +40,7 @@ from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.params import from_trial_params, suggest
 from evo.search.proposal import seen_keys
 from evo.search.resume import OWNER, REASON, RUN, STATUS, Heartbeat, counts, me, recover, release
-from evo.search.sampler_evo import fitness, proposal_of
+from evo.search.sampler_ga import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
 from evo.space import Candidate, all_candidates, diff, make_candidate
 

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from evo.manifest import load_family
 from evo.search.params import distributions, suggest, trial_params
 from evo.search.proposal import PROPOSAL, seen_keys
-from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records
+from evo.search.sampler_ga import GaSampler, MoveRecord, move_records
 from evo.space import diff, make_candidate, mutations
 
 FAMS = [load_family("flash_mma"), load_family("flash_scalar")]
@@ -28,7 +28,7 @@ def made_up(cand) -> float:
 
 
 def run_study(n: int, seed: int = 0, fail=lambda c: False) -> optuna.Study:
-    study = optuna.create_study(direction="maximize", sampler=EvoSampler(FAMS, seed=seed))
+    study = optuna.create_study(direction="maximize", sampler=GaSampler(FAMS, seed=seed))
     for _ in range(n):
         t = study.ask()
         fam, raw = suggest(t, FAMS)
@@ -100,7 +100,7 @@ def test_better_moves_are_drawn_more_often() -> None:
     """A parent with a proven move (STAGES 1->2 won three times) gets that move far more often
     than a uniform choice among its one-gene neighbours would give it."""
     fam = FAMS[0]
-    study = optuna.create_study(direction="maximize", sampler=EvoSampler([fam], seed=0, immigrant_rate=0,
+    study = optuna.create_study(direction="maximize", sampler=GaSampler([fam], seed=0, immigrant_rate=0,
                                                                         crossover_rate=0, two_gene_rate=0))
     dists = distributions([fam])
     base = make_candidate(fam, {"STAGES": 1, "BLOCK_N": 32})
@@ -114,7 +114,7 @@ def test_better_moves_are_drawn_more_often() -> None:
             system_attrs={PROPOSAL: {"op": "mutation", "parents": [number], "mutation": {"STAGES": [1, 2]},
                                      "family": fam.name, "params": child.p}}))
         number += 2
-    sampler: EvoSampler = study.sampler  # type: ignore[assignment]
+    sampler: GaSampler = study.sampler  # type: ignore[assignment]
     weights = {m: r.weight(8.0) for m, r in move_records(study.trials).items()}
     picks = collections.Counter()
     for _ in range(300):

@@ -1,0 +1,201 @@
+"""The genetic sampler ``evo-ga``: elites, one- or two-gene mutations, same-family crossover,
+immigrants (evo's default sampler before the model-guided one of :mod:`evo.search.sampler_evo`).
+
+Seeds (``warm``, the default): the first children of a study are the families' defaults (the
+hand-written starting points, as EvoEngineer starts from seed kernels), so the search starts
+from known-good kernels and what it finds is measured against them. Cold (``warm=False``): it
+starts from random immigrants.
+
+Population: the best ``population`` distinct completed trials (multi-objective: by the
+geometric mean of their values). A child is
+
+- a random immigrant (uniform over untried valid points) at rate ``immigrant_rate`` and
+  whenever there is no elite yet;
+- a uniform crossover of two elites of the same family at rate ``crossover_rate``, re-drawn
+  when the child is invalid or already tried;
+- otherwise a mutation of a rank-selected elite that changes one gene (two at rate
+  ``two_gene_rate``), drawn from :func:`evo.space.mutations` so it is always valid.
+
+Children equal to any tried point (complete, failed, running or queued) are never proposed.
+Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
+study's lineage (:func:`move_weights`): moves whose children beat their parents are drawn
+more often, moves whose children failed (invalid, compile_failed, resource_rejected, red,
+crashed, timeout) less often. Parents, op and mutation go to the trial's system attrs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from evo.errors import InvalidCandidate
+from evo.manifest import Family, Value
+from evo.replay import record_key
+from evo.search.params import from_trial_params
+from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, seen_keys
+from evo.space import Candidate, make_candidate, mutations
+
+Move = tuple[str, Value, Value]
+FAILURES = frozenset({"invalid", "compile_failed", "resource_rejected", "red", "crashed", "timeout"})
+
+
+def fitness(t: FrozenTrial) -> float | None:
+    """log of a completed trial's value (mean log over objectives); None when not complete."""
+    if t.state != TrialState.COMPLETE or not t.values or min(t.values) <= 0:
+        return None
+    return sum(math.log(v) for v in t.values) / len(t.values)
+
+
+@dataclass
+class MoveRecord:
+    """What one move did in this study: log effects of measured children, failed children."""
+
+    log_effects: list[float]
+    failures: int = 0
+
+    def weight(self, strength: float, shrink: float = 2.0) -> float:
+        """exp(strength * shrunk mean log effect) times the smoothed share of children that
+        did not fail; 1 for a move never tried, clipped to [0.05, 20]."""
+        n_ok = len(self.log_effects)
+        mean = sum(self.log_effects) / (n_ok + shrink)
+        ok_share = (n_ok + 1) / (n_ok + self.failures + 1)
+        return min(20.0, max(0.05, math.exp(strength * mean) * ok_share))
+
+
+def proposal_of(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> dict | None:
+    """The sampler proposal behind a trial, following retries back to the original trial."""
+    for _ in range(len(by_number) + 1):
+        if PROPOSAL in t.system_attrs:
+            return t.system_attrs[PROPOSAL]
+        orig = t.user_attrs.get(RETRY_OF)
+        if orig is None or orig not in by_number:
+            return None
+        t = by_number[orig]
+    return None
+
+
+def move_records(trials: Sequence[FrozenTrial]) -> dict[Move, MoveRecord]:
+    """Per move, the log effect (child / parent) of every measured mutation child and the count
+    of children that failed for a reason of their own (not unmeasured, not abandoned)."""
+    by_number = {t.number: t for t in trials}
+    out: dict[Move, MoveRecord] = {}
+    for t in trials:
+        prop = proposal_of(t, by_number)
+        if not prop or prop.get("op") != "mutation" or not prop.get("parents"):
+            continue
+        parent = by_number.get(prop["parents"][0])
+        child_fit, parent_fit = fitness(t), parent and fitness(parent)
+        failed = t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES
+        if not failed and (child_fit is None or parent_fit is None):
+            continue
+        for name, (old, new) in prop["mutation"].items():
+            rec = out.setdefault((name, old, new), MoveRecord([]))
+            if failed:
+                rec.failures += 1
+            else:
+                rec.log_effects.append(child_fit - parent_fit)  # type: ignore[operator]
+    return out
+
+
+def move_weights(trials: Sequence[FrozenTrial], strength: float = 8.0) -> dict[Move, float]:
+    return {m: r.weight(strength) for m, r in move_records(trials).items()}
+
+
+class GaSampler(ProposalSampler):
+    """Evolutionary sampler over the candidate space (see module docstring)."""
+
+    def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
+                 immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
+                 insight_strength: float = 8.0, warm: bool = True) -> None:
+        super().__init__(families, seed)
+        self.warm = warm
+        self.population = population
+        self.immigrant_rate = immigrant_rate
+        self.crossover_rate = crossover_rate
+        self.two_gene_rate = two_gene_rate
+        self.insight_strength = insight_strength
+        self._by_name = {f.name: f for f in self.families}
+
+    def elites(self, trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Candidate]]:
+        """Best distinct completed candidates of the selected families, best first."""
+        best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
+        for t in trials:
+            fit, got = fitness(t), from_trial_params(t.params)
+            if fit is None or got is None or got[0] not in self._by_name:
+                continue
+            try:
+                cand = make_candidate(self._by_name[got[0]], got[1])
+            except InvalidCandidate:
+                continue
+            key = record_key(cand.family, cand.p)
+            if key not in best or fit > best[key][0]:
+                best[key] = (fit, t, cand)
+        ranked = sorted(best.values(), key=lambda x: (-x[0], x[1].number))
+        return [(t, c) for _, t, c in ranked[: self.population]]
+
+    def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
+        seen = seen_keys(trials)
+        if self.warm and (seed := self.unseen_default(seen)) is not None:
+            return seed
+        elites = self.elites(trials)
+        if not elites or self._rng.random() < self.immigrant_rate:
+            return self.random_unseen(seen, "immigrant")
+        if self._rng.random() < self.crossover_rate:
+            child = self.crossover(elites, seen)
+            if child is not None:
+                return child
+        return self.mutant(elites, move_weights(trials, self.insight_strength), seen) \
+            or self.random_unseen(seen, "immigrant")
+
+    def _rank_order(self, n: int) -> list[int]:
+        """Indices 0..n-1 in a random order biased to low ranks (linear ranking, no repeats)."""
+        left, order = list(range(n)), []
+        while left:
+            i = self._rng.choices(left, weights=[n - j for j in left])[0]
+            left.remove(i)
+            order.append(i)
+        return order
+
+    def mutant(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+               seen: set[str]) -> Proposal | None:
+        for i in self._rank_order(len(elites)):
+            parent_trial, parent = elites[i]
+            fam = self._by_name[parent.family]
+            genes = (2, 1) if self._rng.random() < self.two_gene_rate else (1, 2)
+            for g in genes:
+                options = [(c, m) for c, m in mutations(fam, parent, g)
+                           if record_key(c.family, c.p) not in seen]
+                if not options:
+                    continue
+                w = [math.prod(weights.get((n, old, new), 1.0) for n, (old, new) in m.items())
+                     for _, m in options]
+                child, mut = self._rng.choices(options, weights=w)[0]
+                return Proposal(child, "mutation", [parent_trial.number],
+                                {n: [old, new] for n, (old, new) in mut.items()})
+        return None
+
+    def crossover(self, elites: Sequence[tuple[FrozenTrial, Candidate]], seen: set[str],
+                  tries: int = 20) -> Proposal | None:
+        groups: dict[str, list[tuple[FrozenTrial, Candidate]]] = {}
+        for e in elites:
+            groups.setdefault(e[1].family, []).append(e)
+        pairs = [g for g in groups.values() if len(g) >= 2]
+        if not pairs:
+            return None
+        group = self._rng.choice(pairs)
+        for _ in range(tries):
+            (ta, a), (tb, b) = self._rng.sample(group, 2)
+            pa, pb = a.p, b.p
+            mixed = {n: (pa[n] if self._rng.random() < 0.5 else pb[n]) for n in pa}
+            try:
+                child = make_candidate(self._by_name[a.family], mixed)
+            except InvalidCandidate:
+                continue
+            if child in (a, b) or record_key(child.family, child.p) in seen:
+                continue
+            return Proposal(child, "crossover", [ta.number, tb.number])
+        return None
