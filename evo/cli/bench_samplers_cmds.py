@@ -31,7 +31,7 @@ def bench_samplers_cmd(
     cases: str | None = typer.Option(None, "--cases", help="FAST cases (default: those every timed record covers)"),
     baseline: str = typer.Option(BASELINES[0], "--baseline", help=" or ".join(BASELINES)),
     tolerance: float = typer.Option(0.0, "--tolerance", help="target: points within this fraction of the best (0: the best point)"),
-    batch: int = typer.Option(8, "--batch", help="trials per batch for Optuna-driven samplers (as evo run --batch)"),
+    batch: int = typer.Option(1, "--batch", help="trials per batch for Optuna-driven samplers (as evo run --batch; 1: sequential, as Kernel Tuner)"),
     jobs: int | None = typer.Option(None, "--jobs", help="processes (default: CPU count)"),
     out: Path = typer.Option(root() / "docs" / "sampler-benchmark.md", "--out", help="markdown written"),
     plot: Path = typer.Option(root() / "docs" / "sampler-benchmark.png", "--plot", help="figure written"),

@@ -6,9 +6,12 @@ while fewer than ``min_timed`` points are timed, one-gene mutations of the best 
 points (op ``random``) until ``min_timed`` points are timed.
 
 Then every candidate (op ``model``) maximizes expected improvement times the probability that
-it does not fail, over the untried valid points of the families (all of them, or, past
-``pool_max`` points, a random sample plus every one- and two-gene mutation of the best
-``population`` timed points):
+it does not fail. Model steps alternate between a global step, over the untried valid points
+of the families (all of them, or, past ``pool_max`` points, a random sample plus every one-
+and two-gene mutation of the best ``population`` timed points), and a local step, over the
+untried points at most ``radius`` genes from the best timed point (a trust region; global
+when it is exhausted). Local steps climb from a good kernel (the defaults, when warm) faster
+than the model alone; global steps leave a local optimum.
 
 - value: a GP of the standardized log fitness (mean log over objectives) over the encoded
   genes (:mod:`evo.search.encoding`, :func:`evo.search.surrogate.fit_value_model`), refit on
@@ -43,13 +46,21 @@ from evo.search.surrogate import FailureModel, expected_improvement, fit_value_m
 from evo.space import Candidate, make_candidate, mutations
 
 
+def distance(a: Candidate, b: Candidate) -> int:
+    """Genes that differ between two candidates of one family."""
+    pb = b.p
+    return sum(v != pb[k] for k, v in a.params)
+
+
 class EvoSampler(ProposalSampler):
     """Model-guided sampler over the candidate space (see module docstring)."""
 
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, warm: bool = True,
-                 min_timed: int = 3, population: int = 8, pool_max: int = 20000) -> None:
+                 min_timed: int = 3, population: int = 8, pool_max: int = 20000, radius: int = 2) -> None:
         super().__init__(families, seed)
         self.warm, self.min_timed, self.population, self.pool_max = warm, min_timed, population, pool_max
+        self.radius = radius
+        self._steps = 0
         self.encoder = Encoder(self.families)
         self._by_name = {f.name: f for f in self.families}
         self._kernel_for: tuple[int, object] | None = None  # (finished trials, fitted kernel)
@@ -96,9 +107,14 @@ class EvoSampler(ProposalSampler):
                 return self.local_step(max(timed.values(), key=lambda cf: cf[1])[0], seen) \
                     or self.random_point(seen)
             return self.random_point(seen)
-        pool = self.pool(seen, [c for c, _ in sorted(timed.values(), key=lambda cf: -cf[1])[: self.population]])
+        ranked = [c for c, _ in sorted(timed.values(), key=lambda cf: -cf[1])]
+        pool = self.pool(seen, ranked[: self.population])
         if not pool:
             return None
+        self._steps += 1
+        if self._steps % 2 == 0:
+            near = [c for c in pool if c.family == ranked[0].family and distance(c, ranked[0]) <= self.radius]
+            pool = near or pool
         finished = sum(t.state.is_finished() for t in trials)
         return Proposal(self.choose(pool, list(timed.values()), list(built.values()), pending, finished), "model")
 

@@ -49,7 +49,7 @@ class Options:
     cases: list[Shape] | None = None
     baseline: str = "sdpa_default"
     tolerance: float = 0.0
-    batch: int = 8
+    batch: int = 1
     jobs: int | None = None
     out: Path = Path("docs/sampler-benchmark.md")
     plot: Path | None = Path("docs/sampler-benchmark.png")
@@ -130,7 +130,7 @@ def command_line(opts: Options) -> str:
         parts.append("--modes " + ",".join(opts.modes))
     if opts.tolerance:
         parts.append(f"--tolerance {opts.tolerance}")
-    if opts.batch != 8:
+    if opts.batch != 1:
         parts.append(f"--batch {opts.batch}")
     return " ".join(parts)
 

@@ -28,7 +28,7 @@ EVO = ("evo", "evo-ga", "random")
 OPTUNA = ("tpe", "gp", "optuna-random")
 # trial caps, as multiples of the number of valid points (None: a fixed number of trials)
 TRIAL_CAP_FACTOR = {"tpe": 2, "optuna-random": 4}
-GP_TRIALS = 64
+GP_TRIALS = 48
 DEFAULT = EVO + OPTUNA
 KT_PREFIX = "kt:"
 

@@ -32,7 +32,7 @@ def values(runs: Sequence[RunResult]) -> list[float]:
 def show(x: float) -> str:
     if math.isinf(x):
         return OVER
-    return f"{x:.0f}" if x == int(x) else f"{x:.1f}"
+    return f"{x:.0f}"
 
 
 def show_p(p: float) -> str:
@@ -129,8 +129,8 @@ def section(problem: Problem, entrants: Sequence[Entrant], runs: Sequence[RunRes
         f"objective: geometric-mean speedup over {problem.baseline} on {len(problem.cases)} FAST cases "
         f"({', '.join(s.tag for s in problem.cases)}). Target: {problem.describe_target()}.",
         f"Seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} per sampler and start); Optuna-driven samplers ask "
-        f"batches of {batch} as `evo run` does; git `{sha[:12]}`; {len(runs)} runs took {seconds / 60:.1f} min "
-        f"of wall time here.",
+        f"batches of {batch} trial(s) (as `evo run --batch {batch}`); git `{sha[:12]}`; {len(runs)} runs took "
+        f"{seconds / 60:.1f} min of wall time here.",
         "",
         "### Cold start (no defaults; the sampler's own random start)",
         "",

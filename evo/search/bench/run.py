@@ -109,7 +109,7 @@ def tasks(entrants: Sequence[Entrant], modes: Sequence[str], seeds: Sequence[int
 
 
 def benchmark(spec: Spec, entrants: Sequence[Entrant], modes: Sequence[str], seeds: Sequence[int], *,
-              batch: int = 8, jobs: int | None = None,
+              batch: int = 1, jobs: int | None = None,
               progress: Callable[[RunResult], None] | None = None) -> tuple[list[RunResult], float]:
     """All runs of one problem and the wall time they took."""
     todo = tasks(entrants, modes, seeds)

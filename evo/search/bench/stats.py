@@ -3,7 +3,8 @@
 A run that never reached the target within its budget is right-censored: all we know is that
 it needed more than the budget. Such runs enter both statistics as ``math.inf`` -- worse than
 every run that reached the target, tied with each other -- so a median or quartile that falls
-on one is itself infinite and shown as "> budget", never interpolated.
+on one is itself infinite and shown as "> budget". Quantiles are order statistics, never
+interpolated.
 
 The U test is the normal approximation with tie correction and continuity correction, the
 test scipy's ``mannwhitneyu(method="asymptotic")`` computes (with 50 runs per sampler and
@@ -19,16 +20,16 @@ Value = float  # an evaluation count, or math.inf for a run that did not reach t
 
 
 def quantile(xs: Sequence[Value], q: float) -> Value:
-    """The ``q`` quantile with linear interpolation between order statistics (numpy's default),
-    except that a quantile touching an infinite (censored) value is infinite."""
+    """The ``q`` quantile as an order statistic: the smallest value with at least a share ``q``
+    of the values at or below it (numpy's ``inverted_cdf``). It is always one of the values --
+    an evaluation count some run needed, or infinite for a censored run -- never an
+    interpolation."""
     if not xs:
         raise ValueError("quantile of no values")
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} is outside [0, 1]")
     s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    if math.isinf(s[hi]):
-        return math.inf
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
 
 
 def quartiles(xs: Sequence[Value]) -> tuple[Value, Value, Value]:
