@@ -1,0 +1,32 @@
+"""``evo bench-samplers`` end to end on a small synthetic recording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evo.cli import main
+from synthetic_sweep import make_recording
+
+
+def test_the_command_writes_the_doc_and_every_run(tmp_path: Path, capsys) -> None:
+    rec = make_recording(tmp_path / "sweep-synthetic.json.gz", seed=2)
+    out, res = tmp_path / "bench.md", tmp_path / "bench.json"
+    rc = main(["bench-samplers", "--recording", f"{rec}:flash_scalar", "--seeds", "2",
+               "--samplers", "evo,random", "--kt", "none", "--jobs", "1", "--out", str(out),
+               "--results", str(res), "--plot", str(tmp_path / "bench.png")])
+    assert rc == 0
+    text = out.read_text()
+    assert "## `sweep-synthetic.json.gz`: flash_scalar" in text and "seeds 0..1 (2" in text.lower()
+    data = json.loads(res.read_text())
+    runs = data["recordings"][0]["runs"]
+    assert {(r["sampler"], r["mode"]) for r in runs} == {(s, m) for s in ("evo", "random") for m in ("cold", "warm")}
+    assert len(runs) == 8 and all(r["evaluations"] is None or r["evaluations"] <= 60 for r in runs)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    assert main(["bench-samplers", "--recording", str(tmp_path / "none.json.gz")]) == 2
+    assert "no recording at" in capsys.readouterr().err
+    rec = make_recording(tmp_path / "sweep-synthetic.json.gz", seed=2)
+    assert main(["bench-samplers", "--recording", str(rec), "--samplers", "nope", "--kt", "none"]) == 2
+    assert "unknown sampler 'nope'" in capsys.readouterr().err
