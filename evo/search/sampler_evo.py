@@ -39,7 +39,7 @@ from evo.manifest import Family
 from evo.replay import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
-from evo.search.proposal import Proposal, ProposalSampler, seen_keys, trial_key
+from evo.search.proposal import Proposal, ProposalSampler, seen_keys
 from evo.search.resume import STATUS
 from evo.search.sampler_ga import FAILURES, fitness
 from evo.search.surrogate import FailureModel, expected_improvement, fit_value_model, standardize

@@ -99,7 +99,7 @@ def write(opts: Options, note: Callable[[str], None],
         sections.append((problem, runs, seconds))
         dump.append({"recording": spec.recording, "families": [f.name for f in problem.families],
                      "best": problem.best, "size": problem.size, "seconds": round(seconds, 1),
-                     "runs": [r.to_json() for r in runs]})
+                     "runs": [{k: v for k, v in r.to_json().items() if k != "curve"} for r in runs]})
     written = []
     plot = None
     if opts.plot is not None and not why_no_plot:
