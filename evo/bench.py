@@ -2,9 +2,11 @@
 written as ``benchmarks/<gpu>-<YYYYMMDD>-<sha>.json`` and summarised in ``BENCHMARKS.md``.
 
 The timing itself happens in a GPU worker (:mod:`evo.evaluate` with ``interleave``: each
-SDPA backend interleaved with the candidate, same process, same inputs). This module turns
-the returned Timings into the benchmark record, writes it, and regenerates the Markdown
-summary from every record on disk; those parts are pure and tested without a GPU.
+SDPA backend interleaved with the candidate, same process, same inputs; ``fidelity``: every
+timing checked against CUPTI kernel timestamps of the same launches; the candidate's timed
+outputs checked against the reference). This module turns the returned Timings into the
+benchmark record (speed and fidelity per case and backend), writes it, and regenerates the
+Markdown summary from every record on disk; those parts are pure and tested without a GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from evo import paths
 from evo.errors import EvoError
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.scoring import geomean
-from evo.timing import BACKENDS, EVO
+from evo.timing import BACKENDS, EVO, FIDELITY_LIMIT, fidelity_ratio
 from evo.worker import DEFAULT_TARGET, EvalRequest, Worker
 
 COLUMNS = (EVO, *BACKENDS)
@@ -54,6 +56,16 @@ def by_shape(timings: Iterable[Timing]) -> dict[Shape, dict[str, Timing]]:
     return out
 
 
+def fidelity_record(t: Timing) -> dict[str, Any] | None:
+    """FAST against the profiler for one timing: medians, spreads, their ratio (None: not profiled)."""
+    f = t.fidelity
+    if f is None:
+        return None
+    return {"fast_us": t.median_us, "fast_spread_us": t.p80_us - t.p20_us, "profiled_us": f.median_us,
+            "profiled_spread_us": f.p80_us - f.p20_us, "busy_us": f.busy_us, "replays": f.replays,
+            "events_under_profiler_us": f.events_us, "ratio": fidelity_ratio(t)}
+
+
 def case_records(timings: Iterable[Timing], candidate_id: str | None) -> list[dict[str, Any]]:
     """One benchmark case entry per shape that has a candidate timing."""
     rows = []
@@ -68,8 +80,34 @@ def case_records(timings: Iterable[Timing], candidate_id: str | None) -> list[di
             "spread_us": {b: (got[b].p80_us - got[b].p20_us if b in got else None) for b in COLUMNS},
             "tflops_evo": evo.tflops,
             "flagged": evo.flagged,
+            "notes": {b: got[b].flagged for b in COLUMNS if b in got and got[b].flagged},
+            "fidelity": {b: fidelity_record(got[b]) for b in COLUMNS if b in got},
         })
     return rows
+
+
+def fidelity_rows(record: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """(case label, backend, fidelity entry or None) for every timing of every case."""
+    out = []
+    for c in record["cases"]:
+        tag = f"{c['case']}{'c' if c['causal'] else ''}"
+        for b in COLUMNS:
+            if c["us"].get(b) is not None:
+                out.append((tag, b, (c.get("fidelity") or {}).get(b)))
+    return out
+
+
+def fidelity_summary(record: Mapping[str, Any], limit: float = FIDELITY_LIMIT) -> str:
+    """One line: how many timings FAST and the profiler agree on, and the worst."""
+    rows = fidelity_rows(record)
+    measured = [(tag, b, f["ratio"]) for tag, b, f in rows if f and f.get("ratio")]
+    if not measured:
+        return "fidelity: no profiler measurements (torch.profiler recorded no CUDA activity)"
+    tag, b, worst = max(measured, key=lambda m: abs(m[2] - 1.0))
+    agree = sum(abs(r - 1.0) <= limit for _, _, r in measured)
+    missing = len(rows) - len(measured)
+    return (f"fidelity: FAST and the profiler agree within {limit:.0%} on {agree} of {len(measured)} timings"
+            f"{f' ({missing} not profiled)' if missing else ''}; worst x{worst:.3f} ({tag} {b})")
 
 
 def package_routes(name: str) -> list[dict[str, Any]]:
@@ -107,6 +145,9 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
         "created": created.astimezone(timezone.utc).isoformat(timespec="seconds"),
         "gemm_tflops": gemm_tflops,
         "package": package,
+        "candidates": [{"id": cid, "cubin_sha256": ev.device.get("cubin_sha256"),
+                        "fast_outputs_checked": int(ev.device.get("fast_outputs_checked", 0))}
+                       for cid, ev in results],
         "cases": [c for cid, ev in results for c in case_records(ev.timings, cid)],
     }
 
@@ -174,12 +215,44 @@ def _table(record: Mapping[str, Any], name: str) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def _fidelity_table(record: Mapping[str, Any]) -> str:
+    """Per case and backend: FAST and the profiler's median (p80-p20), their ratio, kernels busy."""
+    rows = fidelity_rows(record)
+    if not any(f for _, _, f in rows):
+        return ""
+    lines = [f"\nFidelity: FAST (CUDA events around graph replays) against CUPTI kernel timestamps of "
+             f"replays of the same graphs (torch.profiler); they should agree within {FIDELITY_LIMIT:.0%}. "
+             "Busy: the kernels' own durations per launch (the gaps between launches excluded); events: "
+             "CUDA events around the profiled replays (the profiler's own cost shows there).\n",
+             "| case | backend | FAST us (p80-p20) | profiler us (p80-p20) | FAST / profiler | busy us | events us |",
+             "|---|---|---|---|---|---|---|"]
+    for tag, b, f in rows:
+        if f is None:
+            lines.append(f"| {tag} | {b} | | not profiled | | | |")
+            continue
+        mark = "" if abs(f["ratio"] - 1.0) <= FIDELITY_LIMIT else " ✗"
+        lines.append(f"| {tag} | {b} | {_us(f['fast_us'])} ({_us(f['fast_spread_us'])}) | "
+                     f"{_us(f['profiled_us'])} ({_us(f['profiled_spread_us'])}) | {f['ratio']:.3f}{mark} | "
+                     f"{_us(f['busy_us'])} | {_us(f.get('events_under_profiler_us'))} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
     """BENCHMARKS.md from ``(file name, record)`` pairs: one table per file, newest first."""
     ordered = sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
     if not ordered:
         return MD_HEADER + "\nNo benchmarks yet: run `evo bench` on a GPU machine.\n"
-    return MD_HEADER + "".join("\n" + _table(rec, name) for name, rec in ordered)
+    return MD_HEADER + "".join("\n" + _section(rec, name) for name, rec in ordered)
+
+
+def _section(record: Mapping[str, Any], name: str) -> str:
+    """A record's tables: candidates against SDPA (and FAST's fidelity), or a seeds record
+    (claims beside evo's measurements, the SDPA sweep)."""
+    if record.get("kind") == "seeds":
+        from evo.seedreport import section
+
+        return section(record, name)
+    return _table(record, name) + _fidelity_table(record)
 
 
 def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -194,8 +267,12 @@ def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def regenerate(out_dir: Path, md_path: Path | None = None) -> Path:
     """Rewrite BENCHMARKS.md (default: beside ``out_dir``) from every record in ``out_dir``."""
+    from evo.seedreport import write_plots
+
     md = md_path or out_dir.resolve().parent / "BENCHMARKS.md"
-    md.write_text(render_benchmarks_md(load_records(out_dir)))
+    records = load_records(out_dir)
+    write_plots(records, out_dir)
+    md.write_text(render_benchmarks_md(records))
     return md
 
 
@@ -212,7 +289,7 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
     gemm: float | None = None
     with Worker(device, target) as worker:
         for cid, request in targets:
-            options = {**request.options, "interleave": True, "gemm": gemm is None}
+            options = {**request.options, "interleave": True, "gemm": gemm is None, "fidelity": True}
             ev = worker.evaluate(EvalRequest(request.build_id, request.cubin_path, request.entries,
                                              green=False, fast_cases=request.fast_cases,
                                              options=options), timeout_s)

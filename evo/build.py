@@ -3,9 +3,19 @@
 One call builds a batch: items already in the cache (``candidates/<id[:2]>/<id>/``) are
 answered from their ``meta.json``; the rest are compiled by one generated ``build.ninja``
 (``ninja -k 0 -j JOBS``), one nvcc per candidate, each writing its own ptxas log and exit
-status. A finished item is checked against the arch's limits (no spills, shared memory and
-registers per CTA within bounds) and moved into the cache by renaming its whole folder, so
-a kill at any moment never leaves a half-written cubin that looks cached.
+status. A finished item is checked against the arch's limits (a launch geometry that can be
+set up, no spills, shared memory and registers per CTA within bounds) and moved into the cache
+by renaming its whole folder, so a kill at any moment never leaves a half-written cubin that
+looks cached.
+
+The build id is computed without compiling (:func:`build_id_for`): it hashes the key of
+:func:`evo.render.build_key` -- source, flags, arch, every entry's launch config, the nvcc
+version and build, and the headers included from outside the toolkit -- so editing any of them
+gives a new id instead of a stale cached verdict. The key is kept in each ``meta.json``.
+
+A family on another backend (:mod:`evo.backends`: a rendered Python module with Triton kernels)
+goes through the same cache: its module is checked and installed under its build id, whose key
+names the installed triton instead of nvcc; ``meta.json`` says which file is the artifact.
 """
 
 from __future__ import annotations
@@ -22,21 +32,24 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-from evo import paths, smi
+from evo import backends, headers, paths, smi
 from evo.errors import EvoError
 from evo.manifest import Family, load_family
 from evo.ptxas import parse_ptxas
-from evo.render import Entry, Rendered, build_id
+from evo.render import Entry, Rendered, build_id, build_key
 from evo.results import BuildResult, Resources, Status
 
 # Opt-in dynamic shared memory per block (CUDA programming guide, compute capabilities table).
 SMEM_LIMITS = {"sm_80": 166912, "sm_86": 101376, "sm_87": 166912, "sm_89": 101376,
                "sm_90": 232448, "sm_90a": 232448}
 REGISTERS_PER_BLOCK = 65536
+MAX_THREADS_PER_BLOCK = 1024
 CUBIN, SOURCE, LOG, META = "kernel.cubin", "kernel.cu", "ptxas.log", "meta.json"
 _STATUS_FILE = "status"
 _ARCH = re.compile(r"sm_(\d+)(a?)")
+_UNREPORTED = Resources(registers=0, smem_static=0, spill_stores=0, spill_loads=0, stack_frame=0)
 _PROGRESS = re.compile(r"^\[\d+/\d+\] ([0-9a-f]{64})\s*$")
 
 OnDone = Callable[[BuildResult], None]
@@ -54,18 +67,32 @@ def nvcc_path() -> str:
 
 
 @cache
-def _nvcc_version(path: str) -> str:
+def _nvcc_about(path: str, mtime_ns: int) -> tuple[str, str]:
+    """(dotted version, identity) of the nvcc at ``path`` as it is at ``mtime_ns``."""
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise EvoError(f"cannot run {path} --version: {exc}") from None
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
     m = re.search(r"release [\d.]+, V([\d.]+)", out)
-    return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+    version = m.group(1) if m else lines[-1] if lines else "unknown"
+    # "Cuda compilation tools, release 13.0, V13.0.88" and "Build cuda_13.0.r13.0/compiler.36424714_0"
+    named = [ln for ln in lines if ln.startswith(("Cuda compilation tools", "Build "))]
+    return version, "; ".join(named or lines[-2:]) or "unknown"
+
+
+def _nvcc_version(path: str) -> tuple[str, str]:
+    return _nvcc_about(path, os.stat(path).st_mtime_ns)
 
 
 def nvcc_version() -> str:
     """nvcc's version, e.g. ``13.0.88``."""
-    return _nvcc_version(nvcc_path())
+    return _nvcc_version(nvcc_path())[0]
+
+
+def compiler_identity() -> str:
+    """The nvcc a build id names: its release and build lines from ``nvcc --version``."""
+    return _nvcc_version(nvcc_path())[1]
 
 
 def ninja_path() -> str:
@@ -126,9 +153,19 @@ def compile_flags(family: Family) -> tuple[str, ...]:
     return tuple(family.nvcc_flags)
 
 
+def build_key_for(rendered: Rendered, arch: str) -> dict[str, Any]:
+    """The key whose hash is ``rendered``'s build id on ``arch`` (:func:`evo.render.build_key`);
+    a Triton family's compiler is the installed triton (:func:`evo.backends.triton_identity`)."""
+    fam = load_family(rendered.candidate.family)
+    if fam.backend != "cuda":
+        return build_key(rendered, compile_flags(fam), arch, backends.triton_identity(), {})
+    return build_key(rendered, compile_flags(fam), arch, compiler_identity(),
+                     headers.header_key(fam, rendered.source))
+
+
 def build_id_for(rendered: Rendered, arch: str) -> str:
     """The build id (= candidate id) ``rendered`` gets on ``arch``, without building it."""
-    return build_id(rendered.source_hash, compile_flags(load_family(rendered.candidate.family)), arch)
+    return build_id(build_key_for(rendered, arch))
 
 
 def cache_dir(bid: str) -> Path:
@@ -136,15 +173,29 @@ def cache_dir(bid: str) -> Path:
     return paths.candidates_dir().resolve() / bid[:2] / bid
 
 
-def resource_problems(resources: Mapping[str, Resources], entries: Sequence[Entry], arch: str) -> list[str]:
-    """Why the entries cannot run well on ``arch`` (empty when they can): spills, shared memory
-    (static + dynamic) over the per-CTA limit, registers x threads over the register file."""
-    limit = smem_limit(arch)
+def geometry_problems(entries: Sequence[Entry]) -> list[str]:
+    """Why an entry's launch cannot even be set up on any GPU (empty when it can)."""
     problems = []
     for e in entries:
-        r = resources.get(e.name)
-        if r is None:
-            continue
+        if not 1 <= e.launch.threads <= MAX_THREADS_PER_BLOCK:
+            problems.append(f"{e.name} launches {e.launch.threads} threads per CTA; "
+                            f"1 to {MAX_THREADS_PER_BLOCK} can be launched")
+        if e.launch.rows_per_cta < 1:
+            problems.append(f"{e.name} gives each CTA {e.launch.rows_per_cta} query rows; at least 1")
+        if e.launch.smem_bytes < 0:
+            problems.append(f"{e.name} asks for {e.launch.smem_bytes} B of dynamic shared memory")
+    return problems
+
+
+def resource_problems(resources: Mapping[str, Resources], entries: Sequence[Entry], arch: str) -> list[str]:
+    """Why the entries cannot run well on ``arch`` (empty when they can): a launch geometry that
+    cannot be set up, spills, shared memory (static + dynamic) over the per-CTA limit,
+    registers x threads over the register file. An entry missing from ``resources`` is
+    checked for its launch config alone."""
+    limit = smem_limit(arch)
+    problems = geometry_problems(entries)
+    for e in entries:
+        r = resources.get(e.name, _UNREPORTED)
         if r.spill_stores or r.spill_loads:
             problems.append(f"{e.name} spills ({r.spill_stores} B stores, {r.spill_loads} B loads)")
         smem = r.smem_static + e.launch.smem_bytes
@@ -158,11 +209,24 @@ def resource_problems(resources: Mapping[str, Resources], entries: Sequence[Entr
     return problems
 
 
+def launch_problems(bid: str, entries: Sequence[Entry]) -> list[str]:
+    """Why launching ``entries`` from build ``bid`` cannot be set up: the resource check again,
+    against the cached build's arch and ptxas report, or the geometry alone when ``bid`` is not
+    cached. Cheap (one small file read), so the parent runs it before any GPU worker sees a
+    request."""
+    cached = load_cached(bid)
+    if cached is None or cached.arch not in SMEM_LIMITS:
+        return geometry_problems(entries)
+    return resource_problems(cached.resources, entries, cached.arch)
+
+
 @dataclass(frozen=True)
 class _Plan:
     build_id: str
     rendered: Rendered
     flags: tuple[str, ...]
+    key: dict[str, Any]
+    backend: str = "cuda"
 
 
 def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = None,
@@ -181,9 +245,9 @@ def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = 
         fam = load_family(item.candidate.family)
         if arch not in fam.arches:
             raise EvoError(f"family {fam.name} does not support {arch}; it supports {', '.join(fam.arches)}")
-        flags = compile_flags(fam)
-        bid = build_id(item.source_hash, flags, arch)
-        plans.setdefault(bid, _Plan(bid, item, flags))
+        key = build_key_for(item, arch)
+        bid = build_id(key)
+        plans.setdefault(bid, _Plan(bid, item, compile_flags(fam), key, fam.backend))
         order.append(bid)
     results: dict[str, BuildResult] = {}
     todo = []
@@ -195,6 +259,11 @@ def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = 
             results[bid] = hit
             if on_done:
                 on_done(hit)
+    for plan in [p for p in todo if p.backend != "cuda"]:
+        results[plan.build_id] = _build_module(plan, arch)
+        if on_done:
+            on_done(results[plan.build_id])
+    todo = [p for p in todo if p.backend == "cuda"]
     if todo:
         _compile(todo, arch, jobs or os.cpu_count() or 1, timeout_s, results, on_done)
     return [results[bid] for bid in order]
@@ -209,7 +278,7 @@ def load_cached(bid: str) -> BuildResult | None:
         log = (folder / LOG).read_text()
     except (OSError, ValueError, KeyError):
         return None
-    cubin = folder / CUBIN
+    cubin = folder / meta.get("artifact", CUBIN)
     if meta.get("build_id") != bid or (status is not Status.COMPILE_FAILED and not cubin.is_file()):
         return None
     return BuildResult(
@@ -281,8 +350,9 @@ def _ninja_file(todo: list[_Plan], nvcc: str, arch: str, timeout_s: int) -> str:
         "  description = $dir",
     ]
     for p in todo:
+        includes = headers.include_flags(load_family(p.rendered.candidate.family))
         lines += [f"build {p.build_id}/{CUBIN}: nvcc {p.build_id}/{SOURCE}",
-                  f"  dir = {p.build_id}", f"  flags = {q(p.flags)}"]
+                  f"  dir = {p.build_id}", f"  flags = {q([*p.flags, *includes])}"]
     return "\n".join(lines) + "\n"
 
 
@@ -325,17 +395,42 @@ def _finish(folder: Path, plan: _Plan, arch: str, timeout_s: int, note: str) -> 
                                           seconds=seconds, resources=resources))
 
 
+def _build_module(plan: _Plan, arch: str) -> BuildResult:
+    """A non-CUDA backend's build: the rendered module is checked (it parses, it defines
+    ``launch``) and its launch geometry too, then cached like a cubin. Its kernels are compiled
+    by Triton in the worker, on first use."""
+    artifact = backends.backend(plan.backend).artifact
+    staging = paths.candidates_dir().resolve() / ".tmp"
+    staging.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="module-", dir=staging))
+    (folder / SOURCE).write_text(plan.rendered.source)
+    problem = backends.module_problem(plan.rendered.source, artifact)
+    result = BuildResult(plan.build_id, plan.rendered.source_hash, arch, plan.flags, Status.BUILT,
+                         log=problem or f"{artifact}: parsed; Triton compiles its kernels on first launch")
+    if problem:
+        result = replace(result, status=Status.COMPILE_FAILED, reason=problem)
+    else:
+        (folder / artifact).write_text(plan.rendered.source)
+        geometry = geometry_problems(plan.rendered.entries)
+        if geometry:
+            result = replace(result, status=Status.RESOURCE_REJECTED, reason="; ".join(geometry))
+    (folder / LOG).write_text(result.log)
+    return _install(folder, plan, result)
+
+
 def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
     """Write meta.json and rename the folder into the cache (atomic; the first writer wins)."""
     (folder / _STATUS_FILE).unlink(missing_ok=True)
     (folder / f"{CUBIN}.part").unlink(missing_ok=True)
+    artifact = backends.backend(plan.backend).artifact
     cand = plan.rendered.candidate
     meta = {
         "build_id": result.build_id, "source_hash": result.source_hash, "arch": result.arch,
         "flags": list(result.flags), "status": result.status.value, "reason": result.reason,
         "seconds": result.seconds, "resources": {k: asdict(v) for k, v in result.resources.items()},
         "family": cand.family, "family_version": plan.rendered.family_version, "params": cand.p,
-        "label": cand.label(), "nvcc": nvcc_version(),
+        "label": cand.label(), "key": plan.key, "artifact": artifact,
+        **({"nvcc": nvcc_version()} if plan.backend == "cuda" else {}),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
@@ -347,5 +442,5 @@ def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
         os.rename(folder, final)
     except OSError:
         pass  # another process installed the same build first; its files are equivalent
-    cubin = final / CUBIN
+    cubin = final / artifact
     return replace(result, cubin_path=str(cubin) if cubin.is_file() else None)

@@ -1,21 +1,20 @@
-"""``evo doctor``: what this machine has for evo (nvcc, ninja, GPU, cuda-python, database).
+"""``evo doctor``: what this machine has for evo (nvcc, ninja, GPU, cuda-python, evo's own
+files, the data folder, the database).
 
-Each finding says whether it is *required*: nvcc and ninja (every build needs them) and a
-database that opens. A GPU, its driver and cuda-python are needed only for GREEN/FAST, so
-their absence is reported but does not fail the check.
+Each finding says whether it is *required*: nvcc and ninja (every build needs them), evo's
+templates, suites and migrations, a writable data folder and a database that opens. A GPU, its
+driver and cuda-python are needed only for GREEN/FAST, so their absence is reported but does
+not fail the check.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
-
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from evo import build, paths, smi
 from evo.errors import EvoError
@@ -68,7 +67,8 @@ def _gpus() -> list[Finding]:
     out = []
     for i in range(torch.cuda.device_count()):
         major, minor = torch.cuda.get_device_capability(i)
-        arch = "sm_80" if major == 8 else "sm_90a" if major == 9 else f"sm_{major}{minor} (unsupported: use sm_90a/sm_80)"
+        arch = ("sm_80" if major == 8 else "sm_90a" if major == 9
+                else f"sm_{major}{minor} (unsupported: use sm_90a/sm_80)")
         out.append(Finding(f"gpu {i}", True, f"{torch.cuda.get_device_name(i)}, compute {major}.{minor} -> {arch}, "
                                              f"torch {torch.__version__} CUDA {torch.version.cuda}, {_driver()}"))
     return out
@@ -86,18 +86,8 @@ def _cuda_python() -> Finding:
     return Finding("cuda-python", True, ", ".join(versions) or "cuda.core importable")
 
 
-def _sqlite_file(url: str) -> Path | None:
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database).expanduser()
-
-
 def _database(url: str) -> Finding:
-    path = _sqlite_file(url)
+    path = paths.sqlite_file(url)
     if path is not None and not path.exists():
         return Finding("database", True, f"{safe_url(url)} (not created yet: evo creates it on first use)", True)
     try:
@@ -110,16 +100,44 @@ def _database(url: str) -> Finding:
     return Finding("database", True, f"{safe_url(url)} opens ({summary})", True)
 
 
+def _files() -> Finding:
+    """evo's own resources: the families, the suites, the migrations and the recorded sweep."""
+    try:
+        root = paths.root()
+    except EvoError as exc:
+        return Finding("files", False, str(exc), True)
+    wanted = {"templates": root / "templates", "suites": root / "acceptance" / "green.toml",
+              "migrations": root / "db" / "env.py"}
+    missing = [name for name, p in wanted.items() if not p.exists()]
+    if missing:
+        return Finding("files", False, f"{root}: missing {', '.join(missing)}; reinstall evo", True)
+    recordings = sorted(p.name for p in (root / "data").glob("sweep-*.json.gz"))
+    return Finding("files", True, f"{root} (recordings: {', '.join(recordings) or 'none'})", True)
+
+
+def _home() -> Finding:
+    """Where the database, build cache and benchmarks go; it must be writable (or creatable)."""
+    home = paths.home()
+    probe = home
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    ok = os.access(probe, os.W_OK)
+    return Finding("data", ok, f"{home}{'' if ok else ' is not writable: set EVO_HOME'}", True)
+
+
 def diagnose(db_url: str | None = None) -> list[Finding]:
     """Everything ``evo doctor`` reports, in display order."""
     url = db_url or paths.default_db_url()
-    families = list_families()
+    files = _files()
+    families = list_families() if files.ok else []
     return [
         _nvcc(),
         _ninja(),
         *_gpus(),
         _cuda_python(),
+        files,
         Finding("families", bool(families), ", ".join(families) or f"none under {paths.template_dirs()}"),
+        _home(),
         Finding("cache", True, str(paths.candidates_dir().resolve())),
         _database(url),
     ]

@@ -7,3 +7,8 @@ class EvoError(Exception):
 
 class InvalidCandidate(EvoError):
     """A candidate violates its family's parameter domains or constraints (status ``invalid``)."""
+
+
+class LaunchRejected(EvoError):
+    """A kernel launch that cannot be set up on the device (shared memory or threads over its
+    limits), refused before any kernel ran: the candidate is ``resource_rejected``."""

@@ -1,36 +1,56 @@
 """The GPU worker's side: gate (GREEN) then time (FAST) one built candidate per request.
 
 :func:`serve` is the default :class:`evo.worker.Worker` target; it runs in a child process that
-sees one GPU. For each :class:`~evo.worker.EvalRequest` it loads the cubin, runs the GREEN
-suite, and only if every gating check passed times the candidate on the requested FAST cases.
-SDPA baselines are measured in this same process by the same method: once per shape and again
+sees one GPU. For each :class:`~evo.worker.EvalRequest` it loads the cubin, runs GREEN (the
+fixed core plus the cases drawn from the request's salt, or the request's own ``green_cases``),
+and only if every gating check passed times the candidate on the requested FAST cases, with
+the outputs of its timed launches checked by GREEN's rule (a wrong one makes it red). SDPA
+baselines are measured in this same process by the same method: once per shape and again
 every ``baseline_every`` evaluations (drift), or interleaved with the candidate when the
 request asks (``evo eval``, ``evo bench``). The candidate's Timings come back together with
 the baseline Timings it was compared with, so both are stored with the evaluation.
 
+The evaluation's device info records what makes the verdict reproducible and the timing
+attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
+were drawn), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``fast_outputs_checked``
+(timed outputs compared with the reference).
+
 A CUDA fault poisons the context for good, and an exception cannot tell reliably whether it
 left one behind, so after any exception the worker replies ``crashed`` (with the exception as
-the reason) and exits; the parent starts a fresh one.
+the reason) and exits; the parent starts a fresh one. The exception is a launch the driver
+refused to set up before any kernel ran (:class:`~evo.errors.LaunchRejected`): that is
+``resource_rejected``, and the worker goes on serving.
+
+Start-up (importing torch and cuda-python, creating the CUDA context, loading the libraries
+SDPA uses) happens before the worker asks for its first request, so it never counts against a
+request's budget; progress notes (each GREEN launch, each FAST case) let the parent tell a
+kernel that never returned from a slow one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import time
+from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evo import smi
+from evo.errors import LaunchRejected
 from evo.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.worker import EvalRequest
+from evo.worker import EvalRequest, progress
 
-QUICK = {"rounds": 2, "reps": 5}      # searches: enough to rank, a fraction of the time
-NORMAL = {"rounds": 3, "reps": 10}
-INTERLEAVED = {"rounds": 5, "reps": 10}  # evo eval / evo bench: the numbers people quote
+if TYPE_CHECKING:
+    from evo.suites import GreenCase
+
+QUICK = {"rounds": 2, "reps": 5, "remeasure": 1}      # searches: enough to rank, a fraction of the time
+NORMAL = {"rounds": 3, "reps": 10, "remeasure": 2}
+INTERLEAVED = {"rounds": 5, "reps": 10, "remeasure": 2}  # evo eval / evo bench: the numbers people quote
 BASELINE_EVERY = 50
 
 
@@ -44,6 +64,8 @@ class Plan:
     baseline_every: int
     backends: tuple[str, ...]
     salt: int
+    remeasure: int = 2          # more attempts at a case whose spread is wide
+    fidelity: bool = False      # profile every op after timing it (evo bench)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
@@ -56,7 +78,9 @@ class Plan:
                    interleave=interleave,
                    baseline_every=int(options.get("baseline_every", BASELINE_EVERY)),
                    backends=tuple(options.get("backends", BACKENDS)),
-                   salt=int(options.get("salt", 0)))
+                   salt=int(options.get("salt", 0)),
+                   remeasure=int(options.get("remeasure", base["remeasure"])),
+                   fidelity=bool(options.get("fidelity", False)))
 
 
 def _describe(exc: BaseException) -> str:
@@ -114,13 +138,22 @@ class Session:
 
         hit = self._baselines.get(shape)
         if hit is None or self.evaluations - hit[0] >= plan.baseline_every:
-            timings = time_case(None, shape, plan.backends, rounds=plan.rounds, reps=plan.reps)
+            timings = time_case(None, shape, plan.backends, rounds=plan.rounds, reps=plan.reps,
+                                remeasure=plan.remeasure).timings
             hit = self._baselines[shape] = (self.evaluations, timings)
         return [t for t in hit[1] if t.backend in plan.backends]
 
 
-def _candidate(request: EvalRequest) -> tuple[Callable[..., Any] | None, Callable[..., Any], list[Entry] | None]:
-    """(GREEN launch or None, FAST op, entries or None) for a cubin or a promoted package."""
+def cubin_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any] | None, Callable[..., Any],
+                                                             list[Entry] | None]:
+    """(GREEN launch or None, FAST op, entries or None) for a cubin or a promoted package.
+
+    A cubin is hashed before and after it is loaded; the one loaded is then both gated and
+    timed, so its hash (in the device info) names the kernel every number belongs to."""
     package = request.options.get("package")
     if package:
         attention = importlib.import_module(str(package)).attention
@@ -129,9 +162,14 @@ def _candidate(request: EvalRequest) -> tuple[Callable[..., Any] | None, Callabl
             return attention(q, k, v, causal=causal)
 
         return None, package_op, None
-    from evo.runtime import CandidateKernels
+    from evo.errors import EvoError
+    from evo.runtime import load_kernels
 
-    kernels = CandidateKernels(request.cubin_path, request.entries, device=0)
+    before = cubin_sha256(request.cubin_path)
+    kernels = load_kernels(request.cubin_path, request.entries, device=0)  # a cubin or a Triton module
+    if cubin_sha256(request.cubin_path) != before:
+        raise EvoError(f"{request.cubin_path} changed while it was being loaded")
+    ev.device["cubin_sha256"] = before
 
     def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> None:
         kernels.launch(q, k, v, o, causal=causal)
@@ -139,13 +177,46 @@ def _candidate(request: EvalRequest) -> tuple[Callable[..., Any] | None, Callabl
     return kernels, kernel_op, list(request.entries)
 
 
-def _green(launch: Callable[..., Any], entries: Sequence[Entry], salt: int, ev: Evaluation) -> bool:
+def _reporting(launch: Callable[..., Any]) -> Callable[..., Any]:
+    """``launch`` that first reports each call as progress (GREEN only: never a timed launch)."""
+    calls = 0
+
+    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float) -> Any:
+        nonlocal calls
+        calls += 1
+        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{' causal' if causal else ''})")
+        return launch(q, k, v, o, causal, scale)
+
+    return report_then_launch
+
+
+def green_plan(request: EvalRequest, entries: Sequence[Entry], salt: int) -> tuple[list[GreenCase], int]:
+    """The GREEN cases of one evaluation and how many of them were drawn: the request's own
+    ``green_cases`` (promote's verification), else the fixed core the kernel has a kernel for
+    plus the cases drawn for its (head dim, dtype, causal) keys from ``salt``."""
+    from evo.draws import drawn_cases
+    from evo.suites import GreenCase, green_cases, green_settings
+
+    explicit = request.options.get("green_cases")
+    if explicit is not None:
+        return list(explicit), len(explicit)
+    core = [GreenCase(s) for s in supported(green_cases(), entries)]
+    draws = green_settings().draws
+    keys = {(e.head_dim, e.dtype, e.causal) for e in entries}
+    drawn = drawn_cases(draws, keys, salt) if draws is not None else []
+    return core + drawn, len(drawn)
+
+
+def _green(launch: Callable[..., Any], request: EvalRequest, entries: Sequence[Entry], salt: int,
+           ev: Evaluation) -> bool:
     from evo.gate import run_green, verdict
-    from evo.suites import green_cases, green_settings
+    from evo.suites import green_settings
 
     settings = green_settings()
+    cases, drawn = green_plan(request, entries, salt)
+    ev.device["green_drawn"] = str(drawn)
     t0 = time.perf_counter()
-    ev.checks = run_green(launch, supported(green_cases(), entries), settings, salt)
+    ev.checks = run_green(_reporting(launch), cases, settings, salt)
     ev.green_seconds = time.perf_counter() - t0
     status, ev.reason = verdict(ev.checks, settings.gate_dtypes)
     ev.status = status
@@ -170,28 +241,39 @@ def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], 
 
 def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases: Sequence[Shape],
           plan: Plan, session: Session, ev: Evaluation) -> None:
+    """Time every case (stopping at a wrong timed output: red, with the case and why)."""
+    from evo.suites import green_settings
     from evo.timing import recheck_failed, time_case
 
+    settings = green_settings()
+    checked = 0
     t0 = time.perf_counter()
-    for i, shape in enumerate(cases):
-        def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal) -> Any:
-            return op(q, k, v, o, causal=_causal)
+    try:
+        for i, shape in enumerate(cases):
+            def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal) -> Any:
+                return op(q, k, v, o, causal=_causal)
 
-        if plan.interleave:
-            ev.timings += time_case(cand, shape, plan.backends, rounds=plan.rounds, reps=plan.reps,
-                                    seed=plan.salt + i, recheck=recheck)
-        else:
-            known = session.baselines(shape, plan)
-            ev.timings += time_case(cand, shape, (), rounds=plan.rounds, reps=plan.reps,
-                                    seed=plan.salt + i, recheck=recheck, known=known)
-            ev.timings += known
-    ev.fast_seconds = time.perf_counter() - t0
+            progress(f"FAST {shape.tag}")
+            known = [] if plan.interleave else session.baselines(shape, plan)
+            got = time_case(cand, shape, plan.backends if plan.interleave else (), rounds=plan.rounds,
+                            reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
+                            check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
+            checked += got.outputs_checked
+            if got.output_failure:
+                ev.status = Status.RED
+                ev.reason = f"{shape.tag}: timed output wrong: {got.output_failure}"
+                return
+            ev.timings += got.timings + known
+    finally:
+        ev.fast_seconds = time.perf_counter() - t0
+        ev.device["fast_outputs_checked"] = str(checked)
     failed = [t for t in ev.timings if recheck_failed(t)]
     if failed:
         ev.status, ev.reason = Status.RED, f"{failed[0].shape.tag}: {failed[0].flagged}"
     else:
         ev.status = Status.FAST
-        ev.reason = ev.reason or f"timed on {len(cases)} FAST cases"
+        timed = f"timed on {len(cases)} FAST cases, {checked} timed outputs checked"
+        ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
 
 
 def evaluate(request: EvalRequest, session: Session) -> Evaluation:
@@ -200,10 +282,11 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
 
     plan = Plan.of(request.options)
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
-    launch, op, entries = _candidate(request)
+    launch, op, entries = _candidate(request, ev)
+    progress("loaded")
     if request.options.get("gemm"):
         ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"
-    if request.green and launch is not None and not _green(launch, entries or (), plan.salt, ev):
+    if request.green and launch is not None and not _green(launch, request, entries or (), plan.salt, ev):
         return ev
     cases = supported(request.fast_cases, entries) if entries is not None else list(request.fast_cases)
     if cases:
@@ -211,11 +294,34 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     return ev
 
 
+def _warm_up() -> None:
+    """Create the CUDA context and load what requests use (cuda-python, every SDPA backend, the
+    matmul library of GREEN's reference), so a fresh worker's first request is not charged for it."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from evo import gate  # noqa: F401 - imported here, not inside a request's budget
+    from evo.runtime import import_cuda
+    from evo.timing import BACKENDS, runs, sdpa_op
+
+    import_cuda()
+    x = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
+    for backend in BACKENDS:
+        runs(sdpa_op(backend, False), (x, x, x, None))  # a backend that refuses is skipped
+    with sdpa_kernel(SDPBackend.MATH):
+        for wide in (torch.float32, torch.float64):
+            F.scaled_dot_product_attention(x.to(wide), x.to(wide), x.to(wide))
+    torch.cuda.synchronize()
+
+
 def serve(conn: Connection) -> None:
-    """Worker loop: one Evaluation per EvalRequest until ``None`` or a closed pipe."""
+    """Worker loop: one Evaluation per EvalRequest until ``None`` or a closed pipe; start-up
+    first, before the first ``recv`` tells the parent this worker is ready."""
     import torch
 
     torch.cuda.set_device(0)
+    _warm_up()
     session = Session()
     while True:
         try:
@@ -226,6 +332,10 @@ def serve(conn: Connection) -> None:
             return
         try:
             result = evaluate(request, session)
+        except LaunchRejected as exc:  # refused before any kernel ran: the context is intact
+            conn.send(Evaluation(request.build_id, Status.RESOURCE_REJECTED, str(exc),
+                                 device=dict(session.device)))
+            continue
         except Exception as exc:  # noqa: BLE001 - reported as crashed; the context may be poisoned
             conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
             return

@@ -9,67 +9,59 @@ Only literals, names, arithmetic, comparisons, boolean operators, conditional ex
 from __future__ import annotations
 
 import ast
-import operator
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from evo.errors import EvoError
 
-_BINOPS = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-}
-_CMPOPS = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b,
-    ast.NotIn: lambda a, b: a not in b,
-}
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Div, ast.Pow)
+_CMPOPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
 _FUNCS = {"min": min, "max": max}
 
 
 def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
-    """Evaluate ``expression`` with ``names`` bound; raise EvoError on anything unsupported."""
+    """Evaluate ``expression`` with ``names`` bound; raise EvoError on anything unsupported.
+
+    The expression is parsed and checked once (every node must be one ``_eval`` supports), then
+    runs as compiled Python with no builtins but ``min``/``max``: enumerating a large space
+    evaluates the same few constraints hundreds of thousands of times.
+    """
+    code, used = _compiled(expression)
+    missing = used - names.keys() - _FUNCS.keys()
+    if missing:
+        raise EvoError(f"manifest expression {expression!r} uses unknown name {sorted(missing)[0]!r}")
+    try:
+        return eval(code, {"__builtins__": {}}, {**_FUNCS, **names})  # noqa: S307 - checked tree
+    except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as exc:
+        raise EvoError(f"manifest expression {expression!r}: {exc}") from None
+
+
+@functools.cache
+def _compiled(expression: str) -> tuple[Any, frozenset[str]]:
+    """The checked, compiled expression and the names it reads (cached per expression)."""
     try:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise EvoError(f"bad manifest expression {expression!r}: {exc.msg}") from None
-    return _eval(tree.body, names, expression)
+    used = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    _check(tree, expression)
+    return compile(tree, "<manifest>", "eval"), used
 
 
-def _eval(node: ast.AST, names: Mapping[str, Any], src: str) -> Any:
-    match node:
-        case ast.Constant(value=v) if isinstance(v, (int, float, str, bool)):
-            return v
-        case ast.Name(id=n):
-            if n not in names:
-                raise EvoError(f"manifest expression {src!r} uses unknown name {n!r}")
-            return names[n]
-        case ast.BinOp(left=l, op=op, right=r) if type(op) in _BINOPS:
-            return _BINOPS[type(op)](_eval(l, names, src), _eval(r, names, src))
-        case ast.UnaryOp(op=ast.Not(), operand=o):
-            return not _eval(o, names, src)
-        case ast.UnaryOp(op=ast.USub(), operand=o):
-            return -_eval(o, names, src)
-        case ast.BoolOp(op=ast.And(), values=vs):
-            return all(_eval(v, names, src) for v in vs)
-        case ast.BoolOp(op=ast.Or(), values=vs):
-            return any(_eval(v, names, src) for v in vs)
-        case ast.Compare(left=l, ops=ops, comparators=cs):
-            left = _eval(l, names, src)
-            for op, c in zip(ops, cs):
-                if type(op) not in _CMPOPS:
-                    break
-                right = _eval(c, names, src)
-                if not _CMPOPS[type(op)](left, right):
-                    return False
-                left = right
-            else:
-                return True
-        case ast.IfExp(test=t, body=b, orelse=e):
-            return _eval(b, names, src) if _eval(t, names, src) else _eval(e, names, src)
-        case ast.Tuple(elts=es) | ast.List(elts=es):
-            return tuple(_eval(e, names, src) for e in es)
-        case ast.Call(func=ast.Name(id=f), args=args, keywords=[]) if f in _FUNCS:
-            return _FUNCS[f](*(_eval(a, names, src) for a in args))
-    raise EvoError(f"manifest expression {src!r}: unsupported syntax {ast.dump(node)[:60]}")
+_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.Not, ast.USub,
+          ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Call,
+          *_BINOPS, *_CMPOPS)
+
+
+def _check(node: ast.AST, src: str) -> None:
+    """Raise EvoError unless every node of the tree is a literal, a name, arithmetic, a
+    comparison, a boolean operator, a conditional expression, a tuple/list or min/max."""
+    for n in ast.walk(node):
+        ok = isinstance(n, _NODES)
+        if isinstance(n, ast.Constant):
+            ok = isinstance(n.value, (int, float, str, bool))
+        elif isinstance(n, ast.Call):
+            ok = isinstance(n.func, ast.Name) and n.func.id in _FUNCS and not n.keywords
+        if not ok:
+            raise EvoError(f"manifest expression {src!r}: unsupported syntax {ast.dump(n)[:60]}")

@@ -1,12 +1,16 @@
 """GREEN: decide, case by case, whether a kernel computes attention correctly (DESIGN.md, GREEN).
 
-One check = one shape x one seed: fresh normal inputs (seeded by case, seed and a per-evaluation
-salt), a reference from SDPA's math backend on the inputs upcast to float32 (float64 for small
-shapes), and PyTorch's own low-precision SDPA against that reference to set the tolerance
-(``multiplier * ref_err + floor``). The candidate writes into an output view between two guard
+One check = one case x one seed: fresh normal inputs (seeded by case, seed and a per-evaluation
+salt; of the case's spread, with a spiked key if it has one), a reference from SDPA's math
+backend on the inputs upcast to float32 (float64 for small shapes), and PyTorch's own
+low-precision SDPA against that reference to set the tolerance (``multiplier * ref_err +
+floor``), all at the case's scale. The candidate writes into an output view between two guard
 regions, all poisoned with a NaN payload no arithmetic produces, and then must have: written
 nothing outside the view, left its inputs bit-identical, written every element, produced no NaN
 or Inf, stayed within tolerance, and produced the same bits when run again.
+
+:func:`check_outputs` applies the same rule to outputs a kernel wrote while it was being timed
+(FAST), against a reference on freshly regenerated inputs, many input sets at once.
 
 The launch is any callable ``launch(q, k, v, o, causal, scale)``: a compiled candidate on the
 GPU, or plain torch code on CPU tensors in the tests. Nothing here catches exceptions: a CUDA
@@ -25,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from evo.errors import EvoError
 from evo.results import CheckResult, Shape, Status
-from evo.suites import GreenSettings
+from evo.suites import GreenCase, GreenSettings
 
 Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool, float], None]
 
@@ -42,15 +46,22 @@ def input_seed(shape: Shape, seed: int, salt: int) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
 
-def make_inputs(shape: Shape, seed: int, salt: int,
-                device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Independent standard-normal q, k, v of ``shape`` in its dtype (never zeros, never equal)."""
+def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, *, std: float = 1.0,
+                spike: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Independent normal q, k, v of ``shape`` in its dtype (never zeros, never equal), of
+    standard deviation ``std``; ``spike`` > 0 multiplies one key row per head, drawn from the
+    first half of the sequence (so that under a causal mask most rows see it), by ``spike``."""
     gen = torch.Generator(device=device).manual_seed(input_seed(shape, seed, salt))
     dims = (shape.B, shape.H, shape.L, shape.D)
-    dt = TORCH_DTYPES[shape.dtype]
-    q, k, v = (torch.randn(dims, generator=gen, device=device, dtype=torch.float32).to(dt)
+    q, k, v = (torch.randn(dims, generator=gen, device=device, dtype=torch.float32) * std
                for _ in range(3))
-    return q, k, v
+    if spike:
+        rows = torch.randint(0, (shape.L + 1) // 2, (shape.B, shape.H), generator=gen, device=device)
+        b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.H, device=device),
+                              indexing="ij")
+        k[b, h, rows] *= spike
+    dt = TORCH_DTYPES[shape.dtype]
+    return q.to(dt), k.to(dt), v.to(dt)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
@@ -145,14 +156,23 @@ def _output_faults(buf: GuardedOutput, err: float, where: tuple[int, ...] | None
     return ""
 
 
-def check_case(launch: Launch, shape: Shape, seed: int, settings: GreenSettings, *,
+def wide_dtype(shape: Shape, settings: GreenSettings) -> torch.dtype:
+    """The reference's precision: float64 for small problems, float32 otherwise."""
+    return torch.float64 if shape.B * shape.H * shape.L * shape.L < settings.float64_below else torch.float32
+
+
+def _as_case(case: Shape | GreenCase) -> GreenCase:
+    return case if isinstance(case, GreenCase) else GreenCase(case)
+
+
+def check_case(launch: Launch, case: Shape | GreenCase, seed: int, settings: GreenSettings, *,
                salt: int = 0, device: str | torch.device = "cuda") -> CheckResult:
-    """Run one GREEN check of ``launch`` on ``shape`` with inputs drawn for (seed, salt)."""
-    q, k, v = make_inputs(shape, seed, salt, device)
-    scale = 1.0 / math.sqrt(shape.D)
-    wide = torch.float64 if shape.B * shape.H * shape.L * shape.L < settings.float64_below \
-        else torch.float32
-    ref = reference(q, k, v, shape.causal, scale, wide)
+    """Run one GREEN check of ``launch`` on ``case`` with inputs drawn for (seed, salt)."""
+    case = _as_case(case)
+    shape = case.shape
+    q, k, v = make_inputs(shape, seed, salt, device, std=case.std, spike=case.spike)
+    scale = case.scale_for()
+    ref = reference(q, k, v, shape.causal, scale, wide_dtype(shape, settings))
     ref_err, _ = max_abs_err(F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
                                                             scale=scale), ref)
     if not math.isfinite(ref_err):
@@ -176,17 +196,75 @@ def check_case(launch: Launch, shape: Shape, seed: int, settings: GreenSettings,
     return CheckResult(shape, seed, not reason, err, ref_err, tol, reason)
 
 
-def run_green(launch: Launch, cases: Sequence[Shape], settings: GreenSettings, salt: int, *,
+def run_green(launch: Launch, cases: Sequence[Shape | GreenCase], settings: GreenSettings, salt: int, *,
               device: str | torch.device = "cuda") -> list[CheckResult]:
-    """Every case x every seed of ``settings``, in order; all results kept, nothing caught."""
-    return [check_case(launch, shape, seed, settings, salt=salt, device=device)
-            for shape in cases for seed in settings.seeds]
+    """Every case x its seeds (the settings' seeds unless the case has its own), in order; all
+    results kept, nothing caught."""
+    out = []
+    for case in map(_as_case, cases):
+        for seed in case.seeds if case.seeds is not None else settings.seeds:
+            out.append(check_case(launch, case, seed, settings, salt=salt, device=device))
+    return out
+
+
+def _per_set_max(diff: torch.Tensor, n: int) -> list[float]:
+    """max |x| of each of ``n`` equal slices of ``diff`` along dim 0; inf where one is not finite."""
+    flat = diff.reshape(n, -1).abs()
+    flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, math.inf))
+    return [float(x) for x in flat.amax(dim=1).tolist()]
+
+
+InputSet = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: Sequence[InputSet],
+                  live: Sequence[InputSet], shape: Shape, scale: float, settings: GreenSettings,
+                  guards: Sequence[GuardedOutput] = ()) -> str:
+    """Why outputs a kernel wrote while it was timed are wrong ("" when all are right).
+
+    ``fresh`` are the input sets regenerated from their seed and ``live`` the ones the kernel
+    read, which must still be bit-identical; each pass pairs what it was (e.g. "after the timed
+    replays") with one output per set. GREEN's rule per set: no guard element changed, no element
+    left holding the poison, no NaN or Inf, and max|err| against the reference on the fresh
+    inputs within ``multiplier`` x PyTorch's own error on that set + floor. All sets go through
+    the reference at once (stacked along the batch dimension).
+    """
+    n = len(fresh)
+    for i, (a, b) in enumerate(zip(live, fresh)):
+        touched = [name for name, x, y in zip("qkv", a, b) if not _same_bits(x, y)]
+        if touched:
+            return f"set {i} of {n}: modified its inputs while timed: {', '.join(touched)}"
+    for i, g in enumerate(guards):
+        if g.guards_changed():
+            return f"set {i} of {n}: wrote out of bounds while timed: {g.guards_changed()} guard elements changed"
+    q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
+    wide = wide_dtype(shape, settings)
+    ref = reference(q, k, v, shape.causal, scale, wide)
+    own = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, scale=scale)
+    tols = [settings.tolerance(e, shape.dtype) for e in _per_set_max(own.to(wide) - ref, n)]
+    if not all(math.isfinite(t) for t in tols):
+        raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to check with")
+    poison = POISON[shape.dtype]
+    for what, outs in passes:
+        for i, o in enumerate(outs):
+            unwritten = int((o.view(torch.int16) == poison).sum())
+            if unwritten:
+                return f"{what}, set {i} of {n}: unwritten: {unwritten} of {o.numel()} output elements"
+        errs = _per_set_max(torch.cat(list(outs)).to(wide) - ref, n)
+        for i, (err, tol) in enumerate(zip(errs, tols)):
+            if not err <= tol:
+                found = "NaN or Inf in output" if math.isinf(err) else f"max|err| {err:.1e} > tol {tol:.1e}"
+                return f"{what}, set {i} of {n}: {found}"
+    return ""
 
 
 def label(check: CheckResult) -> str:
-    """``G4c fp16 seed 1``: which case, causal mode, dtype and seed a check ran."""
+    """``G4c fp16 seed 1``: which case, causal mode, dtype and seed a check ran; a drawn case
+    (its name spells its inputs) adds its shape: ``R07c fp16 seed 0 B,H,L,D=1,2,37,64 (sd=2.6 spike)``."""
     s = check.shape
-    return f"{s.case}{'c' if s.causal else ''} {s.dtype} seed {check.seed}"
+    name, _, inputs = s.case.partition(" ")
+    text = f"{name}{'c' if s.causal else ''} {s.dtype} seed {check.seed}"
+    return text + (f" B,H,L,D={s.B},{s.H},{s.L},{s.D} ({inputs})" if inputs else "")
 
 
 def verdict(checks: Sequence[CheckResult],

@@ -149,8 +149,9 @@ def to_dot(lin: Lineage) -> str:
 
 
 def to_json(lin: Lineage) -> dict[str, Any]:
-    """Plain data: ``{study, baseline, nodes: [...], edges: [...]}``."""
+    """Plain data: ``{schema, study, baseline, nodes: [...], edges: [...]}``."""
     return {
+        "schema": "evo.lineage/1",
         "study": lin.study,
         "baseline": lin.baseline,
         "nodes": [asdict(n) | {"status": n.status.value} for n in lin.nodes.values()],

@@ -5,6 +5,12 @@ parameters, the supported head dims / dtypes / arches, the nvcc flags, and the l
 formulas (threads per CTA, query rows per CTA, dynamic shared memory as a function of the
 head dim ``D``). Everything the rest of evo needs to know about a family is read from here,
 so adding a family or a feature flag is a manifest edit plus template code.
+
+``[family]`` may also name the ``backend`` (``cuda``, the default: the template renders CUDA
+for nvcc; ``triton``: it renders a Python module, see :mod:`evo.backends`), the
+``successors`` a candidate may switch to in a search (the evolutionary sampler's switch-family
+mutation, which keeps the genes both families share), and ``search_default = false`` for a
+family that `evo run` searches only when ``--families`` names it (the seed families).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from evo import paths
 from evo.errors import EvoError
 
 Value = int | str | bool
+BACKENDS = ("cuda", "triton")  # how a rendered source becomes a runnable artifact (evo/backends.py)
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,11 @@ class Family:
     dtypes: tuple[str, ...]
     arches: tuple[str, ...]
     nvcc_flags: tuple[str, ...]
-    launch: dict[str, str]
+    launch: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    backend: str = "cuda"                 # "cuda": nvcc -> cubin; "triton": a Python module (evo/backends.py)
+    successors: tuple[str, ...] = ()      # families a candidate may switch to (the switch-family mutation)
+    search_default: bool = True           # searched by `evo run` when --families is not given
 
     def defaults(self) -> dict[str, Value]:
         return {n: p.default for n, p in self.params.items()}
@@ -91,9 +101,22 @@ def load_family_dir(folder: Path) -> Family:
     missing = [k for k in ("name", "version", "template") if k not in fam]
     if missing:
         raise EvoError(f"{mf}: [family] lacks {', '.join(missing)}")
+    launch = data.get("launch", {})
     for key in ("threads", "rows_per_cta", "smem_bytes"):
-        if key not in data.get("launch", {}):
+        if key not in launch:
             raise EvoError(f"{mf}: [launch] lacks {key}")
+    backend = fam.get("backend", "cuda")
+    if backend not in BACKENDS:
+        raise EvoError(f"{mf}: [family] backend = {backend!r}; known: {', '.join(BACKENDS)}")
+    successors = fam.get("successors", [])
+    if not (isinstance(successors, list) and all(isinstance(x, str) and x for x in successors)) \
+            or fam["name"] in successors:
+        raise EvoError(f"{mf}: [family] successors must be a list of other families' names")
+    abi = launch.get("abi", "ptr")
+    if abi not in ("ptr", "tma"):
+        raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: ptr, tma")
+    if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
+        raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
     return Family(
         name=fam["name"],
         version=int(fam["version"]),
@@ -109,6 +132,9 @@ def load_family_dir(folder: Path) -> Family:
         nvcc_flags=tuple(fam.get("nvcc_flags", ())),
         launch=dict(data["launch"]),
         extra={k: v for k, v in data.items() if k not in ("family", "params", "constraints", "launch")},
+        backend=backend,
+        successors=tuple(successors),
+        search_default=bool(fam.get("search_default", True)),
     )
 
 

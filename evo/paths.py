@@ -1,21 +1,69 @@
-"""Where evo's files live: the project root (templates, acceptance suites, candidate cache, db).
+"""Where evo's files live: read-only resources shipped with evo, and the user's writable data.
 
-The root defaults to the checkout that holds this package (``pip install -e .``) and can be
-moved with ``EVO_HOME``; extra template folders (e.g. the test-only fault family) are added
-with ``EVO_TEMPLATE_PATH`` (os.pathsep separated).
+Resources (``root()``): the kernel families under ``templates/``, the GREEN and FAST suites
+under ``acceptance/``, the recorded sweep under ``data/`` and the Alembic migrations under
+``db/``. In a source checkout (``pip install -e .``, or ``PYTHONPATH`` pointing at it) they are
+the checkout's top-level folders; an installed wheel carries them as package data under
+``evo/_resources/`` (mapped there by ``setup.py``), found through :mod:`importlib.resources`.
+
+User data (``home()``): the SQLite database ``db/evo.sqlite``, the build cache
+``candidates/``, ``evo bench`` output ``benchmarks/`` and exported recordings ``data/``.
+``$EVO_HOME`` names the folder; otherwise a checkout keeps them beside the code (as it always
+has) and an installed evo uses ``$XDG_DATA_HOME/evo`` (``~/.local/share/evo``).
+
+Further overrides: ``$EVO_DB`` (database URL or file), ``$EVO_CANDIDATES`` (build cache),
+``$EVO_TEMPLATE_PATH`` (extra family folders, os.pathsep separated, e.g. the test-only fault
+family).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import os
 import subprocess
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
+from evo.errors import EvoError
+
+PACKAGED = "_resources"  # the folder inside the installed package that holds the resources
+RESOURCES = ("templates", "acceptance", "data", "db")
+
+
+def source_tree() -> Path | None:
+    """The checkout this package runs from, or None when evo is installed (e.g. from a wheel)."""
+    tree = Path(__file__).resolve().parent.parent
+    return tree if (tree / "pyproject.toml").is_file() and (tree / "templates").is_dir() else None
+
+
+@functools.cache
 def root() -> Path:
-    """The project root: ``$EVO_HOME`` or the folder above the ``evo`` package."""
+    """The folder holding ``templates/``, ``acceptance/``, ``data/`` and ``db/`` (migrations)."""
+    packaged = importlib.resources.files("evo") / PACKAGED
+    if packaged.is_dir():
+        if not isinstance(packaged, Path):  # e.g. imported from a zip: nvcc and Jinja need real files
+            raise EvoError(f"evo's resources are not plain files ({packaged}); install evo unpacked")
+        return packaged
+    tree = source_tree()
+    if tree is None:
+        raise EvoError(f"evo's resources ({', '.join(RESOURCES)}) are missing next to "
+                       f"{Path(__file__).parent}; reinstall evo")
+    return tree
+
+
+def home() -> Path:
+    """The writable folder for the database, the build cache, benchmarks and exported recordings."""
     env = os.environ.get("EVO_HOME")
-    return Path(env).resolve() if env else Path(__file__).resolve().parent.parent
+    if env:
+        return Path(env).expanduser().resolve()
+    tree = source_tree()
+    if tree is not None:
+        return tree
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser() / "evo"
 
 
 def template_dirs() -> list[Path]:
@@ -27,12 +75,39 @@ def template_dirs() -> list[Path]:
 def candidates_dir() -> Path:
     """The content-addressed build cache (``$EVO_CANDIDATES`` overrides)."""
     env = os.environ.get("EVO_CANDIDATES")
-    return Path(env) if env else root() / "candidates"
+    return Path(env) if env else home() / "candidates"
+
+
+def default_db_file() -> Path:
+    """Where the default SQLite database lives."""
+    return home() / "db" / "evo.sqlite"
+
+
+def db_url(value: str) -> str:
+    """A ``--db`` value as a SQLAlchemy URL: a URL stays as it is (a bare ``postgresql://``
+    gets the psycopg 3 driver that ``evo-kernels[postgres]`` installs); anything without
+    ``://`` is a SQLite file path, made absolute."""
+    if "://" not in value:
+        return f"sqlite:///{Path(value).expanduser().resolve()}"
+    scheme, rest = value.split("://", 1)
+    return f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else value
 
 
 def default_db_url() -> str:
-    """SQLite file under ``db/`` unless ``$EVO_DB`` names another SQLAlchemy URL."""
-    return os.environ.get("EVO_DB") or f"sqlite:///{root() / 'db' / 'evo.sqlite'}"
+    """``$EVO_DB`` (a URL or a file path), else the SQLite file :func:`default_db_file`."""
+    env = os.environ.get("EVO_DB")
+    return db_url(env) if env else f"sqlite:///{default_db_file()}"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for another database or an in-memory one)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
 
 
 def acceptance_dir() -> Path:
@@ -41,12 +116,16 @@ def acceptance_dir() -> Path:
 
 def git_sha() -> str | None:
     """The checkout's HEAD commit, or ``$EVO_GIT_SHA`` (set by scripts/gpu-check.sh, since the
-    GPU host gets a copy of the working tree without ``.git``); None when neither is known."""
+    GPU host gets a copy of the working tree without ``.git``); None when neither is known,
+    e.g. for an evo installed from a wheel."""
     env = os.environ.get("EVO_GIT_SHA", "").strip()
     if env:
         return env
+    tree = source_tree()
+    if tree is None:
+        return None
     try:
-        out = subprocess.run(["git", "-C", str(root()), "rev-parse", "HEAD"],
+        out = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
                              capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None

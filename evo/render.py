@@ -4,22 +4,34 @@ The template gets the candidate's parameters as top-level names, plus ``family``
 ``family_version`` and ``entries``: one record per exported kernel (head dim x dtype x
 causal), each with its ``extern "C"`` name and launch config. Same family + params + family
 version + evo render version -> byte-identical source -> the same ``source_hash``.
+
+A build's identity (:func:`build_key`, hashed by :func:`build_id`) is more than the source: it
+also covers the flags, the arch, every entry's evaluated launch config (which the cubin is
+resource-checked and launched with, but which need not appear in the source), the compiler
+and the headers the source includes from outside the toolkit (DESIGN.md, Trust).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from functools import cache
+from typing import Any
 
 import jinja2
 
 from evo import paths
+from evo.backends import backend
 from evo.errors import EvoError
 from evo.manifest import Family, load_family
 from evo.space import Candidate, LaunchConfig, launch_config, make_candidate
 
 RENDER_VERSION = 1
+# 1: sha256 of source hash + arch + flags (launch configs, compiler and headers were not keyed).
+# 2: canonical JSON of build_key. Bump when evo changes how a key's inputs become a cubin.
+BUILD_KEY_VERSION = 2
 CTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 
 
@@ -54,9 +66,23 @@ class Rendered:
         raise EvoError(f"{self.candidate.family} has no kernel for D={head_dim} {dtype}")
 
 
-def build_id(source_hash: str, flags: tuple[str, ...], arch: str) -> str:
-    """Identity of a built kernel: rendered source + compile flags + arch (DESIGN.md, Storage)."""
-    blob = "\0".join([source_hash, arch, *flags])
+def build_key(rendered: Rendered, flags: tuple[str, ...], arch: str, compiler: str,
+              headers: Mapping[str, str]) -> dict[str, Any]:
+    """Everything that determines the cubin of ``rendered`` and how it is launched, as plain JSON.
+
+    ``entries`` is every Entry as :func:`dataclasses.asdict` gives it, so a field added to
+    :class:`~evo.space.LaunchConfig` is keyed without touching this function. ``compiler``
+    names the nvcc (version and build), ``headers`` maps each included header root or file
+    outside the toolkit to its version or content hash (:mod:`evo.headers`).
+    """
+    return {"version": BUILD_KEY_VERSION, "source_hash": rendered.source_hash, "flags": list(flags),
+            "arch": arch, "entries": [asdict(e) for e in rendered.entries], "compiler": compiler,
+            "headers": dict(headers)}
+
+
+def build_id(key: Mapping[str, Any]) -> str:
+    """Identity of a built kernel (= candidate id): sha256 of the key's canonical JSON."""
+    blob = json.dumps(key, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -97,7 +123,8 @@ def render(cand: Candidate, family: Family | None = None) -> Rendered:
         body = _env(search).get_template(fam.template).render(context)
     except jinja2.TemplateError as exc:
         raise EvoError(f"template error in {fam.name}/{fam.template}: {exc}") from None
-    header = (f"// evo family={fam.name} version={fam.version} render={RENDER_VERSION}\n"
-              f"// params: {cand.key()}\n")
+    c = backend(fam.backend).comment   # "//" for CUDA, "#" for a Python module
+    header = (f"{c} evo family={fam.name} version={fam.version} render={RENDER_VERSION}\n"
+              f"{c} params: {cand.key()}\n")
     source = header + body
     return Rendered(cand, fam.version, source, hashlib.sha256(source.encode()).hexdigest(), entries)

@@ -235,7 +235,7 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
     the recording already there; returns it and how many records were new or changed.
 
     ``gpu`` defaults to the existing file's GPU, else the device with the most evaluations;
-    ``out`` to ``data/sweep-<gpu>.json.gz``. Build failures count for every GPU of their arch;
+    ``out`` to ``data/sweep-<gpu>.json.gz`` under :func:`evo.paths.home`. Build failures count for every GPU of their arch;
     replayed evaluations are never exported.
     """
     old = load_recording(out) if out is not None and Path(out).exists() else None
@@ -249,7 +249,7 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
             raise EvoError(f"no GPU evaluations in {store.url}: nothing to export")
         gpu = devices.most_common(1)[0][0]
     if out is None:
-        out = paths.root() / "data" / f"sweep-{gpu_slug(gpu)}.json.gz"
+        out = paths.home() / "data" / f"sweep-{gpu_slug(gpu)}.json.gz"
         old = load_recording(out) if out.exists() else None
     out = Path(out)
     per_cand = {c.id: store.evaluations(c.id, gpu) for c in evaluated}

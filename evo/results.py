@@ -92,6 +92,25 @@ class CheckResult:
     reason: str = ""         # empty when passed; else what failed (nan, unwritten, mismatch, ...)
 
 
+@dataclass(frozen=True)
+class Fidelity:
+    """An independent measurement of the launches FAST timed: CUPTI kernel timestamps (through
+    torch.profiler) of replays of the same captured graph, per launch (microseconds).
+
+    ``median_us`` / ``p20_us`` / ``p80_us``: first kernel start to last kernel end of a replay,
+    over its launches (what CUDA events measure, gaps between launches included);
+    ``busy_us``: the kernels' own durations summed, per launch (median over replays);
+    ``events_us``: CUDA events around the same profiled replays, per launch (median): how much
+    the profiler itself slowed them."""
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    busy_us: float
+    replays: int
+    events_us: float = 0.0
+
+
 @dataclass
 class Timing:
     """Device-time statistics of one backend on one shape (microseconds per launch)."""
@@ -102,7 +121,8 @@ class Timing:
     p20_us: float
     p80_us: float
     samples_us: list[float] = field(default_factory=list)
-    flagged: str = ""        # non-empty when implausible (and what re-measurement said)
+    flagged: str = ""        # non-empty when implausible, spread wide or unconfirmed (and why)
+    fidelity: Fidelity | None = None  # the profiler's measurement of the same launches (evo bench)
 
     @property
     def tflops(self) -> float:

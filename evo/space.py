@@ -3,7 +3,8 @@
 ``make_candidate`` fills defaults, checks every value against its domain and every manifest
 constraint, and raises :class:`InvalidCandidate` naming the parameter and what is allowed.
 ``launch_config`` evaluates the family's launch formulas for a head dim; ``random_candidates``
-and ``mutations`` enumerate valid points for batch builds and for the evolutionary sampler.
+and ``mutations`` enumerate valid points for batch builds and for the evolutionary sampler, and
+``switch`` moves a candidate to a successor family, keeping the genes the two share.
 """
 
 from __future__ import annotations
@@ -38,17 +39,33 @@ class Candidate:
         return self.family + "(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
 
 
+TMA_TENSORS = ("q", "k", "v", "o")
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How to launch one kernel entry of a candidate for head dim ``D``."""
+    """How to launch one kernel entry of a candidate for head dim ``D``.
+
+    ``abi`` is ``"ptr"`` (pointers and sizes only) or ``"tma"`` (four 3-D tensor maps first, see
+    docs/kernel-abi.md); ``tma_rows`` are then the box rows of the q, k, v and o tensor maps.
+    A ``persistent`` kernel gets one CTA per SM (at most one per tile) and walks the tiles.
+    """
 
     threads: int
     rows_per_cta: int
     smem_bytes: int
+    abi: str = "ptr"
+    tma_rows: tuple[int, ...] = ()
+    persistent: bool = False
 
-    def grid(self, B: int, H: int, L: int) -> tuple[int, int, int]:
-        """Grid of the forward kernel: (query tiles, batch*heads, 1)."""
-        return ((L + self.rows_per_cta - 1) // self.rows_per_cta, B * H, 1)
+    def grid(self, B: int, H: int, L: int, sms: int = 0) -> tuple[int, int, int]:
+        """Grid of the forward kernel: (query tiles, batch*heads, 1), or (min(tiles, sms), 1, 1)."""
+        m_tiles = (L + self.rows_per_cta - 1) // self.rows_per_cta
+        if self.persistent:
+            if sms < 1:
+                raise EvoError("a persistent kernel's grid needs the device's SM count")
+            return (min(m_tiles * B * H, sms), 1, 1)
+        return (m_tiles, B * H, 1)
 
 
 def _fmt(v: Value) -> str:
@@ -68,8 +85,12 @@ def violations(family: Family, params: Mapping[str, Value]) -> list[str]:
         elif params[name] not in spec.values or type(params[name]) is not type(spec.default):
             problems.append(f"parameter {name}={_fmt(params[name])} is not allowed; "
                             f"allowed: {spec.allowed()}")
-    if problems:
-        return problems
+    return problems or _constraint_violations(family, params)
+
+
+def _constraint_violations(family: Family, params: Mapping[str, Value]) -> list[str]:
+    """The manifest constraints ``params`` (a point of the domains) breaks."""
+    problems = []
     for c in family.constraints:
         if not evaluate(c.expr, params):
             shown = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items() if k in c.expr)
@@ -103,22 +124,37 @@ def parse_assignments(family: Family, items: list[str]) -> dict[str, Value]:
 
 
 def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfig:
+    """Evaluate the manifest's ``[launch]`` formulas for ``cand`` at head dim ``head_dim``."""
     names = cand.p | {"D": head_dim}
-    vals = {k: int(evaluate(family.launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
-    return LaunchConfig(**vals)
+    launch = family.launch
+    sizes = {k: int(evaluate(launch[k], names)) for k in ("threads", "rows_per_cta", "smem_bytes")}
+    abi = str(launch.get("abi", "ptr"))
+    rows: tuple[int, ...] = ()
+    if abi == "tma":
+        boxes = launch["tma_rows"]
+        rows = tuple(int(evaluate(str(boxes[t]), names)) for t in TMA_TENSORS)
+    persistent = bool(evaluate(str(launch.get("persistent", "False")), names))
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:
     return not violations(family, params)
 
 
+_VALID: dict[tuple[str, int, str], tuple[Candidate, ...]] = {}
+
+
 def all_candidates(family: Family) -> Iterator[Candidate]:
-    """Every valid point of the family, in manifest order (spaces here are small)."""
-    names = list(family.params)
-    for combo in itertools.product(*(family.params[n].values for n in names)):
-        params = dict(zip(names, combo))
-        if is_valid(family, params):
-            yield Candidate(family.name, tuple(params.items()))
+    """Every valid point of the family, in manifest order. Enumerated once per process and
+    family version (a Hopper space has ~10^5 points), then served from memory."""
+    key = (str(family.path), family.version, json.dumps([c.expr for c in family.constraints]))
+    if key not in _VALID:
+        names = list(family.params)
+        _VALID[key] = tuple(
+            Candidate(family.name, tuple(zip(names, combo)))
+            for combo in itertools.product(*(family.params[n].values for n in names))
+            if not _constraint_violations(family, dict(zip(names, combo))))
+    yield from _VALID[key]
 
 
 def random_candidates(family: Family, n: int, rng: random.Random) -> list[Candidate]:
@@ -141,6 +177,18 @@ def mutations(family: Family, cand: Candidate, genes: int = 1) -> list[tuple[Can
                 out.append((Candidate(family.name, tuple(params.items())),
                             {n: (base[n], params[n]) for n in names}))
     return out
+
+
+def switch(cand: Candidate, target: Family) -> Candidate:
+    """``cand`` moved to the family ``target`` (a successor in its manifest): the genes both
+    families have keep their values where ``target`` allows them, the rest take ``target``'s
+    defaults; if that point breaks a constraint of ``target``, its defaults alone."""
+    kept = {n: v for n, v in cand.params if n in target.params and v in target.params[n].values
+            and type(v) is type(target.params[n].default)}
+    try:
+        return make_candidate(target, kept)
+    except InvalidCandidate:
+        return make_candidate(target)
 
 
 def diff(a: Candidate, b: Candidate) -> dict[str, tuple[Value, Value]]:

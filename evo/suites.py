@@ -1,9 +1,10 @@
 """The acceptance suites as data: GREEN cases + gate settings, and FAST cases with selection.
 
 ``acceptance/green.toml`` and ``acceptance/fast.toml`` are the single source of the shapes,
-causal modes, dtypes, seeds and tolerances; this module turns them into :class:`Shape` lists
-and a :class:`GreenSettings`, and parses FAST selections such as ``F1``, ``F3c`` (causal only),
-``F3f`` (full only) and ``F1-F4`` (a range in suite order).
+causal modes, dtypes, seeds, tolerances and GREEN's draw ranges; this module turns them into
+:class:`Shape` lists, a :class:`GreenSettings` and the drawn :class:`GreenCase` s of one
+evaluation (:mod:`evo.draws`), and parses FAST selections such as ``F1``, ``F3c`` (causal
+only), ``F3f`` (full only) and ``F1-F4`` (a range in suite order).
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ _SELECT = re.compile(r"^(?P<first>[^-\s]+?)(?:-(?P<last>[^-\s]+?))?(?P<mode>[cf]
 
 
 @dataclass(frozen=True)
+class DrawSettings:
+    """The ranges GREEN draws from, per evaluation, on top of the fixed core (``[draws]``)."""
+
+    kinds: tuple[str, ...] = ("one", "short", "edge", "odd", "long", "spiked")
+    tile: int = 64                           # "short" lengths lie below it
+    long: tuple[int, int] = (2049, 4608)     # "long" lengths
+    max_heads: int = 8                       # B * H of a drawn case (long ones: 2)
+    scale: tuple[float, float] = (0.1, 3.0)  # drawn scales, in units of 1/sqrt(D)
+    std: tuple[float, float] = (1.0, 4.0)    # input standard deviations
+    spike: float = 200.0                     # score size a spiked key reaches
+
+
+@dataclass(frozen=True)
 class GreenSettings:
     """How GREEN decides: seeds per case, tolerance = multiplier * ref_err + floor[dtype]."""
 
@@ -34,9 +48,30 @@ class GreenSettings:
     gate_dtypes: tuple[str, ...] = DTYPES
     guard_elements: int = 4096
     float64_below: int = 1 << 22
+    draws: DrawSettings | None = None        # None: the fixed core only
 
     def tolerance(self, ref_err: float, dtype: str) -> float:
         return self.multiplier * ref_err + self.floors[dtype]
+
+
+@dataclass(frozen=True)
+class GreenCase:
+    """One GREEN case: a shape and the inputs it is checked on.
+
+    ``scale`` None is the default ``1/sqrt(D)``; q, k, v are normal with standard deviation
+    ``std``; ``spike`` > 0 multiplies one key row per head by it (scores far beyond exp's
+    float32 range unless the kernel subtracts the row maximum). ``seeds`` None runs every seed
+    of the settings (the fixed core); a drawn case runs once.
+    """
+
+    shape: Shape
+    scale: float | None = None
+    std: float = 1.0
+    spike: float = 0.0
+    seeds: tuple[int, ...] | None = None
+
+    def scale_for(self) -> float:
+        return self.scale if self.scale is not None else self.shape.D ** -0.5
 
 
 @dataclass(frozen=True)
@@ -102,6 +137,7 @@ def green_settings(path: Path | None = None) -> GreenSettings:
         raise EvoError(f"{suite.path}: guard_elements must be a positive multiple of 64 "
                        "(keeps the output view 128-byte aligned)")
     return GreenSettings(
+        draws=_draw_settings(d["draws"], suite.path) if "draws" in d else None,
         seeds=seeds,
         multiplier=float(tol.get("multiplier", 2.0)),
         floors=floors,
@@ -110,6 +146,32 @@ def green_settings(path: Path | None = None) -> GreenSettings:
         guard_elements=guard,
         float64_below=int(d.get("float64_below", 1 << 22)),
     )
+
+
+def _pair(value: Any, key: str, where: Path) -> tuple[float, float]:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, (int, float)) for x in value)
+            and 0 < value[0] <= value[1]):
+        raise EvoError(f"{where}: [draws] {key} must be [low, high] with 0 < low <= high")
+    return float(value[0]), float(value[1])
+
+
+def _draw_settings(d: Mapping[str, Any], where: Path) -> DrawSettings:
+    """``[draws]`` of green.toml, checked: unknown kinds and impossible ranges are errors."""
+    from evo.draws import KINDS
+
+    default = DrawSettings()
+    kinds = tuple(str(k) for k in d.get("kinds", default.kinds))
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise EvoError(f"{where}: unknown [draws] kind {', '.join(bad)}; known: {', '.join(KINDS)}")
+    long = _pair(d.get("long", list(default.long)), "long", where)
+    tile, heads = int(d.get("tile", default.tile)), int(d.get("max_heads", default.max_heads))
+    if tile < 4 or heads < 2 or long[0] < 2:
+        raise EvoError(f"{where}: [draws] needs tile >= 4, max_heads >= 2 and long lengths >= 2")
+    return DrawSettings(kinds=kinds, tile=tile, long=(int(long[0]), int(long[1])), max_heads=heads,
+                        scale=_pair(d.get("scale", list(default.scale)), "scale", where),
+                        std=_pair(d.get("std", list(default.std)), "std", where),
+                        spike=float(d.get("spike", default.spike)))
 
 
 def green_cases(dtypes: Sequence[str] | None = None, path: Path | None = None) -> list[Shape]:

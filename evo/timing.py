@@ -7,11 +7,28 @@ about 1 ms so event resolution does not matter. Small shapes would otherwise be 
 their inputs resident in L2, so the captured launches rotate over several input sets whose
 total is over twice the L2 size. The SDPA backends are timed by the same code on the same
 inputs, and :func:`time_case` interleaves them with the candidate round by round so clock or
-thermal drift hits every backend alike. A candidate that beats the roofline floor or the best
-baseline by more than 2x is re-measured on fresh inputs and re-checked before it counts.
+thermal drift hits every backend alike.
 
-Everything that touches the GPU imports torch lazily, so the statistics and the plausibility
-rules are usable (and tested) without one.
+What makes the numbers trustworthy (DESIGN.md, FAST and GREEN):
+
+- Clocks: every op replays untimed before its samples in each round (as long as the samples
+  take, up to ``WARM_MS``), so it is measured at the clocks its own load settles to, not the
+  previous op's; a case of long launches first warms the GPU for ``CLOCK_WARM_MS``.
+- Spread: a case where any op's p80 - p20 exceeds ``SPREAD_LIMIT`` of its median is measured
+  again (``remeasure`` times at most) instead of being recorded; if it stays wide, the
+  narrowest attempt is recorded and flagged.
+- Timed outputs: every input set has its own NaN-poisoned output between guard regions. After
+  the timed replays the candidate's outputs are checked against the reference on the same
+  inputs (regenerated from their seed), then poisoned, the timed graph is replayed once more
+  and checked again: a kernel that goes wrong, or stops writing, after many launches is red.
+- Fidelity (``evo bench``): the same graphs are replayed under torch.profiler and the CUPTI
+  kernel timestamps give an independent per-launch time for the candidate and every backend;
+  FAST and it must agree within ``FIDELITY_LIMIT`` or the timing is flagged.
+- A candidate that beats the roofline floor or the best baseline by more than 2x is
+  re-measured on fresh inputs and re-checked before it counts.
+
+Everything that touches the GPU imports torch lazily, so the statistics and the policies (spread,
+fidelity, plausibility) are usable (and tested) without one.
 """
 
 from __future__ import annotations
@@ -20,14 +37,16 @@ import collections
 import math
 import statistics
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from evo.results import Shape, Timing
+from evo.results import Fidelity, Shape, Timing
 
 if TYPE_CHECKING:
     import torch
+
+    from evo.suites import GreenSettings
 
 BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
 EVO = "evo"
@@ -42,6 +61,14 @@ CASE_BUDGET_MS = 400.0        # replay time spent per op per case, about (slow k
 L2_FACTOR = 2.5               # rotated inputs total this many L2 sizes
 RECHECK_FAILED = "re-check FAILED"
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
+WARM_MS = 20.0                # untimed replays before each op's samples, every round (at most)
+LONG_LAUNCH_US = 200.0        # a case with launches this long warms the GPU first ...
+CLOCK_WARM_MS = 200.0         # ... for this long
+SPREAD_LIMIT = 0.05           # (p80 - p20) / median above this: measure the case again
+REMEASURE = 2                 # at most this many more attempts
+FIDELITY_LIMIT = 0.05         # FAST / profiler further from 1 than this: flagged
+PROFILE_REPLAYS = 10
+GUARD_ELEMENTS = 4096         # NaN-filled elements either side of each timed output
 
 # A kernel under test: reads q, k, v (B, H, L, D), writes o or returns its own output.
 Op = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor", "torch.Tensor"], Any]
@@ -84,6 +111,63 @@ def make_timing(shape: Shape, backend: str, samples: Sequence[float], flagged: s
     return Timing(shape, backend, s.median, s.p20, s.p80, list(samples), flagged)
 
 
+def relative_spread(samples: Sequence[float]) -> float:
+    """(p80 - p20) / median of ``samples``."""
+    s = Stats.of(samples)
+    return s.spread / s.median if s.median > 0 else math.inf
+
+
+def too_wide(samples: Mapping[str, Sequence[float]], limit: float = SPREAD_LIMIT) -> dict[str, float]:
+    """The ops whose relative spread is over ``limit``, with it (empty: the case can be recorded)."""
+    return {name: r for name, s in samples.items() if (r := relative_spread(s)) > limit}
+
+
+def narrowest(attempts: Sequence[Mapping[str, Sequence[float]]]) -> int:
+    """Index of the attempt whose widest op is narrowest (the last one on ties)."""
+    widest = [max((relative_spread(s) for s in a.values()), default=0.0) for a in attempts]
+    return max(range(len(widest)), key=lambda i: (-widest[i], i))
+
+
+def spread_note(spread: float, attempts: int, limit: float = SPREAD_LIMIT) -> str:
+    return f"spread {spread:.0%} > {limit:.0%} after {attempts} measurement{'s' if attempts > 1 else ''}"
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+
+def fidelity_of(events: Sequence[tuple[float, float]], replays: int, launches: int) -> Fidelity | None:
+    """Per-launch times of ``replays`` replays of ``launches`` launches from device activity
+    ``(start_us, end_us)``: every replay is the same graph, so the events, in start order, fall
+    into ``replays`` equal groups. None when they do not (nothing recorded, or a stray event)."""
+    if replays < 1 or launches < 1 or not events or len(events) % replays:
+        return None
+    ordered = sorted(events)
+    per = len(ordered) // replays
+    spans, busy = [], []
+    for r in range(replays):
+        group = ordered[r * per:(r + 1) * per]
+        spans.append((max(e for _, e in group) - group[0][0]) / launches)
+        busy.append(sum(e - s for s, e in group) / launches)
+    st = Stats.of(spans)
+    return Fidelity(st.median, st.p20, st.p80, statistics.median(busy), replays)
+
+
+def fidelity_ratio(timing: Timing) -> float | None:
+    """FAST median / the profiler's median for the same launches (None: not measured)."""
+    f = timing.fidelity
+    return None if f is None or f.median_us <= 0 else timing.median_us / f.median_us
+
+
+def disagrees(timing: Timing, limit: float = FIDELITY_LIMIT) -> str:
+    """Why FAST and the profiler disagree on ``timing`` ("" when they agree or it was not profiled)."""
+    ratio = fidelity_ratio(timing)
+    if ratio is None or abs(ratio - 1.0) <= limit:
+        return ""
+    assert timing.fidelity is not None
+    return (f"FAST {timing.median_us:.2f} us vs profiler {timing.fidelity.median_us:.2f} us "
+            f"(x{ratio:.3f}, over {limit:.0%} apart)")
+
+
 # ----------------------------------------------------------------------------- plausibility
 
 
@@ -122,6 +206,8 @@ class Rotation:
 
     Outputs that ``op`` returns are kept alive for one period, so a backend that allocates
     its output writes to as many distinct buffers as a candidate writing into ``o``.
+    ``outputs[i]`` is where the latest call on set ``i`` left its result (``o``, or the tensor
+    the op returned: during graph capture, the graph's own output), for the output checks.
     """
 
     def __init__(self, op: Op, sets: Sequence[tuple[Any, Any, Any, Any]]):
@@ -130,11 +216,15 @@ class Rotation:
         self.period = len(sets)
         self._next = 0
         self._keep: collections.deque[Any] = collections.deque(maxlen=self.period)
+        self.outputs: dict[int, Any] = {}
 
     def __call__(self) -> None:
-        q, k, v, o = self.sets[self._next]
-        self._next = (self._next + 1) % self.period
-        self._keep.append(self.op(q, k, v, o))
+        i = self._next
+        q, k, v, o = self.sets[i]
+        self._next = (i + 1) % self.period
+        out = self.op(q, k, v, o)
+        self._keep.append(out)
+        self.outputs[i] = o if out is None else out
 
 
 def _torch_dtype(dtype: str) -> torch.dtype:
@@ -149,19 +239,44 @@ def l2_bytes() -> int:
     return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
 
 
+def set_count(shape: Shape, l2: int) -> int:
+    """How many input sets make the rotation overflow L2 ``L2_FACTOR`` times over."""
+    return max(1, min(MAX_INPUT_SETS, math.ceil(L2_FACTOR * l2 / io_bytes(shape))))
+
+
+class InputSets:
+    """Random (q, k, v, o) sets on the current GPU, enough of them to overflow L2; each ``o``
+    is a NaN-poisoned view between guard regions. :meth:`fresh` draws the same q, k, v again
+    from the seed, to check outputs against inputs nothing could have touched."""
+
+    def __init__(self, shape: Shape, seed: int, guard: int = GUARD_ELEMENTS) -> None:
+        from evo.gate import GuardedOutput
+
+        self.shape, self.seed = shape, seed
+        self.guards: list[Any] = []            # evo.gate.GuardedOutput
+        self.sets: list[tuple[Any, Any, Any, Any]] = []
+        for q, k, v in self._draw(set_count(shape, l2_bytes())):
+            g = GuardedOutput(shape, guard, "cuda")
+            g.poison()
+            self.guards.append(g)
+            self.sets.append((q, k, v, g.out))
+
+    def _draw(self, n: int) -> Iterable[tuple[Any, Any, Any]]:
+        import torch
+
+        gen = torch.Generator(device="cuda").manual_seed(self.seed)
+        s = self.shape
+        dims, dt = (s.B, s.H, s.L, s.D), _torch_dtype(s.dtype)
+        for _ in range(n):
+            yield tuple(torch.randn(dims, generator=gen, device="cuda", dtype=dt) for _ in range(3))  # type: ignore[misc]
+
+    def fresh(self) -> list[tuple[Any, Any, Any]]:
+        return list(self._draw(len(self.sets)))
+
+
 def make_inputs(shape: Shape, seed: int) -> list[tuple[Any, Any, Any, Any]]:
     """Random (q, k, v, o) sets on the current GPU, enough of them to overflow L2."""
-    import torch
-
-    n = max(1, min(MAX_INPUT_SETS, math.ceil(L2_FACTOR * l2_bytes() / io_bytes(shape))))
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    dims = (shape.B, shape.H, shape.L, shape.D)
-    dt = _torch_dtype(shape.dtype)
-    sets = []
-    for _ in range(n):
-        q, k, v = (torch.randn(dims, generator=gen, device="cuda", dtype=dt) for _ in range(3))
-        sets.append((q, k, v, torch.empty_like(q)))
-    return sets
+    return InputSets(shape, seed).sets
 
 
 # ----------------------------------------------------------------------------- graph timing
@@ -193,6 +308,10 @@ class GraphTimer:
                 self.graph = self._capture(fn)
                 self.replay_ms = self._replays(2)[-1]
         torch.cuda.current_stream().wait_stream(self.stream)
+
+    @property
+    def launch_us(self) -> float:
+        return self.replay_ms * 1e3 / self.launches
 
     def _round(self, n: int) -> int:
         """Clamp to [1, MAX_LAUNCHES] and round up to whole input rotations."""
@@ -236,14 +355,27 @@ class GraphTimer:
             events[-1][1].synchronize()
         return [start.elapsed_time(end) for start, end in events]
 
+    def replay(self, times: int = 1) -> None:
+        """Untimed replays, queued on the timer's stream."""
+        import torch
+
+        with torch.cuda.stream(self.stream):
+            for _ in range(times):
+                self.graph.replay()
+
+    def warm(self, ms: float) -> None:
+        """Untimed replays for about ``ms`` (at least one), so clocks settle on this op's load."""
+        self.replay(max(1, math.ceil(ms / max(self.replay_ms, 1e-3))))
+
     def affordable(self, reps: int, budget_ms: float) -> int:
         """``reps`` cut so that sampling costs about ``budget_ms`` (at least 3)."""
         return max(3, min(reps, int(budget_ms / max(self.replay_ms, 1e-3))))
 
     def sample(self, reps: int) -> list[float]:
-        """``reps`` samples of microseconds per launch (after an untimed replay when short)."""
-        warm = 1 if self.replay_ms < LONG_REPLAY_MS else 0
-        return [ms * 1e3 / self.launches for ms in self._replays(reps + warm)[warm:]]
+        """``reps`` samples of microseconds per launch, after untimed replays as long as the
+        samples will take, up to ``WARM_MS`` (at least one)."""
+        self.warm(min(WARM_MS, reps * self.replay_ms))
+        return [ms * 1e3 / self.launches for ms in self._replays(reps)]
 
     def close(self) -> None:
         self.graph.reset()
@@ -260,6 +392,29 @@ def time_graph(fn: Callable[[], Any], *, launches_per_graph: int | None = None,
         return timer.sample(reps)
     finally:
         timer.close()
+
+
+def profile(timer: GraphTimer, replays: int = PROFILE_REPLAYS) -> Fidelity | None:
+    """The independent measurement: ``replays`` replays of the timer's graph (after a warm-up)
+    under torch.profiler, per-launch times from CUPTI's kernel timestamps, and from CUDA events
+    around the same replays (to tell the profiler's own cost from a disagreement with FAST).
+    None when the profiler recorded no usable device activity (no CUPTI on this host)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    timer.warm(WARM_MS)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        events_ms = timer._replays(replays)
+        torch.cuda.synchronize()
+    activity = [(e.time_range.start, e.time_range.end) for e in prof.events()
+                if e.device_type == DeviceType.CUDA and "sync" not in e.name.lower()]  # kernels, memsets
+    found = fidelity_of(activity, replays, timer.launches)
+    if found is None:
+        return None
+    return replace(found, events_us=statistics.median(events_ms) * 1e3 / timer.launches)
 
 
 # ----------------------------------------------------------------------------- SDPA
@@ -306,78 +461,192 @@ def runs(op: Op, inputs: tuple[Any, Any, Any, Any]) -> bool:
 # ----------------------------------------------------------------------------- one case
 
 
-def _measure(ops: dict[str, Op], shape: Shape, *, optional: Sequence[str], seed: int, rounds: int,
-             reps: int, warmup: int, budget_ms: float) -> dict[str, list[float]]:
-    """Samples per op on fresh inputs, interleaved round by round (the starting op rotates);
-    an op whose replays are long gets fewer than ``reps`` per round, to stay near ``budget_ms``.
+class CaseRun:
+    """Captured graphs of several ops over one case's input sets, ready to sample, check and
+    profile; :meth:`close` frees them.
 
     Ops named in ``optional`` (the SDPA backends) are left out when they refuse the shape or
     cannot be captured in a graph; any other failure propagates.
     """
-    import torch
 
-    sets = make_inputs(shape, seed)
-    timers: dict[str, GraphTimer] = {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for name, op in ops.items():
-                if name not in optional:
-                    timers[name] = GraphTimer(Rotation(op, sets), warmup=warmup)
-                elif runs(op, sets[0]):
-                    try:
-                        timers[name] = GraphTimer(Rotation(op, sets), warmup=warmup)
-                    except RuntimeError:
-                        torch.cuda.synchronize()   # raises if the failure poisoned the context
-        names = list(timers)
+    def __init__(self, ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], seed: int,
+                 warmup: int) -> None:
+        import torch
+
+        self.shape = shape
+        self.timers: dict[str, GraphTimer] = {}
+        self.rotations: dict[str, Rotation] = {}
+        self.inputs = InputSets(shape, seed)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for name, op in ops.items():
+                    rotation = Rotation(op, self.inputs.sets)
+                    if name not in optional:
+                        self.timers[name] = GraphTimer(rotation, warmup=warmup)
+                    elif runs(op, self.inputs.sets[0]):
+                        try:
+                            self.timers[name] = GraphTimer(rotation, warmup=warmup)
+                        except RuntimeError:
+                            torch.cuda.synchronize()   # raises if the failure poisoned the context
+                            continue
+                    else:
+                        continue
+                    self.rotations[name] = rotation
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self, rounds: int, reps: int, budget_ms: float) -> dict[str, list[float]]:
+        """Samples per op, interleaved round by round (the starting op rotates); an op whose
+        replays are long gets fewer than ``reps`` per round, to stay near ``budget_ms``."""
+        names = list(self.timers)
         if not names:
             return {}
-        per_round = {n: timers[n].affordable(reps, budget_ms / rounds) for n in names}
+        if max(t.launch_us for t in self.timers.values()) >= LONG_LAUNCH_US:
+            self.timers[names[0]].warm(CLOCK_WARM_MS)
+        per_round = {n: self.timers[n].affordable(reps, budget_ms / rounds) for n in names}
         samples: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:
-                samples[name] += timers[name].sample(per_round[name])
+                samples[name] += self.timers[name].sample(per_round[name])
         return samples
-    finally:
-        for t in timers.values():
+
+    def check_outputs(self, name: str, settings: GreenSettings) -> tuple[int, str]:
+        """Check what op ``name`` wrote in its timed replays, then poison every output, replay
+        the timed graph once more and check again; (outputs checked, why wrong or "")."""
+        import torch
+
+        from evo.gate import POISON, check_outputs
+
+        rotation = self.rotations[name]
+        torch.cuda.synchronize()
+        n = rotation.period
+        for i, g in enumerate(self.inputs.guards):
+            if g.guards_changed():
+                return n, f"set {i} of {n}: wrote out of bounds while timed: {g.guards_changed()} guard elements changed"
+        outputs = [rotation.outputs[i] for i in range(n)]
+        timed = [o.clone() for o in outputs]
+        for o in outputs:
+            o.view(torch.int16).fill_(POISON[self.shape.dtype])
+        torch.cuda.synchronize()
+        self.timers[name].replay()
+        torch.cuda.synchronize()
+        live = [(q, k, v) for q, k, v, _ in self.inputs.sets]
+        why = check_outputs([("after the timed replays", timed), ("after one more replay into poisoned outputs", outputs)],
+                            self.inputs.fresh(), live, self.shape, self.shape.D ** -0.5, settings,
+                            self.inputs.guards)
+        return n, why
+
+    def profile(self, name: str) -> Fidelity | None:
+        return profile(self.timers[name])
+
+    def close(self) -> None:
+        import torch
+
+        for t in self.timers.values():
             t.close()
-        timers.clear()
-        sets.clear()
+        self.timers.clear()
+        self.rotations.clear()
+        self.inputs.sets.clear()
+        self.inputs.guards.clear()
         torch.cuda.empty_cache()
+
+
+@dataclass
+class CaseTiming:
+    """What :func:`time_case` learned: Timings (candidate first), and how many of the
+    candidate's timed outputs were checked and why one was wrong ("" when none was)."""
+
+    timings: list[Timing]
+    outputs_checked: int = 0
+    output_failure: str = ""
+
+
+@dataclass
+class _Attempt:
+    samples: dict[str, list[float]]
+    fidelity: dict[str, Fidelity | None]
+
+
+def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], seed: int, rounds: int,
+              reps: int, warmup: int, budget_ms: float, check: GreenSettings | None, fidelity: bool,
+              remeasure: int, result: CaseTiming) -> tuple[_Attempt, int]:
+    """Measure the case until no op's spread is wide (``remeasure`` more times at most),
+    checking the candidate's timed outputs every time (counted into ``result``; a wrong one
+    ends it) and, with ``fidelity``, profiling every op. Returns the narrowest attempt and how
+    many were made."""
+    attempts: list[_Attempt] = []
+    for _ in range(remeasure + 1):
+        run = CaseRun(ops, shape, optional=optional, seed=seed, warmup=warmup)
+        try:
+            samples = run.sample(rounds, reps, budget_ms)
+            if check is not None and EVO in run.timers:
+                checked, result.output_failure = run.check_outputs(EVO, check)
+                result.outputs_checked += checked
+            profiled = {name: run.profile(name) for name in samples} if fidelity else {}
+        finally:
+            run.close()
+        attempts.append(_Attempt(samples, profiled))
+        if result.output_failure or not too_wide(samples):
+            break
+    return attempts[narrowest([a.samples for a in attempts])], len(attempts)
+
+
+def _timings(shape: Shape, attempt: _Attempt, tries: int) -> list[Timing]:
+    """Timings of one attempt: flagged where the spread stayed wide or the profiler disagrees."""
+    wide = too_wide(attempt.samples)
+    out = []
+    for name, samples in attempt.samples.items():
+        t = make_timing(shape, name, samples, spread_note(wide[name], tries) if name in wide else "")
+        t = replace(t, fidelity=attempt.fidelity.get(name))
+        unconfirmed = disagrees(t)
+        if unconfirmed:
+            t.flagged = "; ".join(x for x in (t.flagged, unconfirmed) if x)
+        out.append(t)
+    return out
 
 
 def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = BACKENDS, *,
               rounds: int = 5, reps: int = 10, warmup: int = 3, seed: int = 0,
               budget_ms: float = CASE_BUDGET_MS, recheck: Callable[[Shape], str] | None = None,
-              known: Sequence[Timing] = ()) -> list[Timing]:
+              known: Sequence[Timing] = (), check: GreenSettings | None = None,
+              fidelity: bool = False, remeasure: int = REMEASURE) -> CaseTiming:
     """Time ``candidate`` (if any) and each SDPA backend on ``shape``, interleaved.
 
-    Returns the candidate's Timing first (backend "evo"), then one per backend that can run
-    the shape (a backend that cannot is left out). ``known`` are baseline Timings measured
-    earlier on this worker, used with the fresh ones for the plausibility check; ``recheck``
-    runs the correctness checks for a shape and returns "" or why it failed.
+    The candidate's Timing comes first (backend "evo"), then one per backend that can run
+    the shape (a backend that cannot is left out). ``check`` (GREEN's settings) turns on the
+    checks of the candidate's timed outputs; ``fidelity`` profiles every op once the case is
+    measured; a wide spread is measured again up to ``remeasure`` times. ``known`` are baseline
+    Timings measured earlier on this worker, used with the fresh ones for the plausibility check;
+    ``recheck`` runs the correctness checks for a shape and returns "" or why it failed.
     """
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
     ops |= {b: sdpa_op(b, shape.causal) for b in backends}
-    samples = _measure(ops, shape, optional=backends, seed=seed, rounds=rounds, reps=reps,
-                       warmup=warmup, budget_ms=budget_ms)
-    out = [make_timing(shape, name, s) for name, s in samples.items()]
-    if candidate is None:
-        return out
+    result = CaseTiming([])
+    kw = dict(optional=backends, rounds=rounds, reps=reps, warmup=warmup, budget_ms=budget_ms,
+              check=check, remeasure=remeasure, result=result)
+    attempt, tries = _attempts(ops, shape, seed=seed, fidelity=fidelity, **kw)  # type: ignore[arg-type]
+    result.timings = _timings(shape, attempt, tries)
+    if candidate is None or result.output_failure or not result.timings:
+        return result
+    out = result.timings
     why = implausible(shape, out[0].median_us, [*out[1:], *known])
     if why:
-        again = _measure({EVO: candidate}, shape, optional=(), seed=seed + 1, rounds=rounds,
-                         reps=reps, warmup=warmup, budget_ms=budget_ms)[EVO]
+        kw["optional"] = ()
+        again, _ = _attempts({EVO: candidate}, shape, seed=seed + 1, fidelity=False, **kw)  # type: ignore[arg-type]
+        if result.output_failure:
+            return result
         if recheck is None:
             checked = "re-check not run"
         else:
             failure = recheck(shape)
             checked = f"{RECHECK_FAILED}: {failure}" if failure else "re-check passed"
         note = (f"implausible: {why}; first median {out[0].median_us:.2f} us; "
-                f"re-measured on fresh inputs {Stats.of(again).median:.2f} us; {checked}")
-        out[0] = make_timing(shape, EVO, again, note)
-    return out
+                f"re-measured on fresh inputs {Stats.of(again.samples[EVO]).median:.2f} us; {checked}")
+        out[0] = make_timing(shape, EVO, again.samples[EVO], note)
+    return result
 
 
 def gemm_tflops(n: int = 8192, reps: int = 20) -> float:

@@ -7,10 +7,18 @@ for the :class:`~evo.results.Evaluation`; a child that dies meanwhile yields ``c
 that does not answer in time is killed (SIGKILL) and yields ``timeout``, and either way a
 fresh child takes its place. :class:`WorkerPool` runs one request per GPU at a time.
 
+Before a request reaches a child, its launch configs are checked against its build
+(:func:`evo.build.launch_problems`): a launch that cannot be set up is ``resource_rejected``
+with the reason, and no child is involved, let alone killed.
+
 The child runs ``target`` ("module:function", default :func:`evo.evaluate.serve`) with its
-end of the pipe after a ready handshake, so start-up time (importing torch) never counts
-against a request's budget. A target loops: receive a request, send an Evaluation; ``None``
-or a closed pipe means stop. Tests swap in CPU stand-ins as targets.
+end of the pipe. A target loops: receive a request, send an Evaluation; ``None`` or a closed
+pipe means stop. The child tells the parent it is ready when the target first asks for a
+request, so whatever the target does before that (importing torch, creating the CUDA context)
+is start-up and never counts against a request's budget. While it works the child may report
+:func:`progress`; a request that runs out of budget is then told apart as *stuck* (nothing
+reported for at least half the budget: a launch that did not return) or *slow* (still
+reporting when the budget ran out). Tests swap in CPU stand-ins as targets.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import os
 import queue
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evo import smi
+from evo.build import launch_problems
 from evo.errors import EvoError
 from evo.render import Entry
 from evo.results import Evaluation, Shape, Status
@@ -36,6 +46,7 @@ from evo.results import Evaluation, Shape, Status
 DEFAULT_TARGET = "evo.evaluate:serve"
 START_TIMEOUT_S = 300.0      # importing torch and creating a context on a busy host
 STOP_TIMEOUT_S = 5.0
+STUCK_FRACTION = 0.5         # of the budget without progress: a step that did not return
 _READY = "ready"
 _FAILED = "failed"
 
@@ -60,6 +71,44 @@ class EvalRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A note the child sends while it works on a request (e.g. ``GREEN launch 3 ...``)."""
+
+    note: str
+
+
+class _Channel:
+    """The child's end of the pipe as the target sees it: the first ``recv`` says ready, so
+    everything the target did before asking for work is start-up; ``progress`` sends a note."""
+
+    def __init__(self, conn: multiprocessing.connection.Connection) -> None:
+        self._conn = conn
+        self.ready = False
+
+    def recv(self) -> Any:
+        if not self.ready:
+            self._conn.send((_READY, os.getpid()))
+            self.ready = True
+        return self._conn.recv()
+
+    def send(self, obj: Any) -> None:
+        self._conn.send(obj)
+
+    def progress(self, note: str) -> None:
+        if self.ready:  # during start-up the parent waits for the handshake alone
+            self._conn.send(Progress(note))
+
+
+_channel: _Channel | None = None  # set in a worker child only
+
+
+def progress(note: str) -> None:
+    """Tell the parent what this worker child is doing now (a no-op in any other process)."""
+    if _channel is not None:
+        _channel.progress(note)
+
+
 def _child_env(device: int) -> str:
     """CUDA_VISIBLE_DEVICES for a child that should see only the parent's ``device``-th GPU."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -72,16 +121,19 @@ def _child_env(device: int) -> str:
 
 
 def _bootstrap(target: str, conn: multiprocessing.connection.Connection, env: dict[str, str]) -> None:
-    """Child entry point: set up the environment, import the target, say ready, serve."""
+    """Child entry point: set up the environment, import the target and serve; a failure
+    before the target first asks for a request is reported as a start-up failure."""
+    global _channel
     os.environ.update(env)
+    channel = _channel = _Channel(conn)
     try:
         module, _, name = target.partition(":")
         serve = getattr(importlib.import_module(module), name)
-    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it as EvoError
+        serve(channel)
+    except BaseException:  # noqa: BLE001 - before ready: reported, and raised as EvoError
+        if channel.ready:
+            raise
         conn.send((_FAILED, traceback.format_exc(limit=3)))
-        return
-    conn.send((_READY, os.getpid()))
-    serve(conn)
 
 
 def gpu_count() -> int:
@@ -176,7 +228,12 @@ class Worker:
         proc.close()
 
     def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
-        """Run ``request`` in the child; CRASHED / TIMEOUT (and a fresh child) on failure."""
+        """Run ``request`` in the child within ``timeout_s`` (counted from when the started child
+        receives it): RESOURCE_REJECTED, with no child involved, for a launch that cannot be set
+        up; CRASHED / TIMEOUT (and a fresh child) on failure."""
+        problems = launch_problems(request.build_id, request.entries)
+        if problems:
+            return Evaluation(request.build_id, Status.RESOURCE_REJECTED, "; ".join(problems))
         if self._proc is None:
             self._start()
         if not self._ready:
@@ -186,20 +243,29 @@ class Worker:
             self._conn.send(request)
         except (OSError, BrokenPipeError):
             return self._lost(request, "worker died before the request")
-        ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], timeout_s)
-        if self._conn in ready:  # an answer wins over a death that follows it
+        start = time.monotonic()
+        reports, last = 0, None
+        while (left := start + timeout_s - time.monotonic()) > 0:
+            ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], left)
+            if not ready:
+                break
+            if self._conn not in ready:  # an answer wins over a death that follows it
+                return self._lost(request, "worker died")
             try:
-                result = self._conn.recv()
+                message = self._conn.recv()
             except (EOFError, OSError):
                 return self._lost(request, "worker died")
-            if result.status is Status.CRASHED:  # the child exits after a CUDA fault
+            if isinstance(message, Progress):
+                reports, last = reports + 1, (time.monotonic() - start, message.note)
+                continue
+            if message.status is Status.CRASHED:  # the child exits after a CUDA fault
                 self._restart()
-            return result
-        if ready:
-            return self._lost(request, "worker died")
+            return message
+        elapsed = time.monotonic() - start
         self._restart()
         return Evaluation(request.build_id, Status.TIMEOUT,
-                          f"no answer within {timeout_s:g} s on GPU {self.device}; worker killed")
+                          f"no answer within {timeout_s:g} s on GPU {self.device}; worker killed; "
+                          + timeout_kind(timeout_s, elapsed, reports, last))
 
     def _lost(self, request: EvalRequest, what: str) -> Evaluation:
         assert self._proc is not None
@@ -218,6 +284,19 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def timeout_kind(budget_s: float, elapsed_s: float, reports: int, last: tuple[float, str] | None) -> str:
+    """Whether a request that ran out of budget was stuck or slow, from the child's progress
+    reports (``last``: seconds into the request and note of the newest one)."""
+    if last is None:
+        return f"stuck: no progress reported in {elapsed_s:.1f} s"
+    at, note = last
+    quiet = elapsed_s - at
+    if quiet >= STUCK_FRACTION * budget_s:
+        return f"stuck: no progress in the last {quiet:.1f} s, since {note!r}: a step that did not return"
+    return (f"slow: still progressing ({reports} progress reports, the last {quiet:.1f} s before "
+            f"the limit: {note!r})")
 
 
 class WorkerPool:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
-# Stages: env smoke tests throughput eval sweep:N run:N bench promote save
+# Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds report save pack:NAME
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -30,7 +30,10 @@ for stage in "$@"; do
       for fam in flash_mma flash_scalar; do python3 scripts/smoke_kernel.py $fam 2>&1 | tail -25; done ;;
     tests)
       log "pytest -m gpu"
-      python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40 ;;
+      # the gate's negative controls and the worker first; EVO_TESTS_TIMEOUT caps the stage
+      timeout "${EVO_TESTS_TIMEOUT:-1800}" python3 -m pytest -v -rA -m gpu -p no:cacheprovider tests/test_gate_gpu.py \
+        tests/test_promote_gpu.py tests/test_worker_gpu.py tests/test_runtime_gpu.py tests/test_evaluate.py tests \
+        2>&1 | tee "$OUT/pytest-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed| red: |refusing" | tail -150 ;;
     throughput)
       log "compile throughput (${arg:-20} random candidates per family, 16 jobs)"
       EVO_CANDIDATES=/tmp/throughput-cache $EVO build flash_mma flash_scalar --random "${arg:-20}" --seed 7 --jobs 16 \
@@ -48,6 +51,21 @@ for stage in "$@"; do
         | tee -a "$OUT/run.log" | tail -15
       $EVO lineage --study "${EVO_STUDY:-evo-gpu}" 2>&1 | tee "$OUT/lineage.txt" | head -60
       $EVO insights --study "${EVO_STUDY:-evo-gpu}" 2>&1 | tee "$OUT/insights.txt" | head -60 ;;
+    gpus)
+      # N trials with one worker process per entry of $EVO_GPUS (default 0,0: two workers on GPU 0),
+      # in a fresh database and build cache, so runs with other $EVO_GPUS compare on equal terms
+      study="scale-$(echo "${EVO_GPUS:-0,0}" | tr ',' '-')-$(date +%s)"
+      log "scale: ${arg:-6} trials, --gpus ${EVO_GPUS:-0,0}, study $study"
+      EVO_CANDIDATES="/tmp/$study-cache" $EVO run --gpus "${EVO_GPUS:-0,0}" --db "sqlite:////tmp/$study.sqlite" \
+        --study "$study" --families "${EVO_FAMILIES:-flash_mma}" --trials "${arg:-6}" --batch 2 --cases F1 --seed 1 2>&1 \
+        | tee -a "$OUT/scale.log" | tail -15
+      python3 scripts/scale_check.py --db "sqlite:////tmp/$study.sqlite" --study "$study" 2>&1 | tee -a "$OUT/scale.log" ;;
+    wgmma)
+      log "evolution of flash_wgmma: ${arg:-240} s, evo sampler, every FAST case"
+      $EVO run --study "${EVO_STUDY:-wgmma}" --families flash_wgmma --sampler evo --trials 400 \
+        --time-budget "${arg:-240}" --cases F1-F8 --batch 16 --jobs 16 --seed 1 2>&1 | tee -a "$OUT/wgmma-run.log" | tail -25
+      $EVO lineage --study "${EVO_STUDY:-wgmma}" 2>&1 | tee "$OUT/wgmma-lineage.txt" | head -40
+      $EVO insights --study "${EVO_STUDY:-wgmma}" 2>&1 | tee "$OUT/wgmma-insights.txt" | head -40 ;;
     bench)
       log "bench the best candidate"
       $EVO bench --best 1 --out "$OUT/benchmarks" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
@@ -59,13 +77,26 @@ for stage in "$@"; do
       (cd /tmp && PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs evoattn.tests 2>&1 | tail -15) | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 scripts/eager_overhead.py evoattn --json "$OUT/eager.json" 2>&1 | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -30
+      PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --dtype bf16 --cases F6,F7 --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -12
       python3 scripts/check_package_speed.py /tmp/pkg/evoattn/evoattn/PROVENANCE.json "$OUT"/benchmarks/*-evoattn.json 2>&1 | tee -a "$OUT/promote.log" ;;
+    seeds)
+      log "seed campaigns (issue 14): rows, SDPA sweep, evolution from V0"
+      OUT="$OUT" scripts/seeds-gpu.sh ;;
+    report)
+      log "report (HTML; make the screenshot where Chromium is: evo report ... --screenshot)"
+      bench=(); [ -d "$OUT/benchmarks" ] && bench=(--bench "$OUT/benchmarks")
+      $EVO report --study "${EVO_STUDY:-evo-gpu}" --out "$OUT/report-gpu.html" "${bench[@]}" 2>&1 | tail -3 ;;
     save)
       log save
       python3 - <<'PY'
 import sqlite3; c = sqlite3.connect("db/evo.sqlite"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()
 PY
       gzip -c db/evo.sqlite > "$OUT/evo.sqlite.gz"; ls -la "$OUT" ;;
+    pack)
+      # The device tool brings back at most 8 files: everything under $OUT goes into one archive.
+      log "pack $OUT into ${arg:-results}.tgz"
+      (cd "$OUT" && tar czf "/tmp/${arg:-results}.tgz" --exclude='*.tgz' . && find . -mindepth 1 -not -name '*.tgz' -delete)
+      mv "/tmp/${arg:-results}.tgz" "$OUT/"; ls -la "$OUT" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

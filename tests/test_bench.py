@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evo.bench import (
-    COLUMNS, case_records, gpu_slug, load_records, make_record, package_routes, regenerate,
+    COLUMNS, case_records, fidelity_summary, gpu_slug, load_records, make_record, package_routes, regenerate,
     render_benchmarks_md, served_by,
     run_bench, write_record,
 )
@@ -141,3 +141,74 @@ def test_fallback_rows_are_labelled_in_benchmarks_md() -> None:
     record["cases"][0]["candidate_id"] = "sdpa"
     md = render_benchmarks_md([("x.json", record)])
     assert "SDPA (fallback)" in md and "not an evo kernel" in md
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+
+def profiled_eval() -> Evaluation:
+    from evo.results import Fidelity
+
+    ts = [Timing(F1, "evo", 5.0, 4.9, 5.2, [5.0], fidelity=Fidelity(5.1, 5.05, 5.15, 4.6, 10, 5.12)),
+          Timing(F1, "sdpa_flash", 9.0, 8.9, 9.1, [9.0], "FAST 9.00 us vs profiler 8.00 us (x1.125, over 5% apart)",
+                 fidelity=Fidelity(8.0, 7.9, 8.1, 7.5, 10, 8.02)),
+          Timing(F1, "sdpa_default", 8.0, 8.0, 8.0, [8.0])]
+    return Evaluation("b" * 64, Status.FAST, timings=ts,
+                      device=DEVICE | {"cubin_sha256": "c" * 64, "fast_outputs_checked": "63"})
+
+
+def test_case_records_carry_fidelity_and_notes() -> None:
+    (row,) = case_records(profiled_eval().timings, "cid")
+    evo = row["fidelity"]["evo"]
+    assert evo == {"fast_us": 5.0, "fast_spread_us": pytest.approx(0.3), "profiled_us": 5.1,
+                   "profiled_spread_us": pytest.approx(0.1), "busy_us": 4.6, "replays": 10,
+                   "events_under_profiler_us": 5.12, "ratio": pytest.approx(5.0 / 5.1)}
+    assert row["fidelity"]["sdpa_default"] is None and "sdpa_cudnn" not in row["fidelity"]
+    assert row["notes"] == {"sdpa_flash": "FAST 9.00 us vs profiler 8.00 us (x1.125, over 5% apart)"}
+
+
+def test_record_names_the_cubin_and_the_checked_outputs() -> None:
+    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x", created=datetime.now(timezone.utc))
+    assert record["candidates"] == [{"id": "cid", "cubin_sha256": "c" * 64, "fast_outputs_checked": 63}]
+
+
+def test_fidelity_summary_counts_agreement_and_names_the_worst() -> None:
+    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x", created=datetime.now(timezone.utc))
+    assert fidelity_summary(record) == ("fidelity: FAST and the profiler agree within 5% on 1 of 2 timings "
+                                        "(1 not profiled); worst x1.125 (F1 sdpa_flash)")
+    assert "no profiler measurements" in fidelity_summary(json.loads(SAMPLE.read_text()))
+
+
+def test_benchmarks_md_has_the_fidelity_table() -> None:
+    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x",
+                         created=datetime(2026, 11, 21, tzinfo=timezone.utc))
+    md = render_benchmarks_md([("x.json", record)])
+    assert "| case | backend | FAST us (p80-p20) | profiler us (p80-p20) | FAST / profiler | busy us | events us |" in md
+    assert "| F1 | evo | 5.00 (0.30) | 5.10 (0.10) | 0.980 | 4.60 | 5.12 |" in md
+    assert "| F1 | sdpa_flash | 9.00 (0.20) | 8.00 (0.20) | 1.125 ✗ | 7.50 | 8.02 |" in md
+    assert "| F1 | sdpa_default | | not profiled | | | |" in md
+    assert "FAST / profiler" not in render_benchmarks_md(load_records(SAMPLE.parent))   # older records: none
+
+
+def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    monkeypatch.setattr("evo.bench.git_sha", lambda root=None: "cafe123")
+    sent: list[dict] = []
+
+    class Recorder:
+        def __init__(self, device: int, target: str) -> None:
+            pass
+
+        def __enter__(self) -> "Recorder":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
+            sent.append(dict(request.options))
+            return profiled_eval()
+
+    monkeypatch.setattr("evo.bench.Worker", Recorder)
+    run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(F1,)))], out_dir=tmp_path / "b")
+    assert sent and sent[0]["fidelity"] is True and sent[0]["interleave"] is True

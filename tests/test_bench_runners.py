@@ -49,7 +49,7 @@ def evo_run_keys(recording: Path, tmp_path: Path, sampler: str, seed: int) -> li
     return out
 
 
-@pytest.mark.parametrize("sampler,warm", [("evo", True), ("evo-ga", True), ("tpe", False), ("random", False)])
+@pytest.mark.parametrize("sampler,warm", [("evo", True), ("evo-gp", True), ("tpe", False), ("random", False)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_in_memory_runs_propose_what_evo_run_proposes(recording: Path, problem: Problem, tmp_path: Path,
                                                       sampler: str, warm: bool, seed: int) -> None:
@@ -61,7 +61,7 @@ def test_in_memory_runs_propose_what_evo_run_proposes(recording: Path, problem: 
 
 def test_warm_runs_start_from_the_defaults_and_cold_runs_do_not(problem: Problem) -> None:
     defaults = [record_key(d.family, d.p) for d in problem.defaults]
-    for name in ("evo", "evo-ga", "random", "tpe"):
+    for name in ("evo", "evo-gp", "random", "tpe"):
         e = Entrant(name, "evo" if name != "tpe" else "optuna")
         warm = run_optuna(problem, e.make, 3, True, self_seeding=e.self_seeding, batch=4, trial_cap=8,
                           stop_at_target=False)

@@ -121,7 +121,7 @@ def fake_nvcc(tmp_path: Path, body: str) -> str:
 def test_killed_compile_is_failed_and_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  body: str, reason: str) -> None:
     monkeypatch.setenv("EVO_NVCC", fake_nvcc(tmp_path, body))
-    monkeypatch.setattr(build, "_nvcc_version", lambda path: "fake")
+    monkeypatch.setattr(build, "_nvcc_version", lambda path: ("0.0", "fake nvcc"))
     result = build_batch([tiny()], arch="sm_90a", timeout_s=1)[0]
     assert result.status is Status.COMPILE_FAILED and reason in result.reason
     assert load_cached(result.build_id) is None
@@ -178,3 +178,48 @@ def test_default_arch_follows_the_gpu(monkeypatch: pytest.MonkeyPatch, major: in
 @needs_nvcc
 def test_nvcc_version_is_dotted() -> None:
     assert all(part.isdigit() for part in build.nvcc_version().split("."))
+
+
+@pytest.mark.parametrize(("launch", "needle"), [
+    (LaunchConfig(0, 64, 0), "0 threads per CTA"),
+    (LaunchConfig(2048, 64, 0), "2048 threads per CTA"),
+    (LaunchConfig(128, 0, 0), "0 query rows"),
+    (LaunchConfig(128, 64, -1), "-1 B of dynamic shared memory"),
+])
+def test_a_launch_that_cannot_be_set_up_is_a_resource_problem(launch: LaunchConfig, needle: str) -> None:
+    problems = resource_problems({"k": Resources(32, 0, 0, 0, 0)}, [Entry("k", 64, "fp16", False, launch)], "sm_90a")
+    assert len(problems) == 1 and needle in problems[0]
+
+
+def test_an_entry_without_a_report_is_still_checked_for_shared_memory() -> None:
+    (problem,) = resource_problems({}, [entry(smem=232449)], "sm_90a")
+    assert "232449 B shared memory (0 static + 232449 dynamic) > 232448 B on sm_90a" in problem
+
+
+def cached(bid: str, arch: str, static_smem: int = 0) -> None:
+    """A cache folder for ``bid`` as a finished build leaves it (fake cubin, real layout)."""
+    folder = build.cache_dir(bid)
+    folder.mkdir(parents=True)
+    (folder / build.CUBIN).write_bytes(b"\x7fELF")
+    (folder / build.LOG).write_text("")
+    resources = {"k": {"registers": 32, "smem_static": static_smem, "spill_stores": 0, "spill_loads": 0,
+                       "stack_frame": 0}}
+    (folder / build.META).write_text(json.dumps({"build_id": bid, "status": "built", "source_hash": "s",
+                                                 "arch": arch, "flags": [], "resources": resources}))
+
+
+@pytest.mark.parametrize(("arch", "static", "smem", "rejected"), [
+    ("sm_80", 0, 166912, False), ("sm_80", 0, 166913, True),
+    ("sm_90a", 0, 232448, False), ("sm_90a", 48, 232448 - 47, True),
+])
+def test_launch_problems_check_a_request_against_its_cached_build(arch: str, static: int, smem: int,
+                                                                  rejected: bool) -> None:
+    cached("ab" * 32, arch, static)
+    problems = build.launch_problems("ab" * 32, [entry(smem=smem)])
+    assert bool(problems) is rejected
+    assert all(f"> {build.SMEM_LIMITS[arch]} B on {arch}" in p for p in problems)
+
+
+def test_launch_problems_of_an_unknown_build_check_the_geometry_alone() -> None:
+    assert build.launch_problems("not-built", [entry(smem=10**6)]) == []  # the device decides
+    assert "2048 threads" in build.launch_problems("not-built", [entry(threads=2048)])[0]

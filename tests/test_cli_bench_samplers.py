@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from evo.cli import main
 from synthetic_sweep import make_recording
 
@@ -30,3 +32,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
     rec = make_recording(tmp_path / "sweep-synthetic.json.gz", seed=2)
     assert main(["bench-samplers", "--recording", str(rec), "--samplers", "nope", "--kt", "none"]) == 2
     assert "unknown sampler 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--seeds", "0"], "0 is not in the range x>=1"),
+    (["--batch", "0"], "0 is not in the range x>=1"),
+    (["--jobs", "0"], "0 is not in the range x>=1"),
+    (["--tolerance", "1"], "1.0 is not in the range 0<=x<1"),
+    (["--baseline", "sdpa_nope"], "'sdpa_nope' is not one of"),
+])
+def test_out_of_range_options_are_usage_errors(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    assert main(["bench-samplers", "--out", str(tmp_path / "b.md"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Usage: evo bench-samplers") and message in err.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_start_mode_is_one_line(tmp_path: Path, capsys) -> None:
+    rec = make_recording(tmp_path / "sweep-synthetic.json.gz", seed=2)
+    assert main(["bench-samplers", "--recording", str(rec), "--modes", "hot", "--kt", "none",
+                 "--out", str(tmp_path / "b.md")]) == 2
+    assert capsys.readouterr().err == "evo: error: --modes takes cold and/or warm, not hot\n"
+    assert not (tmp_path / "b.md").exists()

@@ -49,7 +49,6 @@ def test_show_source_renders_again_when_not_cached(capsys: pytest.CaptureFixture
     (["show", "zz"], "no candidate with id 'zz'"),
     (["show", "a"], "ambiguous"),
     (["show", "invalid-", "--source"], "was never rendered"),
-    (["lineage", "--format", "svg"], "unknown format 'svg'"),
     (["lineage", "--study", "nope"], "no candidates in study 'nope'"),
 ])
 def test_bad_requests_are_one_line(capsys: pytest.CaptureFixture[str], url: str, argv: list[str],

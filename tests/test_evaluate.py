@@ -13,21 +13,22 @@ from evo.space import LaunchConfig
 CFG = LaunchConfig(128, 64, 0)
 
 
-@pytest.mark.parametrize(("options", "rounds", "reps"), [
-    ({}, NORMAL["rounds"], NORMAL["reps"]),
-    ({"quick": True}, QUICK["rounds"], QUICK["reps"]),
-    ({"interleave": True}, INTERLEAVED["rounds"], INTERLEAVED["reps"]),
-    ({"quick": True, "rounds": 7}, 7, QUICK["reps"]),
+@pytest.mark.parametrize(("options", "rounds", "reps", "remeasure"), [
+    ({}, NORMAL["rounds"], NORMAL["reps"], NORMAL["remeasure"]),
+    ({"quick": True}, QUICK["rounds"], QUICK["reps"], QUICK["remeasure"]),
+    ({"interleave": True}, INTERLEAVED["rounds"], INTERLEAVED["reps"], INTERLEAVED["remeasure"]),
+    ({"quick": True, "rounds": 7, "remeasure": 0}, 7, QUICK["reps"], 0),
 ])
-def test_plan_from_options(options: dict[str, object], rounds: int, reps: int) -> None:
+def test_plan_from_options(options: dict[str, object], rounds: int, reps: int, remeasure: int) -> None:
     plan = Plan.of(options)
-    assert (plan.rounds, plan.reps) == (rounds, reps)
+    assert (plan.rounds, plan.reps, plan.remeasure) == (rounds, reps, remeasure)
 
 
 def test_plan_defaults_compare_with_every_backend() -> None:
     plan = Plan.of({"salt": 9})
     assert plan.backends == ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
-    assert (plan.salt, plan.interleave) == (9, False)
+    assert (plan.salt, plan.interleave, plan.fidelity) == (9, False, False)
+    assert Plan.of({"fidelity": True}).fidelity
 
 
 def test_supported_keeps_shapes_with_a_kernel() -> None:
@@ -65,6 +66,12 @@ def test_worker_evaluates_a_family_default_end_to_end(family: str) -> None:
     assert {("F1-fp16", "evo"), ("F1c-fp16", "evo"), ("F1-fp16", "sdpa_default")} <= backends
     assert all(t.median_us > 0 for t in ev.timings)
     assert ev.device["name"] and ev.green_seconds > 0 and ev.fast_seconds > 0
+    from evo.evaluate import cubin_sha256
+
+    assert ev.device["salt"] == "1" and int(ev.device["green_drawn"]) >= 6
+    assert any(c.shape.case.startswith("R") for c in ev.checks)            # drawn cases ran
+    assert int(ev.device["fast_outputs_checked"]) >= 2                     # both F1 modes' outputs
+    assert ev.device["cubin_sha256"] == cubin_sha256(built.cubin_path)
 
 
 class FakeConn:
@@ -89,29 +96,37 @@ F1 = Shape("F1", 1, 8, 512, 64, False)
 def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     """serve() with the GPU parts replaced: GREEN passes unless build id starts with 'red',
     time_case answers 5 us for the candidate and 9 us per baseline, and logs its calls."""
+    from evo.errors import LaunchRejected
     from evo.results import CheckResult, Timing
+    from evo.timing import CaseTiming
 
     calls: dict[str, list] = {"time_case": [], "green": []}
     monkeypatch.setattr("torch.cuda.set_device", lambda d: None)
+    monkeypatch.setattr("evo.evaluate._warm_up", lambda: None)
     monkeypatch.setattr("evo.evaluate.device_info", lambda: {"name": "Fake GPU"})
 
-    def candidate(request):
+    def candidate(request, ev):
         if request.build_id.startswith("boom"):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        if request.build_id.startswith("wide"):
+            raise LaunchRejected("evo_attn_d64_fp16_full: needs 300000 B shared memory > 232448 B")
+        ev.device["cubin_sha256"] = "c" * 64
         return (lambda *a: None), (lambda q, k, v, o, *, causal: None), list(request.entries)
 
     def run_green(launch, cases, settings, salt):
-        calls["green"].append(len(cases))
+        calls["green"].append(cases)
         ok = not calls.get("red")
-        return [CheckResult(s, 0, ok, 0.0, 0.0, 1.0, "" if ok else "mismatch") for s in cases]
+        return [CheckResult(c.shape, 0, ok, 0.0, 0.0, 1.0, "" if ok else "mismatch") for c in cases]
 
     def time_case(cand, shape, backends, **kw):
         calls["time_case"].append("evo" if cand else "baselines")
+        calls.setdefault("time_kw", []).append(kw)
         out = [Timing(shape, b, 9.0, 9.0, 9.0) for b in backends]
-        if cand is not None:
-            flagged = calls.get("flag", [""])[0]
-            out.insert(0, Timing(shape, "evo", 5.0, 5.0, 5.0, flagged=flagged))
-        return out
+        if cand is None:
+            return CaseTiming(out)
+        flagged = calls.get("flag", [""])[0]
+        out.insert(0, Timing(shape, "evo", 5.0, 5.0, 5.0, flagged=flagged))
+        return CaseTiming(out, 7, calls.get("wrong", [""])[0])
 
     monkeypatch.setattr("evo.evaluate._candidate", candidate)
     monkeypatch.setattr("evo.gate.run_green", run_green)
@@ -134,7 +149,47 @@ def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, lis
     assert [e.status for e in conn.sent] == [Status.FAST] * 3
     assert fake_worker["time_case"] == ["baselines", "evo", "evo", "baselines", "evo"]   # re-measured at the 3rd
     assert [t.backend for t in conn.sent[0].timings][:2] == ["evo", "sdpa_flash"]
-    assert conn.sent[0].device == {"name": "Fake GPU", "salt": "0"} and fake_worker["green"][0] > 0
+    assert conn.sent[0].device == {"name": "Fake GPU", "salt": "0", "cubin_sha256": "c" * 64,
+                                   "green_drawn": "6", "fast_outputs_checked": "7"}
+    assert conn.sent[0].reason.endswith("timed on 1 FAST cases, 7 timed outputs checked")
+    assert all(kw["check"] is not None for kw in fake_worker["time_kw"] if "check" in kw)
+
+
+def test_green_runs_the_core_and_the_cases_drawn_from_the_salt(fake_worker: dict[str, list]) -> None:
+    from evo.draws import drawn_cases
+    from evo.evaluate import serve
+    from evo.suites import GreenCase, green_cases, green_settings
+
+    conn = FakeConn([_request(salt=41), _request(salt=42)])
+    serve(conn)
+    first, second = fake_worker["green"]
+    core = [GreenCase(s) for s in green_cases() if (s.D, s.dtype, s.causal) == (64, "fp16", False)]
+    keys = {(64, "fp16", False)}
+    assert first == core + drawn_cases(green_settings().draws, keys, 41)
+    assert second[len(core):] == drawn_cases(green_settings().draws, keys, 42) != first[len(core):]
+    assert [e.device["salt"] for e in conn.sent] == ["41", "42"]
+
+
+def test_explicit_green_cases_replace_the_suite(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+    from evo.suites import GreenCase
+
+    mine = [GreenCase(Shape("P00 sd=2.0", 1, 1, 7, 64, False), std=2.0, seeds=(0,))]
+    conn = FakeConn([_request(green_cases=mine)])
+    serve(conn)
+    assert fake_worker["green"] == [mine] and conn.sent[0].device["green_drawn"] == "1"
+
+
+def test_a_wrong_timed_output_is_red_with_its_case(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    fake_worker["wrong"] = ["after the timed replays, set 3 of 63: max|err| 5.0e-01 > tol 1.0e-03"]
+    conn = FakeConn([_request()])
+    serve(conn)
+    ev = conn.sent[0]
+    assert ev.status is Status.RED
+    assert ev.reason == "F1-fp16: timed output wrong: after the timed replays, set 3 of 63: max|err| 5.0e-01 > tol 1.0e-03"
+    assert ev.device["fast_outputs_checked"] == "7" and ev.timings == []
 
 
 def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dict[str, list]) -> None:
@@ -173,3 +228,27 @@ def test_a_failure_replies_crashed_and_stops_serving(fake_worker: dict[str, list
     serve(conn)
     assert len(conn.sent) == 1 and conn.sent[0].status is Status.CRASHED
     assert "illegal memory access" in conn.sent[0].reason and conn.requests  # the second was never taken
+
+
+def test_a_launch_the_device_refuses_is_resource_rejected_and_serving_goes_on(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+
+    conn = FakeConn([_request("wide"), _request("after")])
+    serve(conn)
+    assert [e.status for e in conn.sent] == [Status.RESOURCE_REJECTED, Status.FAST]
+    assert "300000 B shared memory" in conn.sent[0].reason
+
+
+def test_each_green_launch_is_reported_as_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from evo import evaluate
+
+    notes: list[str] = []
+    launched: list[bool] = []
+    monkeypatch.setattr(evaluate, "progress", notes.append)
+    launch = evaluate._reporting(lambda q, k, v, o, causal, scale: launched.append(causal))
+    q = torch.zeros(1, 2, 3, 64)
+    launch(q, q, q, q, True, 0.125)
+    launch(q, q, q, q, False, 0.125)
+    assert notes == ["GREEN launch 1 (1x2x3x64 causal)", "GREEN launch 2 (1x2x3x64)"] and launched == [True, False]

@@ -106,7 +106,7 @@ def db(tmp_path_factory: pytest.TempPathFactory, _env: None) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def package(db: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("out")
-    promote(NAME, out, db_url=db["url"], study="s")
+    promote(NAME, out, db_url=db["url"], study="s", verify=False)
     return out / NAME
 
 
@@ -234,14 +234,14 @@ def test_green_suite_travels_with_the_package_tests(package: Path) -> None:
 
 def test_existing_folder_needs_force(package: Path, db: dict[str, str]) -> None:
     with pytest.raises(EvoError, match="pass --force"):
-        promote(NAME, package.parent, db_url=db["url"], study="s")
+        promote(NAME, package.parent, db_url=db["url"], study="s", verify=False)
 
 
 def test_force_replaces_only_a_folder_promote_wrote(tmp_path: Path, db: dict[str, str]) -> None:
     (tmp_path / NAME).mkdir()
     (tmp_path / NAME / "notes.txt").write_text("mine")
     with pytest.raises(EvoError, match="not a package promote wrote"):
-        promote(NAME, tmp_path, db_url=db["url"], study="s", force=True)
+        promote(NAME, tmp_path, db_url=db["url"], study="s", force=True, verify=False)
     assert (tmp_path / NAME / "notes.txt").read_text() == "mine"
 
 
@@ -259,7 +259,7 @@ def test_input_errors_are_one_line(tmp_path: Path, db: dict[str, str], kwargs: d
                                    message: str) -> None:
     ids = [db.get(i, i) for i in kwargs.pop("candidate_ids", [])]
     with pytest.raises(EvoError, match=message) as err:
-        promote(NAME, tmp_path, db_url=db["url"], candidate_ids=ids, **kwargs)
+        promote(NAME, tmp_path, db_url=db["url"], candidate_ids=ids, verify=False, **kwargs)
     assert "\n" not in str(err.value)
     assert not (tmp_path / NAME).exists()
 
@@ -267,16 +267,121 @@ def test_input_errors_are_one_line(tmp_path: Path, db: dict[str, str], kwargs: d
 def test_cli_promotes_chosen_candidates(tmp_path: Path, db: dict[str, str],
                                         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["promote", "--name", NAME, "--out", str(tmp_path), "--db", db["url"],
-                 "--candidate", db["B"][:16]])
+                 "--candidate", db["B"][:16], "--no-verify"])
     assert code == 0, capsys.readouterr().err
     assert {r[2] for r in _routes(tmp_path / NAME)} == {db["B"]}  # B is slower than SDPA when causal
 
 
 def test_cli_reports_an_input_error_in_one_line(tmp_path: Path, db: dict[str, str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["promote", "--name", NAME, "--out", str(tmp_path), "--db", db["url"], "--candidate", db["R"]])
+    code = main(["promote", "--name", NAME, "--out", str(tmp_path), "--db", db["url"], "--candidate", db["R"],
+                 "--no-verify"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "not green" in err
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def test_without_a_gpu_promote_refuses_unless_told_not_to_verify(tmp_path: Path, db: dict[str, str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evo.verify.gpu_count", lambda: 0)
+    with pytest.raises(EvoError, match="--no-verify") as err:
+        promote(NAME, tmp_path, db_url=db["url"], study="s")
+    assert "\n" not in str(err.value) and not (tmp_path / NAME).exists()
+
+
+def test_an_unverified_package_says_so(package: Path) -> None:
+    assert _json(package, "PROVENANCE.json")["verification"] == {"verified": False}
+
+
+@pytest.fixture
+def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A GPU that runs verify_kernels and the package tests as stand-ins, recording the calls."""
+    seen: dict[str, Any] = {"kernels": [], "tests": []}
+    monkeypatch.setattr("evo.verify.gpu_count", lambda: 1)
+
+    def verify_kernels(kernels, seed, **kw):
+        seen["kernels"] += kernels
+        seen["seed"] = seed
+        if seen.get("refuse"):
+            raise EvoError(seen["refuse"])
+        return {cid: 7 for cid, *_ in kernels}
+
+    def run_package_tests(folder: Path, name: str) -> str:
+        seen["tests"].append((folder, name, (folder / name / "dispatch.json").is_file()))
+        return "42 passed in 9.0s"
+
+    monkeypatch.setattr("evo.verify.verify_kernels", verify_kernels)
+    monkeypatch.setattr("evo.verify.run_package_tests", run_package_tests)
+    return seen
+
+
+def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, db: dict[str, str],
+                                                               fake_gpu_verify: dict[str, Any]) -> None:
+    result = promote(NAME, tmp_path, db_url=db["url"], study="s")
+    kernels = {cid: (cubin, entries, buckets) for cid, cubin, entries, buckets in fake_gpu_verify["kernels"]}
+    assert set(kernels) == set(result.shipped) == {db["A"], db["B"]}
+    for cid, (cubin, entries, buckets) in kernels.items():
+        assert Path(cubin).is_file() and {(e.head_dim, e.dtype, e.causal) for e in entries} == {b[0] for b in buckets}
+        assert all(lo <= top for _, lo, top in buckets)
+    full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)
+    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256), (full, 2049, 16384), (causal, 257, 2048)]
+    assert kernels[db["B"]][2] == [(full, 257, 2048)]         # the open top bucket: twice F5's 8192
+    (folder, name, had_files), = fake_gpu_verify["tests"]
+    assert name == NAME and had_files and not folder.exists()       # ran in the scratch folder
+    v = _json(tmp_path / NAME, "PROVENANCE.json")["verification"]
+    assert v == {"verified": True, "seed": fake_gpu_verify["seed"], "checks": {db["A"]: 7, db["B"]: 7},
+                 "package_tests": "42 passed in 9.0s"}
+
+
+def test_a_refused_kernel_writes_nothing(tmp_path: Path, db: dict[str, str], fake_gpu_verify: dict[str, Any]) -> None:
+    fake_gpu_verify["refuse"] = "refusing to promote abc: 3 of 20 checks over its dispatch buckets failed; first: x"
+    with pytest.raises(EvoError, match="refusing to promote abc"):
+        promote(NAME, tmp_path, db_url=db["url"], study="s")
+    assert not (tmp_path / NAME).exists() and fake_gpu_verify["tests"] == []
+    assert list(tmp_path.iterdir()) == []                             # no scratch folder left either
+
+
+def test_refusal_is_one_line_with_the_first_failure() -> None:
+    from evo.results import Evaluation
+    from evo.verify import refusal
+
+    checks = [CheckResult(Shape("P00 sd=1.0", 1, 1, 1, 64, False), 0, False, 1.0, 1e-3, 3e-3, "max|err| 1.0e+00"),
+              CheckResult(Shape("P01 sd=2.0", 1, 1, 2, 64, False), 0, True, 1e-4, 1e-3, 3e-3)]
+    ev = Evaluation("abcdef0123456789", Status.RED, "P00 fp16 seed 0 ...: max|err| 1.0e+00", checks=checks)
+    assert refusal("abcdef0123456789", ev) == ("refusing to promote abcdef012345: 1 of 2 checks over its dispatch "
+                                               "buckets failed; first: P00 fp16 seed 0 ...: max|err| 1.0e+00")
+    crashed = Evaluation("abcdef0123456789", Status.CRASHED, "AcceleratorError: illegal address")
+    assert "crashed while verified" in refusal("abcdef0123456789", crashed)
+
+
+def test_verification_cases_cover_each_bucket_in_order() -> None:
+    from evo.verify import cases_for
+
+    cases = cases_for([((64, "fp16", False), 1, 362), ((64, "fp16", True), 725, 1448)], seed=3)
+    names = [c.shape.case.split()[0] for c in cases]
+    assert names == [f"P{i:02d}" for i in range(len(cases))]
+    first = [c for c in cases if not c.shape.causal]
+    assert min(c.shape.L for c in first) == 1 and max(c.shape.L for c in first) == 362
+    assert {c.shape.L for c in cases if c.shape.causal} >= {725, 726, 1447, 1448}
+
+
+@pytest.mark.parametrize(("body", "ok"), [("assert True", True), ("assert False", False)])
+def test_package_tests_run_from_the_scratch_folder(tmp_path: Path, body: str, ok: bool) -> None:
+    from evo.verify import run_package_tests
+
+    tests = tmp_path / "pkgx" / "tests"
+    tests.mkdir(parents=True)
+    (tmp_path / "pkgx" / "__init__.py").write_text("VALUE = 1\n")
+    (tests / "__init__.py").write_text("")
+    (tests / "test_it.py").write_text(f"import pkgx\n\ndef test_it():\n    assert pkgx.VALUE == 1\n    {body}\n")
+    if ok:
+        assert run_package_tests(tmp_path, "pkgx").startswith("1 passed")
+    else:
+        with pytest.raises(EvoError, match=r"the package's own tests failed on this GPU \(1 failed"):
+            run_package_tests(tmp_path, "pkgx")
+    assert not list(tmp_path.rglob("__pycache__"))
 
 
 # ----------------------------------------------------------------------------- installed

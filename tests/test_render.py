@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.render import build_id, entry_name, render
+from evo.render import build_id, build_key, entry_name, render
 from evo.space import Candidate, make_candidate
 
 MANIFEST = """
@@ -78,6 +78,8 @@ def test_invalid_candidate_is_rejected_before_rendering(families: Path) -> None:
         render(Candidate("toy", (("TILE", 8), ("FAST", False))))
 
 
-def test_build_id_depends_on_flags_and_arch() -> None:
-    ids = {build_id("h", ("-O3",), "sm_90a"), build_id("h", ("-O2",), "sm_90a"), build_id("h", ("-O3",), "sm_80")}
+def test_build_id_depends_on_flags_and_arch(families: Path) -> None:
+    r = render(make_candidate("toy"))
+    ids = {build_id(build_key(r, flags, arch, "nvcc 13.0", {}))
+           for flags, arch in ((("-O3",), "sm_90a"), (("-O2",), "sm_90a"), (("-O3",), "sm_80"))}
     assert len(ids) == 3

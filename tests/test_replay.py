@@ -180,3 +180,23 @@ def test_the_default_cases_are_the_ones_every_timed_record_covers() -> None:
     rec.add(one)
     assert [s.tag for s in rec.shapes()] == [F1.tag, F1C.tag]
     assert [s.tag for s in rec.common_shapes()] == [F1.tag]
+
+
+def test_the_committed_sweep_replays_under_its_recorded_ids_without_nvcc(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build ids now also key launch configs, compiler and headers; the recording's ids (older
+    formula) stay the ids replayed candidates are stored under, and replay needs no nvcc."""
+    from evo.manifest import load_family
+    from evo.paths import root
+    from evo.search.evaluators import ReplayEvaluator
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for var in ("EVO_NVCC", "CUDA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    rec = load_recording(root() / "data" / "sweep-h200.json.gz")
+    current = [r for r in rec.records.values() if r.family_version == load_family(r.family).version]
+    built = ReplayEvaluator(rec).build([render(make_candidate(r.family, r.params)) for r in current])
+    assert current  # records of today's family versions
+    assert [b.build_id for b in built] == [r.build_id for r in current]
+    failed = (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
+    assert [b.status for b in built] == [r.status if r.status in failed else Status.BUILT for r in current]

@@ -1,4 +1,5 @@
-"""SIGKILL an ``evo run`` mid-search, resume it, and check the database is whole."""
+"""SIGKILL an ``evo run`` mid-search, resume it, and check the database is whole (the resumed run
+finds the killed trials stale once the grace period has passed, and retries them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from evo.search.resume import OWNER
+from evo.search.resume import RUN, counted, given_up
 from evo.store import open_store
 from synthetic_sweep import make_recording
 
@@ -22,21 +23,19 @@ TRIALS = 16
 
 def evo_run(rec: Path, db: str) -> list[str]:
     return [sys.executable, "-m", "evo", "run", "--replay", str(rec), "--db", db, "--study", "k",
-            "--trials", str(TRIALS), "--batch", "2", "--cases", "F1", "--seed", "3"]
+            "--trials", str(TRIALS), "--batch", "2", "--cases", "F1", "--seed", "3", "--heartbeat", "1", "--grace", "2"]
 
 
 def mid_batch(db: str) -> bool:
-    """At least 4 trials complete and trials in flight, every one stamped with its owner and
-    holding its params (so the kill leaves work behind). A trial killed in the milliseconds between
-    Optuna's ask and the owner stamp has no owner to check; a later run abandons it once it is
-    older than the grace period (tests/test_search_resume.py covers that path)."""
+    """At least 4 trials complete and trials in flight, every one holding its params (so the kill
+    leaves work behind to retry)."""
     try:
         trials = optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
     except KeyError:
         return False
     states = collections.Counter(t.state for t in trials)
     running = [t for t in trials if t.state == TrialState.RUNNING]
-    owned = all(OWNER in t.system_attrs and t.params for t in running)
+    owned = all(RUN in t.system_attrs and t.params for t in running)
     return states[TrialState.COMPLETE] >= 4 and bool(running) and owned
 
 
@@ -59,7 +58,7 @@ def test_sigkill_mid_run_then_resume_leaves_a_consistent_database(tmp_path: Path
     for attempt in range(5):  # the poll and the kill race the run: retry until work is left in flight
         db = f"sqlite:///{tmp_path / f'evo{attempt}.sqlite'}"
         killed = kill_mid_batch(rec, db, env)
-        left_running = [t.number for t in killed if t.state == TrialState.RUNNING and OWNER in t.system_attrs]
+        left_running = [t.number for t in killed if t.state == TrialState.RUNNING and t.params]
         if left_running:
             break
     done_before = {t.number: t.values for t in killed if t.state == TrialState.COMPLETE}
@@ -72,11 +71,13 @@ def test_sigkill_mid_run_then_resume_leaves_a_consistent_database(tmp_path: Path
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert done_before == {t.number: t.values for t in trials if t.number in done_before}
     by_number = {t.number: t for t in trials}
-    for n in left_running:  # failed as abandoned, and retried unless it never got its params
-        assert by_number[n].state == TrialState.FAIL and by_number[n].user_attrs["status"] == "abandoned"
-    counted = [t for t in trials if t.user_attrs.get("status", "abandoned") != "abandoned"]
-    assert len(counted) == TRIALS
-    keys = collections.Counter(tuple(sorted(t.params.items())) for t in counted)
+    gone = given_up(trials)
+    for n in left_running:  # failed by the heartbeat check, given up, and retried
+        assert by_number[n].state == TrialState.FAIL and n in gone
+        assert any(t.user_attrs.get("evo:retries", [None])[-1] == n for t in trials)
+    assert counted(trials) == TRIALS
+    kept = [t for t in trials if t.state.is_finished() and t.number not in gone]
+    keys = collections.Counter(tuple(sorted(t.params.items())) for t in kept)
     assert max(keys.values()) == 1  # the evo sampler never repeats a candidate
     store = open_store(db)
     for t in trials:

@@ -18,7 +18,7 @@ from evo.results import Status
 from evo.runtime import CandidateKernels
 from evo.space import make_candidate
 
-FAMILIES = ("flash_scalar", "flash_mma")
+FAMILIES = ("flash_scalar", "flash_mma", "flash_wgmma")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LOOSE = {"fp16": 5e-3, "bf16": 3e-2}  # plumbing checks only; the gate owns correctness
 

@@ -11,7 +11,6 @@ import pytest
 from optuna.trial import TrialState
 
 from evo.errors import EvoError
-from evo.paths import root
 from evo.search import driver
 from evo.search.driver import RunOptions, choose_evaluator, run
 from evo.search.evaluators import BuildOnlyEvaluator, GpuEvaluator, ReplayEvaluator
@@ -49,12 +48,13 @@ def test_replay_refuses_cases_the_recording_lacks(tmp_path: Path) -> None:
         run(RunOptions(replay=rec, cases=["F6"], db=f"sqlite:///{tmp_path / 'x.sqlite'}"), NullReporter())
 
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
 
 def tiny_family(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The test-only ``tiny`` family (compiles in about a second), built into a private cache."""
-    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(root() / "tests" / "fixtures" / "templates"))
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES / "templates"))
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -79,7 +79,7 @@ def test_gpu_path_builds_evaluates_in_workers_and_reuses(monkeypatch, tmp_path: 
     monkeypatch.setattr(driver, "gpu_count", lambda: 1)
     monkeypatch.setattr(driver, "GpuEvaluator", functools.partial(GpuEvaluator, devices=[0],
                                                                   target="standins:serve_bench"))
-    monkeypatch.syspath_prepend(str(root() / "tests" / "fixtures" / "worker"))
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
     tiny_family(monkeypatch, tmp_path)
     db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
     opts = RunOptions(families=["tiny"], sampler="grid", trials=2, batch=2, db=db, arch="sm_90a", cases=["F1"])

@@ -1,9 +1,7 @@
-"""Recovery of trials left RUNNING: dead owner on this host, stale heartbeat elsewhere, live owner."""
+"""Liveness from Optuna's heartbeat: stale trials are failed and retried, beating ones never."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,67 +10,112 @@ import pytest
 from optuna.trial import TrialState
 
 from evo.search.proposal import RETRY_OF
-from evo.search.resume import OWNER, Heartbeat, counts, me, recover
+from evo.search.resume import (ABANDONED, RETRIES, STATUS, Heartbeat, Retry, counted, given_up, recover,
+                               release)
 from evo.search.study import storage
 from evo.store import open_store
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed")
+GRACE_S = 1
 
 
 @pytest.fixture
-def study(tmp_path: Path) -> optuna.Study:
+def rdb(tmp_path: Path) -> optuna.storages.RDBStorage:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
     open_store(url)  # the store sets the file up (WAL) as evo run does
-    return optuna.create_study(study_name="r", storage=storage(url, heartbeat_s=1, grace_s=1),
-                               direction="maximize")
+    return storage(url, heartbeat_s=1, grace_s=GRACE_S, retry=Retry(max_retry=2))
 
 
-def running_trial(study: optuna.Study, owner: dict | None) -> optuna.Trial:
+@pytest.fixture
+def study(rdb: optuna.storages.RDBStorage) -> optuna.Study:
+    return optuna.create_study(study_name="r", storage=rdb, direction="maximize")
+
+
+def running_trial(study: optuna.Study, beat: bool = True) -> optuna.Trial:
     t = study.ask()
+    if beat:
+        study._storage.record_heartbeat(t._trial_id)
     t.suggest_categorical("family", ["flash_scalar"])
-    if owner is not None:
-        t.storage.set_trial_system_attr(t._trial_id, OWNER, owner)
     return t
 
 
-def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
+def stale(seconds: float = GRACE_S + 1.2) -> None:
+    """Let heartbeats age past the grace period (the database clock has 1 s resolution)."""
+    time.sleep(seconds)
 
 
-def test_a_trial_of_a_dead_local_process_is_failed_and_requeued(study: optuna.Study) -> None:
-    t = running_trial(study, me() | {"pid": dead_pid()})
-    (gone,) = recover(study, grace_s=3600)
-    assert gone.number == t.number and gone.user_attrs["status"] == "abandoned"
-    waiting = study.get_trials(states=(TrialState.WAITING,))
-    assert [(w.user_attrs[RETRY_OF], w.system_attrs["fixed_params"]) for w in waiting] == \
-        [(t.number, {"family": "flash_scalar"})]
-    assert not counts(study.trials[t.number])
+def test_a_trial_whose_heartbeat_stopped_is_failed_and_retried(study, rdb) -> None:
+    t = running_trial(study)
+    stale()
+    (gone,) = recover(study, rdb, rdb.get_heartbeat_stale_trial_callback())
+    assert gone.number == t.number and study.trials[t.number].state == TrialState.FAIL
+    (retry,) = study.get_trials(states=(TrialState.WAITING,))
+    assert retry.user_attrs[RETRY_OF] == t.number and retry.user_attrs[RETRIES] == [t.number]
+    assert retry.system_attrs["fixed_params"] == {"family": "flash_scalar"}
+    assert given_up(study.trials) == {t.number} and counted(study.trials) == 0
 
 
-def test_a_trial_of_a_live_process_is_left_alone(study: optuna.Study) -> None:
-    running_trial(study, me())
-    assert recover(study, grace_s=0) == []
-    assert [x.state for x in study.trials] == [TrialState.RUNNING]
-
-
-def test_a_remote_trial_is_failed_once_its_heartbeat_is_stale(study: optuna.Study) -> None:
-    t = running_trial(study, {"host": "elsewhere", "pid": 1, "start": ""})
-    beat = Heartbeat(study._storage, interval_s=0.2).start()
+def test_a_beating_trial_is_never_failed(study, rdb) -> None:
+    t = running_trial(study, beat=False)
+    beat = Heartbeat(rdb, interval_s=0.5).start()
     beat.add(t._trial_id)
-    time.sleep(1.5)
-    assert recover(study, grace_s=3600) == []  # still beating
-    beat.stop()
-    time.sleep(2.2)
-    (gone,) = recover(study, grace_s=3600)
-    assert gone.number == t.number and gone.state == TrialState.FAIL
+    try:
+        stale()
+        assert recover(study, rdb, rdb.get_heartbeat_stale_trial_callback()) == []
+        assert study.trials[t.number].state == TrialState.RUNNING
+    finally:
+        beat.stop()
+
+
+def test_a_trial_that_never_beat_gets_a_heartbeat_then_goes_stale(study, rdb) -> None:
+    t = running_trial(study, beat=False)  # its worker died between ask and the first beat
+    retry = rdb.get_heartbeat_stale_trial_callback()
+    assert recover(study, rdb, retry) == []  # adopted: a live owner would have the grace period
+    stale()
+    assert [x.number for x in recover(study, rdb, retry)] == [t.number]
+
+
+def test_only_one_recoverer_fails_and_retries_a_stale_trial(study, rdb, tmp_path: Path) -> None:
+    other = storage(rdb.url, heartbeat_s=1, grace_s=GRACE_S)  # a second worker on the database
+    other_study = optuna.load_study(study_name="r", storage=other)
+    running_trial(study)
+    stale()
+    got = recover(study, rdb, rdb.get_heartbeat_stale_trial_callback()) + \
+        recover(other_study, other, other.get_heartbeat_stale_trial_callback())
+    assert len(got) == 1 and len(study.get_trials(states=(TrialState.WAITING,))) == 1
+
+
+def test_a_chain_of_retries_ends_at_max_retry(study, rdb) -> None:
+    retry = rdb.get_heartbeat_stale_trial_callback()  # max_retry=2
+    running_trial(study)
+    for _ in range(2):
+        stale()
+        recover(study, rdb, retry)
+        t = study.ask()  # pops the retry
+        study._storage.record_heartbeat(t._trial_id)
+    stale()
+    recover(study, rdb, retry)
+    chains = [x.user_attrs.get(RETRIES) for x in study.trials]
+    assert chains == [None, [0], [0, 1]]  # the third failure is not retried
+    assert not study.get_trials(states=(TrialState.WAITING, TrialState.RUNNING))
+    assert given_up(study.trials) == {0, 1, 2} and counted(study.trials) == 0
+
+
+def test_a_fail_with_an_outcome_counts_unless_it_was_retried(study, rdb) -> None:
+    t = running_trial(study)
+    study._storage.set_trial_user_attr(t._trial_id, STATUS, "red")  # told, then the worker died
+    stale()
+    recover(study, rdb, rdb.get_heartbeat_stale_trial_callback())
+    assert counted(study.trials) == 0  # its retry will answer it from the store
+    u = running_trial(study)
+    study._storage.set_trial_user_attr(u._trial_id, STATUS, "red")
+    study.tell(u, state=TrialState.FAIL)
+    assert counted(study.trials) == 1
+
+
+def test_release_gives_up_own_trials_and_requeues_them(study) -> None:
+    t = running_trial(study)
+    (gone,) = release(study, [t._trial_id], "run stopped: KeyboardInterrupt")
+    assert gone.user_attrs[STATUS] == ABANDONED and gone.state == TrialState.FAIL
     assert [w.user_attrs[RETRY_OF] for w in study.get_trials(states=(TrialState.WAITING,))] == [t.number]
-
-
-def test_a_trial_killed_before_its_owner_stamp_is_failed_at_once(study: optuna.Study) -> None:
-    t = study.ask()  # asked, never stamped, no params: the kill landed in between
-    (gone,) = recover(study, grace_s=3600)
-    assert gone.number == t.number and gone.user_attrs["status"] == "abandoned"
-    assert study.get_trials(states=(TrialState.WAITING,)) == []  # it had proposed nothing

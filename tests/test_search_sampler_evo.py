@@ -1,79 +1,133 @@
-"""The model-guided evo sampler on a synthetic recording (in memory, as evo run drives it)."""
+"""The evolutionary sampler: valid, distinct children with recorded parents; insight-biased moves."""
 
 from __future__ import annotations
 
-import statistics
-from pathlib import Path
+import collections
+import math
 
-import numpy as np
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from evo.manifest import load_family
-from evo.search.bench.entrants import Entrant
-from evo.search.bench.optuna_runner import run_optuna
-from evo.search.bench.problem import Problem
-from evo.search.encoding import Encoder
-from evo.search.sampler_evo import distance
-from evo.search.surrogate import FailureModel, expected_improvement
-from evo.space import all_candidates, make_candidate
-from synthetic_sweep import make_recording
+from evo.search.params import distributions, suggest, trial_params
+from evo.search.proposal import PROPOSAL, seen_keys
+from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records
+from evo.space import diff, make_candidate, mutations
+
+FAMS = [load_family("flash_mma"), load_family("flash_scalar")]
 
 
-@pytest.fixture(scope="module")
-def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
+def made_up(cand) -> float:
+    """A smooth score with an optimum at BLOCK_N=64, STAGES=2 (flash_mma); scalar is slow."""
+    p = cand.p
+    if cand.family == "flash_scalar":
+        return 0.3 + 0.01 * p["VEC"]
+    return math.exp(-0.1 * (math.log2(p["BLOCK_N"]) - 6) ** 2 - 0.1 * (p["STAGES"] - 2) ** 2
+                    + 0.05 * p["EXP2"])
+
+
+def run_study(n: int, seed: int = 0, fail=lambda c: False) -> optuna.Study:
+    study = optuna.create_study(direction="maximize", sampler=EvoSampler(FAMS, seed=seed))
+    for _ in range(n):
+        t = study.ask()
+        fam, raw = suggest(t, FAMS)
+        cand = make_candidate(fam, raw)
+        if fail(cand):
+            t.set_user_attr("status", "red")
+            study.tell(t, state=TrialState.FAIL)
+        else:
+            study.tell(t, made_up(cand))
+    return study
+
+
+@pytest.fixture(autouse=True)
+def quiet() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rec = make_recording(tmp_path_factory.mktemp("rec") / "sweep-synthetic.json.gz", seed=5, drop=0.2)
-    return Problem.load(rec, ["flash_mma"], tolerance=0.03)
 
 
-def run(problem: Problem, name: str, seed: int, warm: bool, trials: int | None = None, batch: int = 2):
-    e = Entrant(name, "evo")
-    return run_optuna(problem, e.make, seed, warm, self_seeding=True, batch=batch, trial_cap=trials,
-                      stop_at_target=trials is None)
+def test_children_are_valid_and_distinct() -> None:
+    study = run_study(80)
+    keys = [(t.params["family"], tuple(sorted(t.params.items()))) for t in study.trials]
+    assert len(set(keys)) == len(keys)  # make_candidate in run_study already proved validity
 
 
-def test_it_never_proposes_an_invalid_or_tried_point(problem: Problem) -> None:
-    trace = run(problem, "evo", 0, False, trials=40)
-    assert None not in trace.proposed and len(set(trace.proposed)) == 40
+def test_mutation_children_record_parent_and_move() -> None:
+    study = run_study(40, seed=3)
+    by_number = {t.number: t for t in study.trials}
+    muts = [t for t in study.trials if t.system_attrs[PROPOSAL]["op"] == "mutation"]
+    assert muts
+    for t in muts:
+        prop = t.system_attrs[PROPOSAL]
+        parent = by_number[prop["parents"][0]]
+        assert parent.state == TrialState.COMPLETE and parent.number < t.number
+        pc = make_candidate(parent.params["family"], _params(parent))
+        cc = make_candidate(t.params["family"], _params(t))
+        assert {k: list(v) for k, v in diff(pc, cc).items()} == prop["mutation"]
+        assert 1 <= len(prop["mutation"]) <= 2
 
 
-def test_warm_it_climbs_from_the_default_one_gene_at_a_time_until_the_model_starts(tmp_path: Path) -> None:
-    problem = Problem.load(make_recording(tmp_path / "sweep-full.json.gz", seed=5, drop=0.0), ["flash_mma"])
-    trace = run(problem, "evo", 1, True, trials=3, batch=1)
-    points = dict(problem.points)
-    assert isinstance(problem.outcome(trace.proposed[0]), float)  # type: ignore[arg-type]
-    first, second = (points[k] for k in trace.proposed[:2])  # type: ignore[index]
-    assert first == problem.defaults[0] and distance(first, second) == 1
+def _params(t) -> dict:
+    fam = t.params["family"]
+    return {k.split(".", 1)[1]: v for k, v in t.params.items() if k.startswith(fam + ".")}
 
 
-def test_the_model_finds_a_top_point_sooner_than_random_search(problem: Problem) -> None:
-    evo = [run(problem, "evo", s, False).tally.reached for s in range(4)]
-    rnd = [run(problem, "random", s, False).tally.reached for s in range(4)]
-    assert None not in evo and statistics.median(evo) < statistics.median(rnd)  # type: ignore[arg-type,type-var]
+def test_failed_points_are_never_proposed_again() -> None:
+    failing = lambda c: c.family == "flash_mma" and c.p["STAGES"] == 3  # noqa: E731
+    study = run_study(60, seed=1, fail=failing)
+    seen = collections.Counter(tuple(sorted(t.params.items())) for t in study.trials)
+    assert max(seen.values()) == 1
+    assert any(t.state == TrialState.FAIL for t in study.trials)
 
 
-def test_genes_are_encoded_by_kind() -> None:
-    mma, scalar = load_family("flash_mma"), load_family("flash_scalar")
-    enc = Encoder([mma, scalar])
-    row = dict(zip(enc.columns, enc.row(make_candidate(mma, {"BLOCK_M": 64, "NUM_WARPS": 4, "SWIZZLE": "none"}))))
-    assert row["family=flash_mma"] == 1 and row["family=flash_scalar"] == 0
-    assert row["flash_mma.BLOCK_M"] == 0.5            # log2 64 halfway between 32 and 128
-    assert row["flash_mma.SWIZZLE"] == 0.0 and row["flash_scalar.VEC"] == 0.0
-    assert enc.matrix(list(all_candidates(scalar))).shape == (60, enc.width)
+def test_moves_whose_children_failed_are_weighted_down() -> None:
+    failing = lambda c: c.family == "flash_mma" and c.p["STAGES"] == 3  # noqa: E731
+    study = run_study(80, seed=2, fail=failing)
+    recs = move_records(study.trials)
+    to3 = [r for (name, _, new), r in recs.items() if name == "STAGES" and new == 3]
+    assert to3 and all(r.failures > 0 and not r.log_effects for r in to3)
+    assert all(r.weight(8.0) < 1.0 for r in to3)
 
 
-def test_the_failure_model_learns_which_genes_fail() -> None:
-    mma = load_family("flash_mma")
-    enc = Encoder([mma])
-    cands = list(all_candidates(mma))[:200]
-    failed = np.array([c.p["STAGES"] == 3 for c in cands])
-    model = FailureModel(enc.matrix(cands), failed)
-    p = model.p_ok(enc.matrix(cands))
-    assert p[failed].max() < p[~failed].min()
-    assert (FailureModel(enc.matrix(cands), np.zeros(len(cands), bool)).p_ok(enc.matrix(cands[:3])) == 1).all()
+@pytest.mark.parametrize("effects,failures,direction", [
+    ([0.1, 0.12, 0.09], 0, 1), ([-0.1, -0.2], 0, -1), ([], 2, -1), ([], 0, 0)])
+def test_move_weight_follows_its_record(effects, failures, direction) -> None:
+    w = MoveRecord(effects, failures).weight(8.0)
+    assert (w > 1, w < 1, w == 1)[[1, -1, 0].index(direction)]
 
 
-def test_expected_improvement_prefers_a_higher_mean_and_more_doubt() -> None:
-    ei = expected_improvement(np.array([0.0, 1.0, 0.0]), np.array([0.1, 0.1, 1.0]), best=0.5)
-    assert ei[1] > ei[2] > ei[0] > 0
+def test_better_moves_are_drawn_more_often() -> None:
+    """A parent with a proven move (STAGES 1->2 won three times) gets that move far more often
+    than a uniform choice among its one-gene neighbours would give it."""
+    fam = FAMS[0]
+    study = optuna.create_study(direction="maximize", sampler=EvoSampler([fam], seed=0, immigrant_rate=0,
+                                                                        crossover_rate=0, two_gene_rate=0))
+    dists = distributions([fam])
+    base = make_candidate(fam, {"STAGES": 1, "BLOCK_N": 32})
+    number = 0
+    for bn in (32, 64, 128):  # three lineages where STAGES 1 -> 2 gave x1.3
+        parent = make_candidate(fam, {"STAGES": 1, "BLOCK_N": bn, "EXP2": False})
+        child = make_candidate(fam, {"STAGES": 2, "BLOCK_N": bn, "EXP2": False})
+        study.add_trial(optuna.trial.create_trial(params=trial_params(parent), distributions=dists, value=1.0))
+        study.add_trial(optuna.trial.create_trial(
+            params=trial_params(child), distributions=dists, value=1.3,
+            system_attrs={PROPOSAL: {"op": "mutation", "parents": [number], "mutation": {"STAGES": [1, 2]},
+                                     "family": fam.name, "params": child.p}}))
+        number += 2
+    sampler: EvoSampler = study.sampler  # type: ignore[assignment]
+    weights = {m: r.weight(8.0) for m, r in move_records(study.trials).items()}
+    picks = collections.Counter()
+    for _ in range(300):
+        prop = sampler.mutant([(study.trials[0], base)], weights, seen_keys(study.trials))
+        picks[str(prop.mutation)] += 1
+    share = picks[str({"STAGES": [1, 2]})] / 300
+    assert share > 2 / len(mutations(fam, base, 1))  # twice its share under a uniform choice
+
+
+def test_a_fresh_study_starts_from_the_family_defaults() -> None:
+    study = run_study(4)
+    firsts = [t.system_attrs[PROPOSAL] for t in study.trials[:2]]
+    assert [p["op"] for p in firsts] == ["seed", "seed"]
+    assert {(p["family"], tuple(sorted(p["params"].items()))) for p in firsts} == {
+        (f.name, tuple(sorted(make_candidate(f).p.items()))) for f in FAMS}
+    assert all(t.system_attrs[PROPOSAL]["op"] != "seed" for t in study.trials[2:])

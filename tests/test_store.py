@@ -16,6 +16,7 @@ from evo.errors import EvoError
 from evo.results import CheckResult, Resources, Shape, Status, Timing
 from evo.space import make_candidate
 from evo.store import NewInsight, Store, invalid_id, open_store, short_id
+from evo.store.engine import HEAD
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +52,7 @@ def lineage(store: Store) -> dict:
 def test_fresh_file_is_migrated_to_head(url: str, tmp_path: Path) -> None:
     open_store(url).close()
     db = sqlite3.connect(tmp_path / "evo.sqlite")
-    assert db.execute("select version_num from evo_alembic_version").fetchall() == [("0001",)]
+    assert db.execute("select version_num from evo_alembic_version").fetchall() == [(HEAD,)]
     assert db.execute("pragma journal_mode").fetchone() == ("wal",)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from evo.results import Shape, Timing
+from evo.results import Fidelity, Shape, Timing
 from evo.timing import (
-    BACKENDS, RECHECK_FAILED, Stats, floor_us, implausible, io_bytes, make_timing, recheck_failed,
+    BACKENDS, RECHECK_FAILED, Stats, disagrees, fidelity_of, floor_us, implausible, io_bytes, make_timing,
+    narrowest, recheck_failed, too_wide,
 )
 
 F1 = Shape("F1", 1, 8, 512, 64, False)
@@ -82,19 +83,47 @@ def test_time_graph_sdpa_is_positive_and_steady() -> None:
 
 
 @pytest.mark.gpu
-def test_time_case_interleaves_candidate_and_backends() -> None:
+def test_time_case_interleaves_candidate_and_backends_checks_and_profiles() -> None:
     import torch
 
+    from evo.suites import green_settings
     from evo.timing import time_case
 
     def candidate(q, k, v, o):  # SDPA written into o: as fast as the default backend, plausible
         o.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v))
 
-    out = time_case(candidate, F1, rounds=2, reps=5)
+    got = time_case(candidate, F1, rounds=2, reps=5, check=green_settings(), fidelity=True)
+    out = got.timings
     assert out[0].backend == "evo" and {t.backend for t in out[1:]} <= set(BACKENDS)
     assert "sdpa_default" in {t.backend for t in out}
     assert all(t.median_us > 0 and len(t.samples_us) == 10 for t in out)
-    assert out[0].flagged == ""
+    assert "implausible" not in out[0].flagged
+    assert got.outputs_checked >= 1 and got.output_failure == ""
+    assert all(t.fidelity is not None and min(t.fidelity.median_us, t.fidelity.busy_us, t.fidelity.events_us) > 0
+               for t in out), \
+        "torch.profiler gave no usable CUDA activity (none, or not in whole replays)"
+
+
+@pytest.mark.gpu
+def test_a_timed_output_that_goes_wrong_is_caught() -> None:
+    """Right on its first launches (warm-up, capture), wrong in every replay: the output check
+    names the replays; an op that stops writing is caught by the replay into poisoned outputs."""
+    import torch
+
+    from evo.suites import green_settings
+    from evo.timing import time_case
+
+    calls = [0]
+
+    def goes_wrong(q, k, v, o):
+        calls[0] += 1
+        o.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        if calls[0] > 4:            # captured from here on: every replay adds one
+            o.add_(1.0)
+
+    got = time_case(goes_wrong, F1, (), rounds=1, reps=3, check=green_settings(), remeasure=0)
+    assert got.output_failure.startswith("after the timed replays, set 0 of"), got.output_failure
+    assert "max|err|" in got.output_failure
 
 
 @pytest.mark.gpu
@@ -105,24 +134,37 @@ def test_gemm_rate_is_a_hopper_rate() -> None:
 
 
 class FakeTimer:
-    """Stands in for GraphTimer: answers a fixed time per (op name, input seed), logs samples."""
+    """Stands in for GraphTimer: answers fixed samples per (op name, input seed, attempt), logs
+    the order ops are sampled in. ``us`` values are a time or a list of samples."""
 
     log: list[str] = []
-    us: dict[tuple[str, int], float] = {}
+    us: dict[tuple[str, int, int], float | list[float]] = {}
+    made: dict[str, int] = {}
 
     def __init__(self, fn, *, warmup: int) -> None:
         self.name, self.seed = fn.op.name, fn.sets[0]
-        self.replay_ms = 1.0
+        self.attempt = FakeTimer.made.get(self.name, 0)
+        FakeTimer.made[self.name] = self.attempt + 1
+        self.replay_ms, self.launches, self.launch_us = 1.0, 1, 1000.0
 
     def affordable(self, reps: int, budget_ms: float) -> int:
         return reps
 
+    def warm(self, ms: float) -> None:
+        pass
+
     def sample(self, reps: int) -> list[float]:
         FakeTimer.log.append(self.name)
-        return [FakeTimer.us[(self.name, self.seed)]] * reps
+        us = FakeTimer.us.get((self.name, self.seed, self.attempt), FakeTimer.us.get((self.name, self.seed, 0)))
+        return list(us) if isinstance(us, list) else [us] * reps
 
     def close(self) -> None:
         pass
+
+
+class FakeInputs:
+    def __init__(self, shape: Shape, seed: int) -> None:
+        self.sets, self.guards = [seed], []
 
 
 def named(name: str):
@@ -134,19 +176,20 @@ def named(name: str):
 
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> type[FakeTimer]:
-    monkeypatch.setattr("evo.timing.make_inputs", lambda shape, seed: [seed])
+    monkeypatch.setattr("evo.timing.InputSets", FakeInputs)
     monkeypatch.setattr("evo.timing.GraphTimer", FakeTimer)
     monkeypatch.setattr("evo.timing.sdpa_op", lambda backend, causal: named(backend))
     monkeypatch.setattr("evo.timing.runs", lambda op, inputs: op.name != "sdpa_cudnn")
-    FakeTimer.log = []
-    FakeTimer.us = {("evo", 0): 6.0, ("sdpa_flash", 0): 9.0, ("sdpa_default", 0): 8.0}
+    monkeypatch.setattr("torch.cuda.empty_cache", lambda: None)
+    FakeTimer.log, FakeTimer.made = [], {}
+    FakeTimer.us = {("evo", 0, 0): 6.0, ("sdpa_flash", 0, 0): 9.0, ("sdpa_default", 0, 0): 8.0}
     return FakeTimer
 
 
 def test_time_case_interleaves_rounds_and_skips_refusing_backends(fake_gpu: type[FakeTimer]) -> None:
     from evo.timing import time_case
 
-    out = time_case(named("evo"), F1, ("sdpa_flash", "sdpa_cudnn", "sdpa_default"), rounds=3, reps=2)
+    out = time_case(named("evo"), F1, ("sdpa_flash", "sdpa_cudnn", "sdpa_default"), rounds=3, reps=2).timings
     assert [t.backend for t in out] == ["evo", "sdpa_flash", "sdpa_default"]
     assert fake_gpu.log == ["evo", "sdpa_flash", "sdpa_default", "sdpa_flash", "sdpa_default", "evo",
                             "sdpa_default", "evo", "sdpa_flash"]
@@ -159,8 +202,8 @@ def test_implausible_candidate_is_remeasured_on_fresh_inputs_and_rechecked(fake_
                                                                           note: str) -> None:
     from evo.timing import time_case
 
-    fake_gpu.us |= {("evo", 0): 2.0, ("evo", 1): 3.0}   # 4x faster than flash; fresh inputs (seed 1): 3 us
-    out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=3, recheck=recheck)
+    fake_gpu.us |= {("evo", 0, 0): 2.0, ("evo", 1, 1): 3.0}   # 4x faster than flash; fresh inputs (seed 1): 3 us
+    out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=3, recheck=recheck).timings
     assert out[0].median_us == 3.0 and out[0].samples_us == [3.0, 3.0, 3.0]
     assert out[0].flagged.startswith("implausible: 4.5x faster than sdpa_flash") and out[0].flagged.endswith(note)
 
@@ -168,6 +211,95 @@ def test_implausible_candidate_is_remeasured_on_fresh_inputs_and_rechecked(fake_
 def test_known_baselines_count_for_plausibility(fake_gpu: type[FakeTimer]) -> None:
     from evo.timing import time_case
 
-    fake_gpu.us |= {("evo", 1): 6.0}
-    out = time_case(named("evo"), F1, (), rounds=1, reps=1, known=[baseline(F1, "sdpa_default", 20.0)])
+    fake_gpu.us |= {("evo", 1, 1): 6.0}
+    out = time_case(named("evo"), F1, (), rounds=1, reps=1, known=[baseline(F1, "sdpa_default", 20.0)]).timings
     assert [t.backend for t in out] == ["evo"] and "faster than sdpa_default" in out[0].flagged
+
+
+WIDE = [8.0, 10.0, 12.0, 9.0, 11.0]
+NARROW = [10.0, 10.1, 9.9, 10.0, 10.05]
+
+
+def test_a_wide_spread_is_measured_again_not_recorded(fake_gpu: type[FakeTimer]) -> None:
+    from evo.timing import time_case
+
+    fake_gpu.us |= {("evo", 0, 0): WIDE, ("evo", 0, 1): NARROW}
+    out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=5).timings
+    assert fake_gpu.made == {"evo": 2, "sdpa_flash": 2}          # the whole case, again
+    assert out[0].samples_us == NARROW and out[0].flagged == ""
+
+
+def test_a_spread_that_stays_wide_is_recorded_narrowest_and_flagged(fake_gpu: type[FakeTimer]) -> None:
+    from evo.timing import time_case
+
+    wider = [5.0, 10.0, 15.0, 7.0, 13.0]
+    fake_gpu.us |= {("evo", 0, 0): wider, ("evo", 0, 1): WIDE, ("evo", 0, 2): wider}
+    out = time_case(named("evo"), F1, (), rounds=1, reps=5, remeasure=2).timings
+    assert fake_gpu.made == {"evo": 3}
+    assert out[0].samples_us == WIDE and out[0].flagged.startswith("spread 24% > 5% after 3 measurements")
+
+
+def test_a_wrong_timed_output_stops_the_case(fake_gpu: type[FakeTimer], monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo.suites import green_settings
+    from evo.timing import CaseRun, time_case
+
+    monkeypatch.setattr(CaseRun, "check_outputs", lambda self, name, settings: (4, "set 2 of 4: NaN in output"))
+    fake_gpu.us |= {("evo", 0, 0): WIDE}                       # would be measured again if it were right
+    got = time_case(named("evo"), F1, (), rounds=1, reps=5, check=green_settings())
+    assert (got.outputs_checked, got.output_failure) == (4, "set 2 of 4: NaN in output")
+    assert fake_gpu.made == {"evo": 1}
+
+
+def test_timed_outputs_are_counted_over_every_attempt(fake_gpu: type[FakeTimer], monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo.suites import green_settings
+    from evo.timing import CaseRun, time_case
+
+    seen = []
+    monkeypatch.setattr(CaseRun, "check_outputs", lambda self, name, settings: (seen.append(name) or 3, ""))
+    fake_gpu.us |= {("evo", 0, 0): WIDE, ("evo", 0, 1): NARROW}
+    got = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=5, check=green_settings())
+    assert seen == ["evo", "evo"] and (got.outputs_checked, got.output_failure) == (6, "")
+
+
+def test_profiled_timings_carry_fidelity_and_disagreement_is_flagged(fake_gpu: type[FakeTimer],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo.timing import time_case
+
+    profiled = {"evo": Fidelity(6.1, 6.0, 6.2, 5.9, 10), "sdpa_flash": Fidelity(7.5, 7.4, 7.6, 7.0, 10)}
+    monkeypatch.setattr("evo.timing.profile", lambda timer: profiled[timer.name])
+    out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=2, fidelity=True).timings
+    assert [t.fidelity for t in out] == [profiled["evo"], profiled["sdpa_flash"]]
+    assert out[0].flagged == ""
+    assert out[1].flagged.startswith("FAST 9.00 us vs profiler 7.50 us (x1.200")
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+@pytest.mark.parametrize(("samples", "wide"), [(NARROW, False), (WIDE, True), ([4.0] * 3, False)])
+def test_too_wide(samples: list[float], wide: bool) -> None:
+    assert bool(too_wide({"evo": samples})) is wide
+
+
+def test_narrowest_attempt_prefers_the_smallest_widest_spread_then_the_latest() -> None:
+    assert narrowest([{"a": WIDE, "b": NARROW}, {"a": NARROW, "b": NARROW}, {"a": WIDE}]) == 1
+    assert narrowest([{"a": NARROW}, {"a": NARROW}]) == 1
+
+
+def test_fidelity_groups_device_activity_by_replay() -> None:
+    # 3 replays of 2 launches, each launch one 4 us kernel after a 1 us gap
+    events = [(r * 100.0 + i * 5.0 + 1.0, r * 100.0 + i * 5.0 + 5.0) for r in range(3) for i in range(2)]
+    f = fidelity_of(events[::-1], replays=3, launches=2)
+    assert f is not None and (f.median_us, f.busy_us, f.replays) == pytest.approx((4.5, 4.0, 3))
+
+
+@pytest.mark.parametrize(("events", "replays"), [([], 2), ([(0.0, 1.0)] * 3, 2)])
+def test_fidelity_of_unusable_activity_is_none(events: list[tuple[float, float]], replays: int) -> None:
+    assert fidelity_of(events, replays, 1) is None
+
+
+@pytest.mark.parametrize(("profiled", "flag"), [(None, ""), (10.4, ""), (9.6, ""), (10.6, "x0.943"), (9.0, "x1.111")])
+def test_disagreement(profiled: float | None, flag: str) -> None:
+    fid = None if profiled is None else Fidelity(profiled, profiled, profiled, profiled, 5)
+    why = disagrees(Timing(F1, "evo", 10.0, 10.0, 10.0, fidelity=fid))
+    assert (flag in why) if flag else why == ""

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from evo.errors import EvoError
+from evo.render import Entry
 from evo.results import Status
+from evo.space import LaunchConfig
 from evo.worker import EvalRequest, Worker, WorkerPool, _child_env, gpu_count, require_gpu
 
 FIXTURES = Path(__file__).parent / "fixtures" / "worker"
@@ -74,6 +76,37 @@ def test_hang_times_out_within_budget_and_worker_is_replaced(worker: Worker) -> 
     assert 1.0 <= elapsed < 4.0
     assert not alive(pid)
     assert worker.evaluate(req(), 30).status is Status.FAST
+
+
+@pytest.mark.parametrize(("act", "kind"), [
+    ("hang", "stuck: no progress reported in"),
+    ("stall", "stuck: no progress in the last"),
+    ("trickle", "slow: still progressing"),
+])
+def test_a_timeout_says_whether_the_work_was_stuck_or_slow(worker: Worker, act: str, kind: str) -> None:
+    ev = worker.evaluate(req("slow", act=act), timeout_s=2.0)
+    assert ev.status is Status.TIMEOUT and "no answer within 2 s" in ev.reason and kind in ev.reason
+    assert ("since 'step 1': a step that did not return" in ev.reason) is (act == "stall")
+
+
+def test_start_up_is_not_charged_to_the_first_request() -> None:
+    with Worker(0, "standins:serve_slow_start", env={"STANDIN_START_S": "3"}) as w:
+        ev = w.evaluate(req("first"), timeout_s=1.0)  # 3 s of start-up, then an instant answer
+    assert ev.status is Status.FAST, ev.reason
+
+
+def test_a_failure_during_start_up_is_a_setup_error_naming_it() -> None:
+    with Worker(0, "standins:serve_broken_start") as w, \
+            pytest.raises(EvoError, match="failed to start: RuntimeError: no CUDA-capable device is detected"):
+        w.evaluate(req(), 30)
+
+
+def test_a_launch_that_cannot_be_set_up_is_rejected_before_any_worker_sees_it(worker: Worker) -> None:
+    pid = int(worker.evaluate(req(), 30).reason)
+    wide = Entry("evo_attn_d64_fp16_full", 64, "fp16", False, LaunchConfig(2048, 64, 0))
+    ev = worker.evaluate(EvalRequest("wide", "unused.cubin", (wide,)), 30)
+    assert ev.status is Status.RESOURCE_REJECTED and "2048 threads per CTA" in ev.reason
+    assert int(worker.evaluate(req(), 30).reason) == pid and worker.restarts == 0
 
 
 def test_worker_that_fails_after_n_requests_keeps_serving() -> None:

@@ -1,13 +1,104 @@
-"""The Typer application object that every command module registers on."""
+"""The ``evo`` click group that every command module registers on, and the options they share.
 
-import typer
+Conventions are click's: ``-h``/``--help`` on every command, ``evo --version``, ``evo`` alone
+prints help and exits 0, a usage error prints the usage line and exits 2. Numeric options are
+range-checked by click; ``--db`` takes a SQLite file path or a SQLAlchemy URL.
+"""
 
-app = typer.Typer(
-    name="evo",
-    help="Evolve fast attention (SDPA forward) CUDA kernels: render, build, gate, time, search, promote.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from __future__ import annotations
 
-DbOption = typer.Option(None, "--db", help="SQLAlchemy URL (default: sqlite:///db/evo.sqlite or $EVO_DB)")
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import optuna
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from evo import __version__, paths
+from evo.errors import EvoError
+from evo.paths import sqlite_file
+
+F = TypeVar("F", bound=Callable[..., Any])
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+POSTGRES_HINT = "pip install 'evo-kernels[postgres]'"
+
+
+HELP_ORDER = ("run", "show", "lineage", "insights", "eval", "bench", "promote", "render", "build", "doctor",
+              "export-sweep")
+
+
+class Commands(click.Group):
+    """A group whose help lists commands in workflow order (others after, as registered)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        known = [c for c in HELP_ORDER if c in self.commands]
+        return known + [c for c in self.commands if c not in known]
+
+
+@click.group(name="evo", cls=Commands, context_settings=CONTEXT, invoke_without_command=True)
+@click.version_option(__version__, "--version", prog_name="evo", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Evolve fast attention (SDPA forward) CUDA kernels: render, build, gate, time, search, promote.
+
+    Start with `evo run`; without a GPU it replays a recorded H200 sweep. Every command takes
+    -h for its options.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # its INFO lines would interleave with evo's output
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+def check_driver(url: str) -> None:
+    """EvoError unless SQLAlchemy knows the URL's dialect and its Python driver is installed."""
+    try:
+        dialect = make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise EvoError(f"cannot use database URL {url!r}: {exc}") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        hint = POSTGRES_HINT if dialect.name == "postgresql" else f"install the {dialect.driver} driver"
+        raise EvoError(f"the {dialect.name} driver {exc.name or dialect.driver!r} is not installed: {hint}") from None
+
+
+def require_database(url: str) -> str:
+    """``url`` if its database exists; read-only commands call this so a mistyped path is an
+    error instead of a new, empty database."""
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise EvoError(f"no database at {path}: `evo run` creates one; --db or $EVO_DB names another")
+    return url
+
+
+def _db_callback(writes: bool) -> Callable[[click.Context, click.Parameter, str | None], str]:
+    def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+        url = paths.db_url(value) if value else paths.default_db_url()
+        check_driver(url)
+        path = sqlite_file(url)
+        if writes and value and path is not None and not path.parent.is_dir():
+            raise click.BadParameter(f"folder {path.parent} does not exist (evo creates the database "
+                                     f"file, not its folder)")
+        return url
+    return convert
+
+
+def db_option(writes: bool = False) -> Callable[[F], F]:
+    """``--db PATH|URL``; the command receives a SQLAlchemy URL (the default filled in).
+    Commands that only read must also call :func:`require_database` before opening it."""
+    return click.option("--db", metavar="PATH|URL", callback=_db_callback(writes),
+                        help="SQLite file or SQLAlchemy URL  [default: $EVO_DB, else <EVO_HOME>/db/evo.sqlite]")
+
+
+def fail_if(condition: bool, message: str) -> None:
+    """EvoError(message) when ``condition`` holds: argument combinations click cannot express."""
+    if condition:
+        raise EvoError(message)
+
+
+def split_list(values: tuple[str, ...]) -> list[str] | None:
+    """A repeatable, comma-separated option as one list (None when not given)."""
+    out = [v.strip() for s in values for v in s.split(",") if v.strip()]
+    return out or None
+

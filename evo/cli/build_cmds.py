@@ -12,15 +12,13 @@ import random
 import sys
 import time
 
-import typer
-from rich import box
-from rich.console import Console
+import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from evo import build, doctor
-from evo.cli.app import DbOption, app
+from evo.cli.app import cli, db_option
+from evo.cli.output import console, err_console, table
 from evo.errors import EvoError
 from evo.manifest import Family, Value, list_families, load_family
 from evo.render import Rendered, render
@@ -28,21 +26,19 @@ from evo.results import BuildResult, Status
 from evo.space import Candidate, all_candidates, make_candidate, parse_assignments
 from evo.store import open_store, short_id
 
-console = Console()
-err_console = Console(stderr=True)
-ParamOption = typer.Option([], "-p", "--param", help="KEY=VALUE (repeatable); defaults fill the rest")
+param_option = click.option("-p", "--param", "param", multiple=True, metavar="KEY=VALUE",
+                            help="a parameter (repeatable); the manifest's defaults fill the rest")
 STATUS_STYLE = {Status.BUILT: "green", Status.COMPILE_FAILED: "red", Status.RESOURCE_REJECTED: "yellow"}
 
 
-@app.command("render")
-def render_cmd(
-    family: str = typer.Argument(..., help="kernel family"),
-    param: list[str] = ParamOption,
-    hash_only: bool = typer.Option(False, "--hash", help="print only the source hash"),
-) -> None:
-    """Print the CUDA source of one candidate (or its hash)."""
+@cli.command("render")
+@click.argument("family")
+@param_option
+@click.option("--hash", "hash_only", is_flag=True, help="print only the source hash")
+def render_cmd(family: str, param: tuple[str, ...], hash_only: bool) -> None:
+    """Print one candidate's CUDA source (or its hash)."""
     fam = load_family(family)
-    rendered = render(make_candidate(fam, parse_assignments(fam, param)), fam)
+    rendered = render(make_candidate(fam, parse_assignments(fam, list(param))), fam)
     sys.stdout.write(rendered.source_hash + "\n" if hash_only else rendered.source)
 
 
@@ -66,18 +62,21 @@ def _entry_max(result: BuildResult) -> tuple[str, str, str]:
             str(max(r.smem_static + r.smem_dynamic for r in res)))
 
 
-@app.command("build")
-def build_cmd(
-    families: list[str] = typer.Argument(None, help="kernel families (default: all)"),
-    param: list[str] = ParamOption,
-    count: int | None = typer.Option(None, "--random", min=1, help="N random valid points per family"),
-    seed: int = typer.Option(0, "--seed", help="seed for --random"),
-    arch: str | None = typer.Option(None, "--arch", help="sm_90a or sm_80 (default: from the GPU, else sm_90a)"),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="parallel nvcc processes (default: CPUs)"),
-    db: str | None = DbOption,
-) -> None:
-    """Render and compile a batch of candidates in parallel; store every result."""
-    names = families or list_families()
+@cli.command("build")
+@click.argument("families", nargs=-1, metavar="[FAMILY]...")
+@param_option
+@click.option("--random", "count", type=click.IntRange(min=1), metavar="N", help="N random valid points per family")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="seed for --random")
+@click.option("--arch", metavar="ARCH", help="sm_90a or sm_80 (default: from the GPU, else sm_90a)")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="parallel nvcc processes (default: CPUs)")
+@db_option(writes=True)
+def build_cmd(families: tuple[str, ...], param: tuple[str, ...], count: int | None, seed: int, arch: str | None,
+              jobs: int | None, db: str) -> None:
+    """Compile candidates with nvcc; store the ptxas reports.
+
+    Renders and compiles in parallel (default: every FAMILY), cached by content.
+    """
+    names = list(families) or list_families()
     if not names:
         raise EvoError("no kernel families found")
     arch = arch or build.default_arch()
@@ -88,14 +87,14 @@ def build_cmd(
         fam = load_family(name)
         if arch not in fam.arches:
             raise EvoError(f"family {fam.name} does not support {arch}; it supports {', '.join(fam.arches)}")
-        fixed = parse_assignments(fam, param)
+        fixed = parse_assignments(fam, list(param))
         items += [render(c, fam) for c in _points(fam, fixed, count, rng)]
     build.nvcc_path()
     jobs = jobs or os.cpu_count() or 1
     by_id = {build.build_id_for(r, arch): r for r in items}
 
     with open_store(db) as store:
-        run_id = store.start_run("evo build", options={"families": names, "params": param, "random": count,
+        run_id = store.start_run("evo build", options={"families": names, "params": list(param), "random": count,
                                                        "seed": seed, "arch": arch, "jobs": jobs})
         status = "failed"
         progress = Progress(TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -118,16 +117,16 @@ def build_cmd(
         finally:
             store.finish_run(run_id, status)
 
-    table = Table(title=f"{len(by_id)} candidates for {arch}", title_justify="left", box=box.SIMPLE, pad_edge=False)
-    for col in ("id", "status", "regs", "spills", "smem", "seconds", "candidate"):
-        table.add_column(col, justify="left" if col in ("id", "candidate", "status") else "right",
-                         no_wrap=col != "candidate")
+    numbers = ("regs", "spills", "smem", "seconds")
+    out = table("id", "status", *numbers, "candidate", right=numbers, wrap=("candidate",),
+                title=f"{len(by_id)} candidates for {arch}",
+                pad_edge=False)
     distinct = {r.build_id: r for r in results}
     for r in distinct.values():
         seconds = "cached" if r.cached else f"{r.seconds:.1f}"
-        table.add_row(short_id(r.build_id), f"[{STATUS_STYLE.get(r.status, '')}]{r.status.value}[/]", *_entry_max(r),
-                      seconds, escape(by_id[r.build_id].candidate.label()))
-    console.print(table)
+        out.add_row(short_id(r.build_id), f"[{STATUS_STYLE.get(r.status, '')}]{r.status.value}[/]", *_entry_max(r),
+                    seconds, escape(by_id[r.build_id].candidate.label()))
+    console.print(out)
     for r in distinct.values():
         if r.reason:
             console.print(f"[dim]{short_id(r.build_id)}[/] {escape(r.reason)}", soft_wrap=True)
@@ -139,15 +138,20 @@ def build_cmd(
     console.print(f"compiled {len(compiled)} candidates in {wall:.1f} s: {rate:.1f} candidates/min ({jobs} jobs)")
 
 
-@app.command("doctor")
-def doctor_cmd(db: str | None = DbOption) -> None:
-    """Report nvcc, ninja, GPUs, cuda-python and the database; exit 2 if something required is missing."""
+@cli.command("doctor")
+@db_option()
+def doctor_cmd(db: str) -> None:
+    """What this machine has for evo (nvcc, GPU, database).
+
+    Reports nvcc, ninja, GPUs, cuda-python, evo's files and the database; exits 2 if something
+    required is missing. Creates nothing.
+    """
     findings = doctor.diagnose(db)
-    table = Table(show_header=False, box=None)
+    out = table("check", "name", "detail", wrap=("detail",), show_header=False)
     for f in findings:
         mark = "[green]ok[/]" if f.ok else "[red]MISSING[/]" if f.required else "[yellow]no[/]"
-        table.add_row(mark, f.name, escape(f.detail))
-    console.print(table)
+        out.add_row(mark, f.name, escape(f.detail))
+    console.print(out)
     missing = [f.name for f in findings if f.required and not f.ok]
     if missing:
         raise EvoError(f"evo cannot build here: fix {', '.join(missing)}")

@@ -3,18 +3,16 @@ stored about one candidate: parameters, status, build report, checks, timings, l
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 
-import typer
-from rich import box
-from rich.console import Console
+import click
 from rich.markup import escape
-from rich.table import Table
 
+from evo import jsondoc
 from evo.build import SOURCE, cache_dir
-from evo.cli.app import DbOption, app
+from evo.cli.app import cli, db_option, require_database
+from evo.cli.output import console, table
 from evo.errors import EvoError
 from evo.lineage import STATUS_STYLE, build_lineage, mutation_text, to_dot, to_json, to_tree
 from evo.render import render
@@ -23,23 +21,27 @@ from evo.scoring import CANDIDATE, edge_effect, latest, score, speedups
 from evo.search.study import study_cases
 from evo.space import make_candidate
 from evo.store import CandidateRecord, Store, open_store, short_id
+from evo.timing import BACKENDS
 
-console = Console()
-BaselineOption = typer.Option("sdpa_default", "--baseline", help="SDPA backend speedups are measured against")
 FORMATS = ("tree", "dot", "json")
+baseline_option = click.option("--baseline", type=click.Choice(BACKENDS), default="sdpa_default", show_default=True,
+                               help="the SDPA backend speedups are measured against")
 
 
-@app.command("lineage")
-def lineage_cmd(
-    study: str | None = typer.Option(None, "--study", help="study name (default: every candidate)"),
-    fmt: str = typer.Option("tree", "--format", help="tree, dot or json"),
-    baseline: str = BaselineOption,
-    db: str | None = DbOption,
-) -> None:
-    """The lineage graph: candidates with status and score, edges with the move and its effect."""
-    if fmt not in FORMATS:
-        raise EvoError(f"unknown format {fmt!r}; choose {', '.join(FORMATS)}")
-    with open_store(db) as store:
+@cli.command("lineage")
+@click.option("--study", metavar="NAME", help="study name (default: every candidate)")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tree", show_default=True,
+              help="a tree on the terminal, Graphviz DOT, or JSON")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (same as --format json)")
+@baseline_option
+@db_option()
+def lineage_cmd(study: str | None, fmt: str, as_json: bool, baseline: str, db: str) -> None:
+    """The search tree: candidates, moves and their effects.
+
+    Candidates with status and score; edges with the move that made the child and its effect.
+    """
+    fmt = "json" if as_json else fmt
+    with open_store(require_database(db)) as store:
         cases = study_cases(store.url, study) if study else None
         lin = build_lineage(store, study, baseline, cases)
     if not lin.nodes:
@@ -49,21 +51,27 @@ def lineage_cmd(
     elif fmt == "dot":
         sys.stdout.write(to_dot(lin))
     else:
-        sys.stdout.write(json.dumps(to_json(lin), indent=1) + "\n")
+        sys.stdout.write(jsondoc.dumps(to_json(lin)))
 
 
-@app.command("show")
-def show_cmd(
-    cand_id: str = typer.Argument(..., metavar="ID", help="candidate id or a unique prefix"),
-    source: bool = typer.Option(False, "--source", help="print only the candidate's CUDA source"),
-    baseline: str = BaselineOption,
-    db: str | None = DbOption,
-) -> None:
-    """Everything stored about one candidate."""
-    with open_store(db) as store:
+@cli.command("show")
+@click.argument("cand_id", metavar="ID")
+@click.option("--source", is_flag=True, help="print only the candidate's CUDA source")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (raw samples included)")
+@baseline_option
+@db_option()
+def show_cmd(cand_id: str, source: bool, as_json: bool, baseline: str, db: str) -> None:
+    """Everything stored about one candidate.
+
+    ID is a candidate id or a unique prefix of one.
+    """
+    with open_store(require_database(db)) as store:
         rec = store.get(cand_id)
         if source:
             sys.stdout.write(_source(rec))
+            return
+        if as_json:
+            sys.stdout.write(jsondoc.dumps(jsondoc.record_doc(store, rec, baseline)))
             return
         _print_record(store, rec, baseline)
 
@@ -97,7 +105,7 @@ def _print_record(store: Store, rec: CandidateRecord, baseline: str) -> None:
     if c.first_run_id is not None and (run := store.get_run(c.first_run_id)):
         console.print(f"[dim]first seen in run {run.id} ({escape(run.command)}"
                       f"{f', study {run.study}' if run.study else ''}) on {run.host}[/]")
-    params = Table("parameter", "value", box=box.SIMPLE, title="parameters", title_justify="left")
+    params = table("parameter", "value", title="parameters")
     for k, v in c.params.items():
         params.add_row(k, str(v).lower() if isinstance(v, bool) else str(v))
     console.print(params)
@@ -106,6 +114,11 @@ def _print_record(store: Store, rec: CandidateRecord, baseline: str) -> None:
     for ev in rec.evaluations:
         console.print(f"evaluation {ev.id} on {escape(ev.device or '?')}: {_status(ev.status, ev.reason)} "
                       f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s, run {ev.run_id})[/]")
+        trust = {k: ev.device_info[k] for k in ("salt", "green_drawn", "fast_outputs_checked", "cubin_sha256")
+                 if k in ev.device_info}
+        if trust:
+            console.print("[dim]  " + ", ".join(f"{k} {v[:16] if k == 'cubin_sha256' else v}"
+                                                 for k, v in trust.items()) + "[/]")
         if ev.checks:
             _print_checks(ev.checks)
     timings = store.timings_for(c.id)
@@ -123,33 +136,35 @@ def _print_build(rec: CandidateRecord) -> None:
                   f"{f', {len(rec.builds)} builds' if len(rec.builds) > 1 else ''}"
                   f"  [dim]{escape(b.cubin_path or 'no cubin')}[/]")
     if b.resources:
-        table = Table("entry", "regs", "smem static", "smem dynamic", "spill st", "spill ld", "stack",
-                      box=box.SIMPLE, title="ptxas report", title_justify="left")
+        numbers = ("regs", "smem static", "smem dynamic", "spill st", "spill ld", "stack")
+        report = table("entry", *numbers, right=numbers, wrap=("entry",), title="ptxas report")
         for name, r in b.resources.items():
-            table.add_row(name, *(str(x) for x in (r.registers, r.smem_static, r.smem_dynamic,
-                                                   r.spill_stores, r.spill_loads, r.stack_frame)))
-        console.print(table)
+            report.add_row(name, *(str(x) for x in (r.registers, r.smem_static, r.smem_dynamic,
+                                                    r.spill_stores, r.spill_loads, r.stack_frame)))
+        console.print(report)
     elif b.status is Status.COMPILE_FAILED and b.log:
         console.print(escape("\n".join(b.log.strip().splitlines()[:20])), style="dim", soft_wrap=True)
 
 
 def _print_checks(checks: Iterable[CheckResult]) -> None:
-    table = Table("case", "B,H,L,D", "dtype", "seed", "ok", "max err", "ref err", "tolerance", "reason",
-                  box=box.SIMPLE, title="GREEN checks", title_justify="left")
+    out = table("case", "B,H,L,D", "dtype", "seed", "ok", "max err", "ref err", "tolerance", "reason",
+                right=("seed", "max err", "ref err", "tolerance"), wrap=("reason",),
+                title="GREEN checks")
     for ch in checks:
         s = ch.shape
-        table.add_row(f"{s.case}{'c' if s.causal else ''}", f"{s.B},{s.H},{s.L},{s.D}", s.dtype, str(ch.seed),
+        out.add_row(f"{s.case}{'c' if s.causal else ''}", f"{s.B},{s.H},{s.L},{s.D}", s.dtype, str(ch.seed),
                       "[green]yes[/]" if ch.passed else "[red]no[/]", f"{ch.max_abs_err:.2e}",
-                      f"{ch.ref_err:.2e}", f"{ch.tolerance:.2e}", escape(ch.reason))
-    console.print(table)
+                    f"{ch.ref_err:.2e}", f"{ch.tolerance:.2e}", escape(ch.reason))
+    console.print(out)
 
 
 def _print_timings(timings: list[Timing], baseline: str) -> None:
     by = latest(timings)
     backends = sorted({b for _, b in by if b != CANDIDATE})
     ups = {b: speedups(timings, b) for b in backends}
-    table = Table("case", "B,H,L,D", "evo us (p20-p80)", "TFLOP/s", *[f"vs {b}" for b in backends],
-                  box=box.SIMPLE, title="FAST timings (speedup = baseline / evo)", title_justify="left")
+    vs = [b.removeprefix("sdpa_") for b in backends]
+    out = table("case", "B,H,L,D", "evo us", "TFLOP/s", *vs, right=("evo us", "TFLOP/s", *vs),
+                title="FAST: evo's median us (p80-p20 spread); speedup vs each SDPA backend = its time / evo's")
     for (tag, backend), t in by.items():
         if backend != CANDIDATE:
             continue
@@ -158,9 +173,9 @@ def _print_timings(timings: list[Timing], baseline: str) -> None:
         for b in backends:
             x = ups[b].get(tag)
             cells.append("—" if x is None else f"[{'green' if x >= 1 else 'red'}]{x:.2f}x[/]")
-        table.add_row(tag, f"{s.B},{s.H},{s.L},{s.D}", f"{t.median_us:.2f} ({t.p20_us:.2f}-{t.p80_us:.2f})",
-                      f"{t.tflops:.1f}", *cells)
-    console.print(table)
+        out.add_row(tag, f"{s.B},{s.H},{s.L},{s.D}", f"{t.median_us:.2f} ({t.p80_us - t.p20_us:.2f})",
+                    f"{t.tflops:.1f}", *cells)
+    console.print(out)
     try:
         console.print(f"score vs {baseline}: [bold]x{score(timings, baseline):.3f}[/] "
                       f"(geometric mean over {len(speedups(timings, baseline))} cases)")
@@ -176,12 +191,13 @@ def _print_lineage(store: Store, rec: CandidateRecord, baseline: str) -> None:
     others = [oid for _, _, oid in edges]
     statuses = store.statuses(others)
     timed = store.latest_timings([rec.candidate.id, *others])
-    table = Table("", "id", "kind", "move", "effect", "status", box=box.SIMPLE, title="lineage", title_justify="left")
+    out = table("", "id", "kind", "move", "effect", "status", right=("effect",), wrap=("move", "status"),
+                title="lineage")
     for role, e, oid in edges:
         parent, child = timed.get(e.parent_id), timed.get(e.child_id)
         effect = (edge_effect(parent[1], child[1], baseline)
                   if parent and child and parent[0] == child[0] else None)
         st = statuses.get(oid)
-        table.add_row(role, short_id(oid), e.kind, escape(mutation_text(e.mutation)),
-                      "—" if effect is None else f"x{effect:.3f}", _status(st) if st else "?")
-    console.print(table)
+        out.add_row(role, short_id(oid), e.kind, escape(mutation_text(e.mutation)),
+                    "—" if effect is None else f"x{effect:.3f}", _status(st) if st else "?")
+    console.print(out)

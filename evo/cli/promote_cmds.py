@@ -7,53 +7,63 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-from rich.console import Console
+import click
+from rich.markup import escape
 from rich.table import Table
 
-from evo.cli.app import DbOption, app
-from evo.errors import EvoError
+from evo.cli.app import cli, db_option, require_database
+from evo.cli.output import console, table
 from evo.promote import BASELINE, Promoted, promote
 from evo.timing import BACKENDS
 
-console = Console()
 
+@cli.command("promote")
+@click.option("--name", required=True, metavar="NAME", help="package, import and torch.library namespace name")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="folder to write the package folder NAME into")
+@click.option("--study", metavar="NAME", help="promote from this study's green candidates")
+@click.option("--candidate", multiple=True, metavar="ID", help="candidate id or unique prefix (repeatable)")
+@db_option()
+@click.option("--baseline", type=click.Choice(BACKENDS), default=BASELINE, show_default=True,
+              help="the SDPA backend to beat")
+@click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the one most "
+              "candidates were last timed on)")
+@click.option("--min-speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              metavar="X", help="a bucket's winner must beat the baseline by more than this")
+@click.option("--version", "version", default="0.1.0", show_default=True, metavar="VERSION",
+              help="the package's version")
+@click.option("--force", is_flag=True, help="replace OUT/NAME if promote wrote it before")
+@click.option("--no-verify", is_flag=True, help="write without running the kernels over their buckets and the "
+              "package's tests on the GPU (for machines without one)")
+def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, ...], db: str, baseline: str,
+                device: str | None, min_speedup: float, version: str, force: bool, no_verify: bool) -> None:
+    """Verify the winners on the GPU, then build a pip package.
 
-@app.command("promote")
-def promote_cmd(
-    name: str = typer.Option(..., "--name", help="package, import and torch.library namespace name"),
-    out: Path = typer.Option(..., "--out", help="folder to write the package folder NAME into"),
-    study: str | None = typer.Option(None, "--study", help="promote from this study's green candidates"),
-    candidate: list[str] = typer.Option([], "--candidate", help="candidate id or unique prefix (repeatable)"),
-    db: str | None = DbOption,
-    baseline: str = typer.Option(BASELINE, "--baseline", help=f"the SDPA backend to beat: {', '.join(BACKENDS)}"),
-    device: str | None = typer.Option(None, "--device",
-                                      help="compare timings taken on this GPU (default: the one most "
-                                           "candidates were last timed on)"),
-    min_speedup: float = typer.Option(1.0, "--min-speedup", help="a bucket's winner must beat SDPA by more than this"),
-    version: str = typer.Option("0.1.0", "--version", help="the package version"),
-    force: bool = typer.Option(False, "--force", help="replace OUT/NAME if promote wrote it before"),
-) -> None:
-    """Promote per-bucket winners (green only) into OUT/NAME: op, dispatch table, SDPA fallback."""
-    if baseline not in BACKENDS:
-        raise EvoError(f"unknown baseline {baseline!r}; one of {', '.join(BACKENDS)}")
-    result = promote(name, out, db_url=db, study=study, candidate_ids=candidate, baseline=baseline,
-                     device=device, min_speedup=min_speedup, version=version, force=force)
+    Per-bucket winners (GREEN on a GPU) are run over their buckets and the package's tests on the
+    GPU, then written to OUT/NAME: a torch.library op, its dispatch table and the SDPA fallback.
+    Candidates known only from a replayed recording carry no GREEN checks of their own: evaluate
+    them on a GPU first (evo eval --id ID).
+    """
+    result = promote(name, out, db_url=require_database(db), study=study, candidate_ids=list(candidate),
+                     baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force,
+                     verify=not no_verify)
     console.print(_routes_table(result))
-    console.print(f"wrote {result.path} ({len(result.shipped)} kernel"
-                  f"{'s' if len(result.shipped) != 1 else ''}, timings from {result.device})")
+    v = result.verification
+    console.print(f"verified on the GPU: {sum(v['checks'].values())} checks over the dispatch buckets "
+                  f"(seed {v['seed']}); package tests: {v.get('package_tests', '-')}" if v.get("verified")
+                  else "[yellow]not verified[/] (--no-verify): PROVENANCE.json says so")
+    console.print(f"wrote {escape(str(result.path))} ({len(result.shipped)} kernel"
+                  f"{'s' if len(result.shipped) != 1 else ''}, timings from {escape(result.device)})")
     if result.unused:
         console.print("not shipped (won no bucket): " + ", ".join(i[:12] for i in result.unused))
-    console.print(f"install: pip install {result.path}")
+    console.print(f"install: pip install {escape(str(result.path))}")
 
 
 def _routes_table(result: Promoted) -> Table:
-    table = Table(title="dispatch table", title_justify="left")
-    for col in ("head dim", "dtype", "causal", "L", "kernel", "speedup"):
-        table.add_column(col, justify="right" if col in ("head dim", "speedup") else "left")
+    out = table("head dim", "dtype", "causal", "L", "kernel", "speedup", right=("head dim", "speedup"),
+                title="dispatch table")
     for r in result.routes:
         d, dt, causal = r.key
-        table.add_row(str(d), dt, "yes" if causal else "no", r.bucket.label(),
-                      r.winner[:12] if r.winner else "SDPA",
-                      f"x{r.speedup:.2f}" if r.speedup is not None else "—")
-    return table
+        out.add_row(str(d), dt, "yes" if causal else "no", r.bucket.label(),
+                    r.winner[:12] if r.winner else "SDPA", f"x{r.speedup:.2f}" if r.speedup is not None else "—")
+    return out

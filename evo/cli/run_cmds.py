@@ -1,127 +1,197 @@
 """``evo run`` (start or resume a search), ``evo insights`` and ``evo export-sweep``.
 
-The commands parse options, draw progress and tables with rich, and leave the work to
-:mod:`evo.search.driver`, :mod:`evo.insights` and :mod:`evo.replay`.
+The commands parse options and print; :mod:`evo.search.driver`, :mod:`evo.insights` and
+:mod:`evo.replay` do the work. ``evo run`` ends by saying where the results are, how fast the
+best candidate is against each SDPA baseline (in words), and what to run next.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
+import sys
 from pathlib import Path
 
-import optuna
-import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+import click
+from rich.markup import escape
 
 from evo import insights as insights_mod
-from evo.cli.app import DbOption, app
+from evo import jsondoc
+from evo import paths
+from evo.cli.app import cli, db_option, require_database, split_list
+from evo.cli.output import console, speedup_words, table
+from evo.cli.progress import TrialProgress
+from evo.errors import EvoError
+from evo.paths import sqlite_file
 from evo.replay import export_sweep
-from evo.search.driver import RunOptions, run as run_search
-from evo.search.loop import Best, Outcome, RunSummary
+from evo.results import Shape
+from evo.scoring import score
+from evo.search import objective
+from evo.search.driver import RunOptions
+from evo.search.fanout import start as run_search
+from evo.search.loop import RunSummary
 from evo.search.samplers import SAMPLERS
-from evo.store import open_store
+from evo.search.study import GRACE_S, HEARTBEAT_S, study_cases
+from evo.store import open_store, short_id
+from evo.store.engine import safe_url
+from evo.timing import BACKENDS
 
-console = Console()
-
-
-class RichReporter:
-    """A progress bar of counted trials with the best score so far; notes print above it."""
-
-    def __init__(self) -> None:
-        self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
-                                 console=console, transient=False)
-        self.task = self.progress.add_task("trials", total=None, best="")
-
-    def start(self, total: int, done: int) -> None:
-        self.progress.update(self.task, total=total, completed=done)
-        self.progress.start()
-
-    def advance(self, number: int, outcome: Outcome, best: Best | None) -> None:
-        shown = f"best x{best.score:.3f} {best.label}" if best else "no timed candidate yet"
-        self.progress.update(self.task, advance=1, best=shown)
-
-    def note(self, text: str) -> None:
-        self.progress.console.print(text)
-
-    def stop(self) -> None:
-        self.progress.stop()
+REFUSED = {"cmaes": "cmaes is not offered: every evo parameter is categorical, which Optuna's CMA-ES "
+                    "does not model (it would draw each one at random); use random for a random baseline"}
+SEED_MAX = 2**32 - 1
 
 
-def _split(values: list[str] | None) -> list[str] | None:
-    return None if not values else [v for s in values for v in s.split(",") if v.strip()]
+class SamplerChoice(click.Choice):
+    """The offered samplers; a refused one is named with the reason instead of 'not one of'."""
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        if value in REFUSED:
+            self.fail(REFUSED[str(value)], param, ctx)
+        return super().convert(value, param, ctx)
 
 
-@app.command("run")
-def run_cmd(
-    trials: int = typer.Option(100, "--trials", help="the study's total trials (a resumed study runs to this many)"),
-    time_budget: float | None = typer.Option(None, "--time-budget", help="stop starting batches after this many seconds"),
-    families: list[str] | None = typer.Option(None, "--families", help="families to search (comma-separated; default all)"),
-    cases: list[str] | None = typer.Option(None, "--cases", help="FAST cases scored: F1, F3c, F3f, F1-F4 (default all)"),
-    sampler: str = typer.Option("evo", "--sampler", help="one of " + ", ".join(SAMPLERS)),
-    seed: int | None = typer.Option(None, "--seed", help="sampler seed"),
-    db: str | None = DbOption,
-    study: str | None = typer.Option(None, "--study", help="study name (continue it if it exists)"),
-    replay: Path | None = typer.Option(None, "--replay", help="take measurements from this recording (no GPU)"),
-    batch: int = typer.Option(8, "--batch", help="trials asked, built and evaluated together"),
-    arch: str | None = typer.Option(None, "--arch", help="nvcc arch (default: the GPU's, or sm_90a)"),
-    baseline: str | None = typer.Option(None, "--baseline", help="sdpa_default or sdpa_flash"),
-    objective: str | None = typer.Option(None, "--objective", help="geomean, or per-bucket (head_dim x causal)"),
-    jobs: int | None = typer.Option(None, "--jobs", help="parallel nvcc processes (default: CPU count)"),
-) -> None:
-    """Start or resume an evolution; Ctrl-C stops it and a later run continues the study."""
-    opts = RunOptions(trials=trials, time_budget_s=time_budget, families=_split(families), cases=_split(cases),
-                      sampler=sampler, seed=seed, db=db, study=study, replay=replay, batch=batch, arch=arch,
-                      baseline=baseline, objective=objective, jobs=jobs)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    reporter = RichReporter()
+@cli.command("run")
+@click.option("--trials", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
+              help="the study's total trials (a resumed study runs on to this many)")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="start no new batch after this many seconds")
+@click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: all)")
+@click.option("--cases", multiple=True, metavar="LIST",
+              help="FAST cases scored: F1, F3c, F3f, F1-F4, comma-separated (default: all)")
+@click.option("--sampler", type=SamplerChoice([s for s in SAMPLERS if s not in REFUSED]), default="evo",
+              show_default=True, help="how trials are proposed (docs/search.md)")
+@click.option("--seed", type=click.IntRange(0, SEED_MAX), metavar="N", help="sampler seed")
+@db_option(writes=True)
+@click.option("--study", metavar="NAME", help="study name; an existing study continues")
+@click.option("--replay", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+              help="take measurements from this recording instead of a GPU")
+@click.option("--batch", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
+              help="trials asked, built and evaluated together")
+@click.option("--arch", metavar="ARCH", help="nvcc arch: sm_90a or sm_80 (default: the GPU's, else sm_90a)")
+@click.option("--baseline", type=click.Choice(objective.BASELINES), help="the SDPA backend scores are against "
+              "(default: sdpa_default, or the study's)")
+@click.option("--objective", "objective_", type=click.Choice(objective.OBJECTIVES),
+              help="one geometric mean, or one per bucket (head dim x causal) (default: geomean, or the study's)")
+@click.option("--jobs", type=click.IntRange(min=1), metavar="N", help="parallel nvcc processes (default: CPU count)")
+@click.option("--gpus", metavar="all|LIST", help="GPUs to measure on, one worker process each: all, or indices "
+              "like 0,1 (0,0: two workers on GPU 0) (default: every visible GPU)")
+@click.option("--heartbeat", type=click.IntRange(min=1), default=HEARTBEAT_S, show_default=True, metavar="SECONDS",
+              help="seconds between a worker's heartbeats")
+@click.option("--grace", type=click.IntRange(min=2), default=GRACE_S, show_default=True, metavar="SECONDS",
+              help="seconds without a heartbeat before a worker's trial is failed and retried by another")
+def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
+            sampler: str, seed: int | None, db: str, study: str | None, replay: Path | None, batch: int,
+            arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
+            gpus: str | None, heartbeat: int, grace: int) -> None:
+    """Start or resume an evolution.
+
+    Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
+    gated (GREEN) and timed (FAST); without one the newest recording under data/ is replayed
+    (measured values looked up, never invented).
+    """
+    opts = RunOptions(trials=trials, time_budget_s=time_budget, families=split_list(families),
+                      cases=split_list(cases), sampler=sampler, seed=seed, db=db, study=study, replay=replay,
+                      batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs,
+                      heartbeat_s=heartbeat, grace_s=grace)
+    reporter = TrialProgress(console)
     try:
-        summary = run_search(opts, reporter, note=console.print)
+        summary = run_search(opts, gpus, reporter)
     finally:
         reporter.stop()
-    print_summary(summary)
+    print_summary(summary, db)
     if summary.interrupted:
-        raise KeyboardInterrupt  # Ctrl-C already handled: typer maps this to exit code 130
+        raise KeyboardInterrupt  # Ctrl-C was handled (trials re-queued): main() exits 130
 
 
-def print_summary(s: RunSummary) -> None:
-    """Best candidate, counts per status, why the run stopped."""
-    console.print(f"study [bold]{s.study}[/] ({s.source}): {s.finished} trial(s) this run, "
-                  f"{s.total}/{s.requested} counted in the study; stopped: {s.stopped}")
-    if s.best is not None:
-        vals = ", ".join(f"{n} x{v:.3f}" for n, v in zip(s.metric_names, s.best.values))
-        console.print(f"best: [bold]{s.best.candidate_id[:12]}[/] {s.best.label}  {vals}")
-    else:
-        console.print("best: none timed yet")
-    table = Table("status", "trials", title="this run", title_justify="left")
+def print_summary(s: RunSummary, url: str) -> None:
+    """Counts per status, why the run stopped, the best candidate against every baseline, where
+    the results are and what to run next."""
+    console.print(f"study [bold]{escape(s.study)}[/] ({s.source}): {s.finished} trial(s) this run, "
+                  f"{s.total}/{s.requested} in the study; stopped: {escape(s.stopped)}")
+    counts = table("status", "trials", right=("trials",), title="this run")
     for status, n in s.counts.most_common():
-        table.add_row(status, str(n))
+        counts.add_row(status, str(n))
     if s.reused:
-        table.add_row("(answered from the store)", str(s.reused))
+        counts.add_row("(answered from the store)", str(s.reused))
+    if s.waited:
+        counts.add_row("(measured by another worker meanwhile)", str(s.waited))
     if s.recovered:
-        table.add_row("(re-queued from a dead run)", str(s.recovered))
-    if table.rows:
-        console.print(table)
+        counts.add_row("(re-queued from a dead worker)", str(s.recovered))
+    if s.lost:
+        counts.add_row("(failed as stale before told)", str(s.lost))
+    if counts.rows:
+        console.print(counts)
     if s.not_evaluated:
-        console.print(f"[yellow]{s.not_evaluated}[/]")
+        console.print(f"[yellow]{escape(s.not_evaluated)}[/]")
     if s.counts.get("unmeasured"):
         console.print(f"[yellow]{s.counts['unmeasured']} candidate(s) are not in the recording: "
                       f"reported as unmeasured, not invented[/]")
+    cases = study_cases(url, s.study)
+    if s.best is None:
+        console.print("best: no candidate timed yet")
+    else:
+        _print_best(s, url, cases)
+    where = sqlite_file(url) or safe_url(url)
+    console.print(f"results: {escape(str(where))} (study {escape(s.study)})", soft_wrap=True)
+    _print_next(s, url)
 
 
-@app.command("insights")
-def insights_cmd(
-    study: str | None = typer.Option(None, "--study", help="one study (default: every edge in the database)"),
-    db: str | None = DbOption,
-    baseline: str = typer.Option("sdpa_default", "--baseline", help="speedups against this SDPA backend"),
-    top: int = typer.Option(20, "--top", help="rows per table"),
-) -> None:
-    """Which moves help on which shapes, which params co-occur with resource failures, importances."""
-    store = open_store(db)
-    report = insights_mod.compute(store, study, baseline=baseline, db_url=db)
-    insights_mod.save(store, study, report)
+def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
+    """The best candidate's score against each baseline it was timed beside, in numbers and words."""
+    assert s.best is not None
+    cid = s.best.candidate_id
+    console.print(f"best: [bold]{short_id(cid)}[/] {escape(s.best.label)}")
+    with open_store(url) as store:
+        _, timings = store.latest_timings([cid]).get(cid, ("", []))
+    rows = table("vs", "speedup", "in words", right=("speedup",), wrap=("in words",), show_header=False)
+    for b in sorted(BACKENDS, key=lambda b: b != "sdpa_default"):
+        try:
+            x = score(timings, b, cases)
+        except EvoError:  # not timed against this backend (e.g. a recording without it)
+            continue
+        rows.add_row(f"vs {b}", f"x{x:.3f}", speedup_words(x, b))
+    console.print(rows)
+    n_cases = f"the study's {len(cases)}" if cases else "its"
+    console.print(f"[dim](speedup = SDPA's time / evo's time, geometric mean over {n_cases} FAST cases; "
+                  f"above x1 evo is faster)[/]")
+
+
+def _print_next(s: RunSummary, url: str) -> None:
+    """The commands to run next, naming this run's database when it is not the default one."""
+    best = short_id(s.best.candidate_id) if s.best else "ID"
+    study = shlex.quote(s.study)
+    db = "" if url == paths.default_db_url() else f" --db {shlex.quote(str(sqlite_file(url) or safe_url(url)))}"
+    rows = [(f"evo show {best}{db}", "everything stored about the best candidate"),
+            (f"evo lineage --study {study}{db}", "how the search got there, move by move"),
+            (f"evo insights --study {study}{db}", "which moves helped, on which shapes")]
+    if s.source == "replay":
+        rows.append((f"evo eval --id {best}{db}", "on a GPU: gate and time it for real (promote needs that)"))
+    rows.append((f"evo promote --study {study}{db} --name NAME --out DIR", "a pip package of the winners"))
+    console.print("next:")
+    for cmd, what in rows:
+        console.print(f"  {escape(cmd)}", soft_wrap=True)
+        console.print(f"      [dim]{what}[/]")
+
+
+@cli.command("insights")
+@click.option("--study", metavar="NAME", help="one study (default: every edge in the database)")
+@db_option()
+@click.option("--baseline", type=click.Choice(BACKENDS), default="sdpa_default", show_default=True,
+              help="speedups against this SDPA backend")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N", help="rows per table")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (every row, not --top)")
+def insights_cmd(study: str | None, db: str, baseline: str, top: int, as_json: bool) -> None:
+    """Which moves help, on which shapes; what fails to build.
+
+    Moves (child score / parent score per parameter change), parameter values that co-occur with
+    spills or too much shared memory, and Optuna's parameter importances.
+    """
+    with open_store(require_database(db)) as store:
+        report = insights_mod.compute(store, study, baseline=baseline, db_url=db)
+        insights_mod.save(store, study, report)
+    if as_json:
+        sys.stdout.write(jsondoc.dumps(jsondoc.insights_doc(report, study, baseline)))
+        return
     _show_insights(report, top)
 
 
@@ -130,37 +200,41 @@ def _fmt_effect(x: float) -> str:
 
 
 def _show_insights(r: insights_mod.Report, top: int) -> None:
-    t = Table("family", "move", "bucket", "n", "median effect", "wins", "children failed",
-              title="moves (child score / parent score)", title_justify="left")
+    t = table("family", "move", "bucket", "n", "median effect", "wins", "children failed",
+              right=("n", "median effect", "wins", "children failed"), wrap=("move", "bucket"),
+              title="moves (child score / parent score)")
     for m in r.moves[:top]:
         t.add_row(m.family, m.move_text, m.bucket, str(m.n), _fmt_effect(m.median_effect),
                   f"{m.win_rate:.0%}" if m.n else "-", str(m.failed))
     console.print(t)
-    t = Table("family", "param=value", "built", "spills", "smem over", "rate",
-              title="resources (over built candidates)", title_justify="left")
+    t = table("family", "param=value", "built", "spills", "smem over", "rate",
+              right=("built", "spills", "smem over", "rate"), title="resources (over built candidates)")
     for x in r.resources[:top]:
-        t.add_row(x.family, f"{x.param}={x.value}", str(x.built), str(x.spills), str(x.smem_over),
-                  f"{x.rate:.0%}")
+        t.add_row(x.family, f"{x.param}={x.value}", str(x.built), str(x.spills), str(x.smem_over), f"{x.rate:.0%}")
     console.print(t)
     for imp in r.importances:
         if imp.skipped:
-            console.print(f"importances for {imp.family}: {imp.skipped}")
+            console.print(f"importances for {imp.family}: {escape(imp.skipped)}")
             continue
-        t = Table("param", "importance", title=f"parameter importances: {imp.family} ({imp.trials} trials)",
-                  title_justify="left")
+        t = table("param", "importance", right=("importance",),
+                  title=f"parameter importances: {imp.family} ({imp.trials} trials)")
         for name, v in imp.values.items():
             t.add_row(name, f"{v:.3f}")
         console.print(t)
 
 
-@app.command("export-sweep")
-def export_sweep_cmd(
-    out: Path | None = typer.Option(None, "--out", help="recording to write or extend "
-                                                      "(default: data/sweep-<gpu>.json.gz)"),
-    db: str | None = DbOption,
-    gpu: str | None = typer.Option(None, "--gpu", help="device name (default: the one with most evaluations)"),
-) -> None:
-    """Write every candidate with a final status (any study) to a recording, merging into OUT."""
-    store = open_store(db)
-    rec, added = export_sweep(store, out, gpu)
+@cli.command("export-sweep")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="recording to write or extend (default: <EVO_HOME>/data/sweep-<gpu>.json.gz)")
+@db_option()
+@click.option("--gpu", metavar="NAME", help="device name (default: the one with most evaluations)")
+def export_sweep_cmd(out: Path | None, db: str, gpu: str | None) -> None:
+    """Write the database's GPU results to a replayable recording.
+
+    Every candidate with a final status (any study) is merged into OUT.
+    """
+    if out is not None and not out.parent.is_dir():
+        raise EvoError(f"folder {out.parent} does not exist")
+    with open_store(require_database(db)) as store:
+        rec, added = export_sweep(store, out, gpu)
     console.print(f"{rec.path}: {len(rec.records)} candidate(s) measured on {rec.gpu} ({added} new or updated)")

@@ -6,7 +6,8 @@
 - :mod:`evo.search.sampler_evo`, :mod:`evo.search.proposal`, :mod:`evo.search.samplers`: samplers.
 - :mod:`evo.search.params`: how a candidate is spelled as Optuna params.
 - :mod:`evo.search.study`, :mod:`evo.search.resume`: the study, its settings, heartbeats and
-  recovery of trials left by a dead process.
+  retries of the trials of a worker that died.
+- :mod:`evo.search.fanout`: ``evo run --gpus``, one worker process per GPU.
 
-docs/search.md explains the choices.
+docs/search.md explains the choices; docs/scale-out.md, many workers.
 """

@@ -4,11 +4,15 @@ open store and study, run the search, record the run.
 Source: ``--replay FILE``; else the GPU when one is visible; else the newest
 ``data/sweep-*.json.gz`` (said on one line); else build-only. The study's settings (families,
 FAST cases, baseline, objective, source) are fixed when it is created; options left out when
-continuing a study are taken from it (:mod:`evo.search.study`).
+continuing a study are taken from it (:mod:`evo.search.study`). Opening the database, Optuna's
+storage and the study happens under :func:`~evo.store.engine.schema_lock`, so any number of
+workers may start on one database at once. One call is one worker with (at most) one GPU;
+:mod:`evo.search.fanout` runs one per GPU.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +30,12 @@ from evo.search import objective
 from evo.search.evaluators import BuildOnlyEvaluator, Evaluator, GpuEvaluator, ReplayEvaluator
 from evo.search.loop import Reporter, RunSummary, Search
 from evo.search.params import check_compatible
+from evo.search.resume import Retry
 from evo.search.samplers import make_sampler
+from evo.search.samplers import require as require_sampler
 from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, storage, stored_settings
 from evo.store import Store, open_store
+from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
 from evo.suites import fast_cases
 from evo.worker import gpu_count
 
@@ -57,6 +64,7 @@ class RunOptions:
     jobs: int | None = None
     heartbeat_s: int = HEARTBEAT_S
     grace_s: int = GRACE_S
+    gpu: int | None = None      # the GPU this worker evaluates on (None: the first visible one)
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
@@ -64,7 +72,7 @@ def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator
     if opts.replay is not None:
         return ReplayEvaluator(_replay(opts.replay, opts.arch))
     if gpu_count() > 0:
-        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, options={"quick": True})
+        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0], options={"quick": True})
     found = newest_recording(paths.root() / "data")
     if found is not None:
         rec = _replay(found, opts.arch)
@@ -113,8 +121,8 @@ def _defaults(ev: Evaluator) -> dict[str, Any]:
     if isinstance(ev, ReplayEvaluator):
         recorded = {r.family for r in ev.recording.records.values()}
         families = [f for f in list_families() if f in recorded]
-    else:
-        families = list_families()
+    else:  # seed families (search_default = false) only when --families names them
+        families = [f for f in list_families() if load_family(f).search_default]
     cases = ev.recording.common_shapes() if isinstance(ev, ReplayEvaluator) else fast_cases()
     return {"families": families, "cases": [s.tag for s in cases],
             "baseline": objective.BASELINES[0], "objective": objective.OBJECTIVES[0]}
@@ -148,22 +156,28 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
     note = note or reporter.note
     if opts.trials < 1:
         raise EvoError("--trials must be at least 1")
-    url = opts.db or paths.default_db_url()
-    store = store or open_store(url)
+    if opts.heartbeat_s < 1 or opts.grace_s <= opts.heartbeat_s:
+        raise EvoError("the heartbeat must be at least 1 s and the grace period longer than the heartbeat")
+    require_sampler(opts.sampler)
+    url = normalize_url(opts.db or paths.default_db_url())
     ev = choose_evaluator(opts, note)
+    ask_lock = ProcessLock(url, "ask")
     try:
-        rdb = storage(url, opts.heartbeat_s, opts.grace_s)
-        name, settings, families, cases = settle(opts, ev, rdb)
-        kind = settings["objective"]
-        study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
-                           ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
+        retry = Retry()
+        with schema_lock(url):  # workers starting together set the database and study up in turn
+            store = store or open_store(url)
+            rdb = storage(url, opts.heartbeat_s, opts.grace_s, retry)
+            name, settings, families, cases = settle(opts, ev, rdb)
+            kind = settings["objective"]
+            study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
+                               ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
         check_compatible(study, families)
-        run_id = store.start_run("evo run", study=name, device={"name": ev.device, "source": ev.name},
+        run_id = store.start_run("evo run", study=name, device={"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()},
                                  options={"trials": opts.trials, "time_budget_s": opts.time_budget_s,
                                           "sampler": opts.sampler, "seed": opts.seed, "batch": opts.batch,
                                           **settings})
         search = Search(study, store, ev, families, cases, settings["baseline"], kind, run_id,
-                        batch=opts.batch, reporter=reporter, grace_s=opts.grace_s)
+                        storage=rdb, retry=retry, batch=opts.batch, reporter=reporter, ask_lock=ask_lock)
         try:
             summary = search.run(opts.trials, opts.time_budget_s)
         except KeyboardInterrupt:
@@ -175,5 +189,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             raise
         store.finish_run(run_id, "done")
         return summary
+    except optuna.exceptions.StorageInternalError as exc:  # e.g. an SQLite file locked for too long
+        raise EvoError(f"database error in {safe_url(url)}: {describe(exc)}") from None
     finally:
+        ask_lock.close()
         ev.close()

@@ -1,4 +1,4 @@
-"""Genes as numbers, for the surrogate models of :mod:`evo.search.sampler_evo`.
+"""Genes as numbers, for the surrogate models of :mod:`evo.search.sampler_gp`.
 
 A candidate becomes one row of floats: a family indicator per family (when there are several),
 then each family's parameters, in manifest order. A numeric parameter (tile sizes, warps,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import os
 import secrets
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,10 @@ class Evaluator(abc.ABC):
     arch: str = ""
     not_evaluated: str = ""  # non-empty when this evaluator cannot run GREEN/FAST (why)
 
+    def build_id(self, item: Rendered) -> str:
+        """The id ``item`` is stored and looked up under: its build id on this evaluator's arch."""
+        return build_id_for(item, self.arch)
+
     @abc.abstractmethod
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         """One result per item, in order."""
@@ -79,6 +84,7 @@ class GpuEvaluator(Evaluator):
     """Real builds, GREEN and FAST on the visible GPUs."""
 
     name = "gpu"
+    gemm_pending = True  # the run's first request also measures the GEMM rate (evo report's roofline)
 
     def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
                  timeout_s: float = 300.0, options: dict[str, Any] | None = None,
@@ -87,6 +93,7 @@ class GpuEvaluator(Evaluator):
         self.options = dict(options or {})
         self.pool = WorkerPool(devices, target)
         self.device = gpu_name(self.pool.workers[0].device)
+        self.where = {"host": socket.gethostname(), "gpu_index": str(self.pool.workers[0].device)}
 
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []
@@ -97,7 +104,11 @@ class GpuEvaluator(Evaluator):
         requests = [EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries,
                                 j.green, j.cases, self.options | {"salt": secrets.randbelow(2**31)})
                     for j in jobs]
-        yield from self.pool.map(requests, self.timeout_s)
+        if requests and self.gemm_pending:
+            requests[0].options["gemm"], self.gemm_pending = True, False
+        for ev in self.pool.map(requests, self.timeout_s):  # which GPU of which host measured it
+            ev.device.update(self.where)
+            yield ev
 
     def close(self) -> None:
         self.pool.close()
@@ -129,7 +140,7 @@ class ReplayEvaluator(Evaluator):
         self.arch = recording.arch
         self.device = f"replay:{recording.gpu}"
         self._info = {"name": self.device, "gpu": recording.gpu, "source": "replay",
-                      "recording": recording.name}
+                      "recording": recording.name, "host": socket.gethostname(), "pid": str(os.getpid())}
 
     def _record(self, item: Rendered) -> Record | Unmeasured:
         rec = self.recording.lookup(item.candidate)
@@ -140,6 +151,17 @@ class ReplayEvaluator(Evaluator):
                               f"{rec.family_version}, the templates are at version {item.family_version}")
         return rec
 
+    def build_id(self, item: Rendered) -> str:
+        """The recorded candidate's id (the build that was measured, under the id formula of its
+        day), so replayed candidates keep the ids of the GPU host's database and no nvcc is
+        needed; a record without an id, or a point the recording cannot answer for, gets one
+        made from its source hash, cut to fit the store's 64-character ids (PostgreSQL enforces
+        the length)."""
+        rec = self._record(item)
+        if isinstance(rec, Record) and rec.build_id:
+            return rec.build_id
+        return f"replay-{item.source_hash[:57]}"
+
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         out: list[BuildResult | Unmeasured] = []
         for item in items:
@@ -149,7 +171,7 @@ class ReplayEvaluator(Evaluator):
                 continue
             built = rec.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
             out.append(BuildResult(
-                build_id_for(item, self.arch), item.source_hash, self.arch,
+                self.build_id(item), item.source_hash, self.arch,
                 compile_flags(load_family(item.candidate.family)),
                 rec.status if built else Status.BUILT, rec.reason if built else "",
                 log=f"replayed from {self.recording.name}", cached=True))

@@ -1,13 +1,19 @@
 """The ask-and-tell search loop: batches of trials through validate, build, GREEN+FAST, store, tell.
 
-Per batch: ask K trials (each stamped with its owner and kept alive by a heartbeat); a
-candidate that violates its manifest is stored as ``invalid`` and told FAIL at once; the
-rest are rendered, and a candidate whose outcome the store already holds (same build id, same
-device, or a build failure for the same arch) is answered from it -- never built or evaluated
-twice. What is left is built as one batch ahead of the GPU (build failures told at once),
-then gated and timed through the :class:`~evo.search.evaluators.Evaluator`, stored, and told:
-COMPLETE with the objective values, or FAIL with ``status`` and ``reason`` in the trial's
-user attrs (docs/search.md says why FAIL and not a made-up value).
+One :class:`Search` is one worker's share of a study; any number of workers (processes, GPUs,
+hosts) may run on one study at once (docs/scale-out.md). Per batch: fail the study's stale
+trials and enqueue them again (:func:`~evo.search.resume.recover`); ask K trials (each kept
+alive by an Optuna heartbeat); a candidate that violates its manifest is stored as ``invalid``
+and told FAIL at once; the rest are rendered, and a candidate whose outcome the store already
+holds (same build id, same device, or a build failure for the same arch) is answered from it --
+never built or evaluated twice. A candidate another worker is measuring on the same kind of
+device right now (it holds the store's claim on the build id and device) is waited for and
+then answered from the store. What is left is built as one batch ahead of the GPU (build
+failures told at once), then gated and timed through the
+:class:`~evo.search.evaluators.Evaluator`, stored, and told: COMPLETE with the objective values,
+or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md says why FAIL
+and not a made-up value). A worker with nothing left to start waits while other workers' trials
+run, so a trial of a worker that dies is still retried.
 
 Lineage: the evolutionary sampler's parents and mutation come from its proposal; for every
 other trial the parent is the nearest completed candidate of the same family in the study
@@ -18,35 +24,39 @@ stored the first time a candidate appears in the study.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from evo.build import build_id_for
 from evo.errors import InvalidCandidate
 from evo.manifest import Family, Value
 from evo.render import Rendered, render
 from evo.replay import record_key
 from evo.results import Evaluation, Shape, Status, Timing
+from evo.scoring import speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.params import from_trial_params, suggest
 from evo.search.proposal import seen_keys
-from evo.search.resume import OWNER, REASON, RUN, STATUS, Heartbeat, counts, me, recover, release
-from evo.search.sampler_ga import fitness, proposal_of
+from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, recover, release
+from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
 from evo.space import Candidate, all_candidates, diff, make_candidate
 
 CANDIDATE = "candidate"
 LABEL = "label"
 REUSED = "reused"
+SPEEDUPS = "speedups"
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"
 
@@ -60,6 +70,7 @@ class Outcome:
     values: list[float] | None = None
     candidate_id: str | None = None
     reused: bool = False
+    speedups: dict[str, float] | None = None  # case tag -> speedup over the study's baseline
 
 
 @dataclass
@@ -96,7 +107,9 @@ class RunSummary:
     total: int = 0                    # trials of the study that count toward --trials
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     reused: int = 0
-    recovered: int = 0
+    recovered: int = 0                # stale trials of dead workers this run failed and re-queued
+    lost: int = 0                     # this run's trials failed as stale before it could tell them
+    waited: int = 0                   # candidates another worker was measuring, answered from the store
     stopped: str = ""
     best: Best | None = None
     metric_names: list[str] = field(default_factory=list)
@@ -140,16 +153,17 @@ class Search:
 
     def __init__(self, study: optuna.Study, store: Any, evaluator: Evaluator, families: Sequence[Family],
                  cases: Sequence[Shape], baseline: str, objective_kind: str, run_id: Any, *,
-                 batch: int = 8, reporter: Reporter | None = None, grace_s: float = 60.0,
+                 storage: RDBStorage, retry: Retry, batch: int = 8, reporter: Reporter | None = None,
+                 ask_lock: AbstractContextManager[Any] | None = None, poll_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.study, self.store, self.evaluator = study, store, evaluator
         self.families = {f.name: f for f in families}
         self.cases, self.baseline, self.objective = list(cases), baseline, objective_kind
-        self.run_id, self.batch, self.grace_s, self.clock = run_id, max(1, batch), grace_s, clock
+        self.run_id, self.batch, self.poll_s, self.clock = run_id, max(1, batch), poll_s, clock
+        self.rdb, self.retry = storage, retry
+        self.ask_lock = ask_lock or contextlib.nullcontext()
         self.reporter: Reporter = reporter or NullReporter()
-        hb_s = study._storage.get_heartbeat_interval() or 30  # type: ignore[attr-defined]
-        self.heartbeat = Heartbeat(study._storage, hb_s)
-        self.owner = me()
+        self.heartbeat = Heartbeat(study._storage, storage.get_heartbeat_interval() or 30)
         self.valid_keys = {record_key(c.family, c.p) for f in families for c in all_candidates(f)}
         self.in_study: set[str] = set()
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
@@ -163,23 +177,24 @@ class Search:
         every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials."""
         s = self.summary
         s.requested = trials
-        s.recovered = self._recover()
-        if s.recovered:
-            self.reporter.note(f"re-queued {s.recovered} trial(s) left running by a dead process")
-        earlier = self.study.get_trials(deepcopy=False)
-        self.in_study = {t.user_attrs[CANDIDATE] for t in earlier
-                         if t.state.is_finished() and CANDIDATE in t.user_attrs}
-        s.best = best_trial(earlier)
+        self._recover()
+        s.best = best_trial(self.study.get_trials(deepcopy=False))
         start = self.clock()
         self.heartbeat.start()
         try:
-            self.reporter.start(trials, self._counted())
+            self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
-                k, why = self._next_batch_size(trials, start, time_budget_s)
-                if k == 0:
+                self._recover()
+                with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
+                    k, why = self._next_batch_size(trials, start, time_budget_s)
+                    pending = [self._ask() for _ in range(k)]
+                if not pending and why:
                     s.stopped = why
                     break
-                self._batch(k)
+                if not pending:  # the rest is running in other workers: wait, and retry it if they die
+                    time.sleep(self.poll_s)
+                    continue
+                self._batch(pending)
         except BaseException as exc:
             n = self._mirror_abandoned(release(self.study, self.heartbeat.owned(),
                                                f"run stopped: {type(exc).__name__}"), dead_runs=False)
@@ -188,46 +203,50 @@ class Search:
         finally:
             self.heartbeat.stop()
             trials_now = self.study.get_trials(deepcopy=False)
-            s.total = sum(counts(t) for t in trials_now)
+            s.total = counted(trials_now)
             s.best = best_trial(trials_now)
         return s
 
-    def _mirror_abandoned(self, abandoned: Sequence[FrozenTrial], dead_runs: bool) -> int:
-        """Mark abandoned trials FAIL in the store too (and, for a dead process, its run)."""
+    def _mirror_abandoned(self, abandoned: Sequence[FrozenTrial], dead_runs: bool, study: str | None = None) -> int:
+        """Mark given-up trials (of this study, or of ``study``) FAIL in the store too, and, for
+        a dead worker, its run failed."""
         for t in abandoned:
             run = t.system_attrs.get(RUN)
             run_id = int(run) if run is not None and str(run).isdigit() else None
-            self.store.record_trial(self.study.study_name, t.number, t.user_attrs.get(CANDIDATE), run_id,
+            self.store.record_trial(study or self.study.study_name, t.number, t.user_attrs.get(CANDIDATE), run_id,
                                     TrialState.FAIL.name, None)
             if dead_runs and run_id is not None and (view := self.store.get_run(run_id)) \
                     and view.status == "running":
                 self.store.finish_run(run_id, "failed")
         return len(abandoned)
 
-    def _recover(self) -> int:
-        return self._mirror_abandoned(recover(self.study, self.grace_s), dead_runs=True)
-
-    def _counted(self) -> int:
-        return sum(counts(t) for t in self.study.get_trials(deepcopy=False))
+    def _recover(self) -> None:
+        """Fail stale trials of dead workers and re-queue them (Optuna's heartbeat check)."""
+        n = self._mirror_abandoned(recover(self.study, self.rdb, self.retry), dead_runs=True)
+        if n:
+            self.summary.recovered += n
+            self.reporter.note(f"re-queued {n} trial(s) of a worker whose heartbeat stopped")
 
     def _next_batch_size(self, trials: int, start: float, budget: float | None) -> tuple[int, str]:
+        """How many trials to ask now, or (0, why) to stop, or (0, "") to wait for other workers."""
         all_trials = self.study.get_trials(deepcopy=False)
-        done = sum(counts(t) for t in all_trials)
+        done = counted(all_trials)
         running = sum(t.state == TrialState.RUNNING for t in all_trials)
+        waiting = sum(t.state == TrialState.WAITING for t in all_trials)
         if done >= trials:
             return 0, f"reached {trials} trials"
         if budget is not None and self.clock() - start >= budget:
             return 0, f"time budget of {budget:g} s spent"
-        left = len(self.valid_keys - seen_keys(all_trials))
-        if left == 0:
+        left = len(self.valid_keys - seen_keys(all_trials)) + waiting
+        if left == 0 and running == 0:
             return 0, f"search space exhausted: all {len(self.valid_keys)} valid candidates tried"
-        k = min(self.batch, trials - done - running, left)
-        return (k, "") if k > 0 else (0, "the remaining trials are running in other processes")
+        return max(0, min(self.batch, trials - done - running, left)), ""
 
     # ------------------------------------------------------------------ one batch
 
-    def _batch(self, k: int) -> None:
-        pending = [self._ask() for _ in range(k)]
+    def _batch(self, pending: list[Pending]) -> None:
+        self.in_study |= {t.user_attrs[CANDIDATE] for t in self.study.get_trials(deepcopy=False)
+                          if t.state.is_finished() and CANDIDATE in t.user_attrs}
         for p in pending:
             if p.candidate is None:
                 cid = self.store.record_invalid(Candidate(p.family.name, tuple(p.raw.items())),
@@ -246,22 +265,82 @@ class Search:
                     self._finish(p, done)
             else:
                 fresh[bid] = known
-        if fresh:
-            self._build_and_evaluate({bid: groups[bid] for bid in fresh}, fresh)
+        mine, others = self._claim_all({bid: groups[bid] for bid in fresh})
+        self._measure(mine)
+        self._await(others)
+
+    def _claim_all(self, groups: dict[str, list[Pending]]) -> tuple[dict[str, list[Pending]], dict[str, list[Pending]]]:
+        """Split candidates into those this worker now claims and those another one measures."""
+        mine: dict[str, list[Pending]] = {}
+        others: dict[str, list[Pending]] = {}
+        for bid, ps in groups.items():
+            (mine if self._claim(bid, ps[0].trial) else others)[bid] = ps
+        return mine, others
+
+    def _claim(self, bid: str, trial: optuna.Trial) -> bool:
+        """Take the claim on (bid, this device) for ``trial``: free, or held by a trial that is no
+        longer running (finished, or failed by the heartbeat check)."""
+        dev, name, tid = self.evaluator.device, self.study.study_name, trial._trial_id
+        holder, holder_study = self.store.claim(bid, dev, tid, name, trial.number)
+        if holder == tid:
+            return True
+        running = self._running(holder)
+        if running and holder_study != name:
+            # a trial of another study, whose workers may all be gone: check its heartbeat here
+            other = optuna.load_study(study_name=holder_study, storage=self.rdb)
+            self._mirror_abandoned(recover(other, self.rdb, self.retry), dead_runs=True, study=holder_study)
+            running = self._running(holder)
+        return not running and self.store.take_over(bid, dev, holder, tid, name, trial.number)
+
+    def _running(self, trial_id: int) -> bool:
+        try:
+            return self.rdb.get_trial(trial_id).state == TrialState.RUNNING
+        except KeyError:  # its study was deleted
+            return False
+
+    def _await(self, groups: dict[str, list[Pending]]) -> None:
+        """Wait for candidates other workers are measuring: answered from the store when they
+        are done, measured here when their worker is gone (its trial failed as stale)."""
+        while groups:
+            time.sleep(self.poll_s)
+            self._recover()
+            for bid, ps in list(groups.items()):
+                done = self._reuse(known_outcome(self.store, bid, self.evaluator.device))
+                if done is not None:
+                    self.summary.waited += len(ps)
+                    for p in ps:
+                        self._finish(p, done)
+                    del groups[bid]
+            mine, groups = self._claim_all(groups)
+            self._measure(mine)
+
+    def _measure(self, groups: dict[str, list[Pending]]) -> None:
+        """Build and evaluate candidates this worker claimed, reading the store once more first
+        (a claim taken over from a finished trial may come with its outcome stored)."""
+        known = {bid: known_outcome(self.store, bid, self.evaluator.device) for bid in groups}
+        todo = {}
+        for bid, ps in groups.items():
+            done = self._reuse(known[bid])
+            if done is None:
+                todo[bid] = ps
+                continue
+            for p in ps:
+                self._finish(p, done)
+        if todo:
+            self._build_and_evaluate(todo, known)
 
     def _ask(self) -> Pending:
         while True:
             with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                 trial = self.study.ask()
-            try:  # owner first: an unstamped trial is fair game for another run's recover()
-                trial.storage.set_trial_system_attr(trial._trial_id, OWNER, self.owner)
+            self.heartbeat.add(trial._trial_id)
+            try:
+                trial.storage.set_trial_system_attr(trial._trial_id, RUN, str(self.run_id))
+                fam, raw = suggest(trial, list(self.families.values()))
                 break
-            except UpdateFinishedTrialError:  # another run abandoned it in that window: ask again
-                continue
-        self.heartbeat.add(trial._trial_id)
-        trial.storage.set_trial_system_attr(trial._trial_id, RUN, str(self.run_id))
-        fam, raw = suggest(trial, list(self.families.values()))
+            except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
+                self.heartbeat.discard(trial._trial_id)
         p = Pending(trial, fam, raw)
         try:
             p.candidate = make_candidate(fam, raw)
@@ -269,7 +348,7 @@ class Search:
             p.invalid = str(exc)
             return p
         p.rendered = render(p.candidate, fam)
-        p.build_id = build_id_for(p.rendered, self.evaluator.arch)
+        p.build_id = self.evaluator.build_id(p.rendered)
         p.parents = self._parents(trial, p.candidate)
         return p
 
@@ -327,7 +406,9 @@ class Search:
             return Outcome("unscored", "no timing on " + ", ".join(s.tag for s in missing),
                            candidate_id=cid, reused=reused)
         vals = objective.values(timings, self.baseline, self.cases, self.objective)
-        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused)
+        per_case = speedups(timings, self.baseline)
+        return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused,
+                       speedups={s.tag: per_case[s.tag] for s in self.cases if s.tag in per_case})
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
@@ -368,6 +449,13 @@ class Search:
 
     # ------------------------------------------------------------------ telling
 
+    def _lost(self, p: Pending, cid: str | None) -> None:
+        """Our trial was failed as stale meanwhile (and re-queued): mirror FAIL, say so."""
+        self.store.record_trial(self.study.study_name, p.trial.number, cid, self.run_id,
+                                TrialState.FAIL.name, None)
+        self.summary.lost += 1
+        self.reporter.note(_lost_note(p.trial.number))
+
     def _finish_all(self, ps: Sequence[Pending], outcome: Outcome) -> None:
         for i, p in enumerate(ps):
             self._finish(p, outcome if i == 0 else Outcome(**{**outcome.__dict__, "reused": True}))
@@ -379,23 +467,32 @@ class Search:
             for parent, mutation, kind in p.parents:
                 self.store.add_edge(parent, cid, mutation, kind, self.run_id)
             self.in_study.add(cid)
-        trial.set_user_attr(STATUS, outcome.status)
-        trial.set_user_attr(LABEL, label)
-        if outcome.reason:
-            trial.set_user_attr(REASON, outcome.reason)
-        if cid is not None:
-            trial.set_user_attr(CANDIDATE, cid)
-        if outcome.reused:
-            trial.set_user_attr(REUSED, True)
-        # the store first: if we die before tell, recovery marks both FAIL (see _recover)
         state = TrialState.COMPLETE if outcome.values is not None else TrialState.FAIL
         value = None if outcome.values is None else Best(0, "", "", outcome.values).score
-        self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
-        if outcome.values is not None:
-            self.study.tell(trial, outcome.values)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
-        self.heartbeat.discard(trial._trial_id)
+        try:
+            trial.set_user_attr(LABEL, label)
+            if outcome.reason:
+                trial.set_user_attr(REASON, outcome.reason)
+            if cid is not None:
+                trial.set_user_attr(CANDIDATE, cid)
+            if outcome.reused:
+                trial.set_user_attr(REUSED, True)
+            if outcome.speedups:  # per case, where Optuna's tools look (optuna-dashboard, load_study)
+                trial.set_user_attr(SPEEDUPS, outcome.speedups)
+            trial.set_user_attr(STATUS, outcome.status)  # last: a FAIL trial with a status is an outcome
+            # the store first: if we die before tell, recovery marks both FAIL (see _recover)
+            self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
+            if outcome.values is not None:
+                self.study.tell(trial, outcome.values)
+            else:
+                self.study.tell(trial, state=TrialState.FAIL)
+        except (UpdateFinishedTrialError, ValueError):  # ValueError: "Cannot tell a FAIL trial"
+            if self._running(trial._trial_id):
+                raise
+            self._lost(p, cid)
+            return
+        finally:
+            self.heartbeat.discard(trial._trial_id)
         s = self.summary
         s.finished += 1
         s.counts[outcome.status] += 1
@@ -403,6 +500,11 @@ class Search:
         if outcome.values is not None and (s.best is None or Best(0, "", "", outcome.values).score > s.best.score):
             s.best = Best(trial.number, cid or "", label, outcome.values)
         self.reporter.advance(trial.number, outcome, s.best)
+
+
+def _lost_note(number: int) -> str:
+    return (f"trial {number} was failed as stale by another worker before this one could tell it "
+            "(its heartbeats stalled past the grace period); its retry is answered from the store")
 
 
 def _mutation(parent: Candidate, child: Candidate) -> dict[str, list[Value]]:

@@ -74,9 +74,10 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
             self._pool[fam.name] = [(record_key(c.family, c.p), c) for c in all_candidates(fam)]
         return self._pool[fam.name]
 
-    def random_unseen(self, seen: set[str], op: str) -> Proposal | None:
-        """A uniformly drawn family that still has untried valid points, then one of them."""
-        fams = self.families[:]
+    def random_unseen(self, seen: set[str], op: str, families: Sequence[Family] | None = None) -> Proposal | None:
+        """A uniformly drawn family (of ``families``, default all) that still has untried valid
+        points, then one of them."""
+        fams = list(self.families if families is None else families)
         self._rng.shuffle(fams)
         for fam in fams:
             fresh = [c for k, c in self.valid_points(fam) if k not in seen]
@@ -84,9 +85,9 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
                 return Proposal(self._rng.choice(fresh), op)
         return None
 
-    def unseen_default(self, seen: set[str]) -> Proposal | None:
-        """The first family default not tried yet (op ``seed``), or None."""
-        for fam in self.families:
+    def unseen_default(self, seen: set[str], families: Sequence[Family] | None = None) -> Proposal | None:
+        """The first default (of ``families``, default all) not tried yet (op ``seed``), or None."""
+        for fam in self.families if families is None else families:
             default = make_candidate(fam)
             if record_key(default.family, default.p) not in seen:
                 return Proposal(default, "seed")

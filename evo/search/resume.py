@@ -1,134 +1,125 @@
-"""Who owns a running trial, its heartbeat, and what happens to trials left by a dead process.
+"""Which trials are alive, and what happens to the trials of a worker that died: Optuna's heartbeat.
 
-Every trial ``evo run`` asks for is stamped with its owner (host, pid, process start time)
-and run id, and a background thread records an Optuna heartbeat for it while it runs. When a
-run starts (or is interrupted), a RUNNING trial whose owner is gone -- its process no longer
-exists on this host, or its heartbeat is older than the grace period (any host) -- is marked
-FAIL with status ``abandoned`` and its params are enqueued again, so the candidate is retried
-(and answered from the store if it was evaluated before the owner died). Abandoned trials do
-not count toward ``--trials``.
+Any number of ``evo run`` processes (on one host or many) share a study, so a trial is never
+judged by who asked it: a worker records an Optuna heartbeat for each of its trials the moment
+it asks for it, and a :class:`Heartbeat` thread keeps recording one every ``heartbeat_interval``
+seconds while it runs (the RDB storage's heartbeat table, the one ``Study.optimize`` uses;
+ask-and-tell must beat for itself). Before every batch each worker calls :func:`recover`, which
+runs Optuna's ``fail_stale_trials``: a RUNNING trial whose last heartbeat is older than the
+grace period, by the database server's clock, is marked FAIL by exactly one worker (the state
+change is a locked row update), and the storage's stale-trial callback, :class:`Retry`,
+enqueues its candidate again (``evo:retry_of``: the first trial of the chain; ``evo:retries``:
+every trial it retries). A retried candidate already measured before its worker died is
+answered from the store. A trial retried ``max_retry`` times in a row is given up.
+
+A trial that never got its first heartbeat (its worker died in the milliseconds between
+Optuna's ask and the first beat) is invisible to ``fail_stale_trials``; :func:`recover` records
+one heartbeat for it, so it goes stale and is retried like any other once the grace period
+passes, and a live owner is unaffected (its own thread keeps beating).
+
+Ctrl-C or an error in a worker releases its own open trials at once (:func:`release`: FAIL,
+status ``abandoned``, enqueued again). Trials given up this way or by the heartbeat, and
+trials that were retried, do not count toward ``--trials`` (:func:`counted`).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import socket
 import threading
 import warnings
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage
+from optuna.storages._rdb import models as rdb_models
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from evo.search.proposal import RETRY_OF
 
-OWNER = "evo:owner"
 RUN = "evo:run"
+RETRIES = "evo:retries"
 STATUS = "status"
 REASON = "reason"
 ABANDONED = "abandoned"
+MAX_RETRY = 3
 
 
-def _start_ticks(pid: int) -> str:
-    """The process start time from /proc (Linux), so a recycled pid is not mistaken for ours."""
-    try:
-        stat = open(f"/proc/{pid}/stat").read()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]
+def given_up(trials: Sequence[FrozenTrial]) -> set[int]:
+    """Numbers of the FAIL trials that are not outcomes: released or failed by the heartbeat
+    (no status of their own, or ``abandoned``), or retried by a later trial."""
+    retried = {n for t in trials for n in t.user_attrs.get(RETRIES, ())}
+    return {t.number for t in trials if t.state == TrialState.FAIL
+            and (t.number in retried or t.user_attrs.get(STATUS, ABANDONED) == ABANDONED)}
 
 
-def me() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid())}
+def counted(trials: Sequence[FrozenTrial]) -> int:
+    """How many trials count toward ``--trials``: finished, and not given up."""
+    gone = given_up(trials)
+    return sum(t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.number not in gone)
+               for t in trials)
 
 
-def owner_alive(owner: dict[str, Any]) -> bool | None:
-    """True/False for an owner on this host; None when it ran elsewhere (heartbeat decides)."""
-    if owner.get("host") != socket.gethostname():
-        return None
-    pid = int(owner.get("pid", -1))
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    start = owner.get("start", "")
-    return not start or _start_ticks(pid) in ("", start)
-
-
-def counts(t: FrozenTrial) -> bool:
-    """Whether a trial counts toward ``--trials``: finished and not abandoned."""
-    if t.state == TrialState.COMPLETE:
-        return True
-    return t.state == TrialState.FAIL and t.user_attrs.get(STATUS, ABANDONED) != ABANDONED
-
-
-def requeue(study: optuna.Study, t: FrozenTrial) -> None:
-    """Enqueue an abandoned trial's params again: its own, or those it was enqueued with (a retry
-    abandoned before it drew them); a trial with neither had proposed nothing yet."""
+def requeue(study: optuna.Study, t: FrozenTrial, max_retry: int = MAX_RETRY) -> bool:
+    """Enqueue a failed trial's candidate again: its params, or those it was enqueued with (a
+    retry that died before drawing them). False when it had proposed nothing yet, or when its
+    chain of retries is ``max_retry`` long already."""
     params = t.params or t.system_attrs.get("fixed_params")
-    if params:
-        origin = t.user_attrs.get(RETRY_OF, t.number)
-        study.enqueue_trial(params, user_attrs={RETRY_OF: origin}, skip_if_exists=False)
-
-
-def abandon(study: optuna.Study, t: FrozenTrial, why: str) -> bool:
-    """Mark one RUNNING trial FAIL/abandoned and re-enqueue it; False if someone else finished it."""
-    storage = study._storage
-    try:
-        storage.set_trial_user_attr(t._trial_id, STATUS, ABANDONED)
-        storage.set_trial_user_attr(t._trial_id, REASON, why)
-        if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
-            return False
-    except UpdateFinishedTrialError:
+    chain = [*t.user_attrs.get(RETRIES, ()), t.number]
+    if not params or len(chain) > max_retry:
         return False
-    requeue(study, t)
+    study.enqueue_trial(params, user_attrs={RETRY_OF: chain[0], RETRIES: chain}, skip_if_exists=False)
     return True
 
 
-def recover(study: optuna.Study, grace_s: float, now: Callable[[], _dt.datetime] | None = None) -> list[FrozenTrial]:
-    """Abandon and re-enqueue every RUNNING trial whose owner is dead; returns those trials.
+class Retry:
+    """The storage's ``heartbeat_stale_trial_callback``: enqueue a stale trial's candidate
+    again (:func:`requeue`), and keep the trial so that the worker that failed it can mark it
+    failed in evo's store too (:meth:`drain`).
 
-    Owners on this host are checked by pid. A trial whose heartbeat is staler than the
-    storage's grace period (any host) is failed by Optuna's ``fail_stale_trials`` and
-    re-enqueued by the storage's stale-trial callback (:func:`stale_callback`). A trial with no
-    owner and no params was killed between Optuna's ask and the owner stamp: it is abandoned at
-    once (an asker still alive finds its trial failed and asks again, see ``Search._ask``); one
-    with params but no owner (not asked by evo run) once it is older than ``grace_s``.
-    """
-    running = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    Optuna's own ``RetryHeartbeatStaleTrialCallback`` copies the trial's params, user attrs
+    and system attrs into the new trial; evo's samplers know a retry by its fixed params
+    (``enqueue_trial``), and the dead trial's outcome attrs must not travel with it."""
+
+    def __init__(self, max_retry: int = MAX_RETRY) -> None:
+        self.max_retry = max_retry
+        self._failed: list[tuple[str, FrozenTrial]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, study: optuna.Study, t: FrozenTrial) -> None:
+        with self._lock:
+            self._failed.append((study.study_name, t))
+        requeue(study, t, self.max_retry)
+
+    def drain(self, study_name: str) -> list[FrozenTrial]:
+        """The trials of ``study_name`` this process failed as stale since the last call."""
+        with self._lock:
+            out = [t for name, t in self._failed if name == study_name]
+            self._failed = [(name, t) for name, t in self._failed if name != study_name]
+        return out
+
+
+def unbeaten(storage: RDBStorage, study_id: int) -> list[int]:
+    """Ids of the study's RUNNING trials without any heartbeat row."""
+    trials, beats = rdb_models.TrialModel, rdb_models.TrialHeartbeatModel
+    with Session(storage.engine) as s:
+        q = (select(trials.trial_id).outerjoin(beats, beats.trial_id == trials.trial_id)
+             .where(trials.study_id == study_id, trials.state == TrialState.RUNNING,
+                    beats.trial_id.is_(None)))
+        return list(s.scalars(q))
+
+
+def recover(study: optuna.Study, storage: RDBStorage, retry: Retry) -> list[FrozenTrial]:
+    """Fail the study's stale trials (Optuna's heartbeat check) and enqueue their candidates
+    again; returns the trials this call failed. A RUNNING trial with no heartbeat at all gets
+    one now, so that it goes stale after the grace period if nobody else beats for it."""
+    for tid in unbeaten(storage, study._study_id):
+        storage.record_heartbeat(tid)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-    out = [t for t in map(study._storage.get_trial, running)
-           if t.state == TrialState.FAIL and STATUS not in t.user_attrs]
-    clock = now or (lambda: _dt.datetime.now())
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = t.system_attrs.get(OWNER)
-        if owner is not None:
-            if owner_alive(owner) is not False:
-                continue
-            why = f"left running by pid {owner.get('pid')} on {owner.get('host')}, which is gone"
-        elif t.params:  # params but no owner: not asked by evo run; wait out the grace period
-            started = t.datetime_start
-            if started is None or (clock() - started).total_seconds() < grace_s:
-                continue
-            why = "left running with no owner"
-        else:  # killed between ask and the owner stamp; a live asker finds it failed and re-asks
-            why = "left running before its owner was stamped"
-        if abandon(study, t, why):
-            out.append(study._storage.get_trial(t._trial_id))
-    return out
-
-
-def stale_callback(study: optuna.Study, t: FrozenTrial) -> None:
-    """RDBStorage ``heartbeat_stale_trial_callback``: re-enqueue a trial whose heartbeat stopped
-    (it is already FAIL; its missing ``status`` attr marks it abandoned)."""
-    requeue(study, t)
+    return retry.drain(study.study_name)
 
 
 class Heartbeat:
@@ -146,6 +137,7 @@ class Heartbeat:
         return self
 
     def add(self, trial_id: int) -> None:
+        """Beat for ``trial_id`` now and from now on."""
         with self._lock:
             self._ids.add(trial_id)
         self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
@@ -171,11 +163,24 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
 
-def release(study: optuna.Study, trial_ids: Iterable[int], why: str) -> list[FrozenTrial]:
-    """Abandon and re-enqueue this process's own unfinished trials (Ctrl-C, an error)."""
+def release(study: optuna.Study, trial_ids: Iterable[int], why: str,
+            max_retry: int = MAX_RETRY) -> list[FrozenTrial]:
+    """Give up this process's own unfinished trials (Ctrl-C, an error): FAIL, status
+    ``abandoned`` with ``why``, candidate enqueued again. Returns the trials released."""
     out = []
+    storage = study._storage
     for tid in trial_ids:
-        t = study._storage.get_trial(tid)
-        if t.state == TrialState.RUNNING and abandon(study, t, why):
-            out.append(study._storage.get_trial(tid))
+        t = storage.get_trial(tid)
+        if t.state != TrialState.RUNNING:
+            continue
+        try:
+            storage.set_trial_user_attr(tid, STATUS, ABANDONED)
+            storage.set_trial_user_attr(tid, REASON, why)
+            if not storage.set_trial_state_values(tid, TrialState.FAIL):
+                continue
+        except UpdateFinishedTrialError:  # failed as stale by another worker meanwhile
+            continue
+        t = storage.get_trial(tid)
+        requeue(study, t, max_retry)
+        out.append(t)
     return out

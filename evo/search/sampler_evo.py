@@ -1,171 +1,235 @@
-"""The evo sampler: a Gaussian-process model of this study's measurements picks each candidate.
+"""The evolutionary sampler: elites, one- or two-gene mutations, same-family crossover, immigrants.
 
-Start. Warm (``evo run``'s default): each family's manifest default first (op ``seed``), then,
-while fewer than ``min_timed`` points are timed, one-gene mutations of the best timed point
-(op ``mutation``: local steps from a known-good kernel). Cold: uniformly random untried valid
-points (op ``random``) until ``min_timed`` points are timed.
+Seeds: the first children of a study are the families' defaults (the hand-written starting
+points, as EvoEngineer starts from seed kernels), so the search starts from known-good kernels
+and what it finds is measured against them. A family that another selected family names among
+its ``successors`` (manifest) is not seeded: it is reached by switching to it, so a study of
+``seed_naive, seed_online, flash_scalar, seed_wmma`` starts from the naive kernel alone and its
+lineage shows each step (immigrants, too, come only from the families that are seeded). Cold
+(``warm=False``, for the sampler benchmark; ``evo run`` is always warm): no defaults, random
+immigrants of those families first.
 
-Then every candidate (op ``model``) maximizes expected improvement times the probability that
-it does not fail. Model steps alternate between a global step, over the untried valid points
-of the families (all of them, or, past ``pool_max`` points, a random sample plus every one-
-and two-gene mutation of the best ``population`` timed points), and a local step, over the
-untried points at most ``radius`` genes from the best timed point (a trust region; global
-when it is exhausted). Local steps climb from a good kernel (the defaults, when warm) faster
-than the model alone; global steps leave a local optimum.
+Population: the best ``population`` distinct completed trials (multi-objective: by the
+geometric mean of their values). A child is
 
-- value: a GP of the standardized log fitness (mean log over objectives) over the encoded
-  genes (:mod:`evo.search.encoding`, :func:`evo.search.surrogate.fit_value_model`), refit on
-  every newly finished trial; its length scales are the genes' importances in this study.
-- failure: :class:`evo.search.surrogate.FailureModel` over the points that were built (timed,
-  or failed for a reason of their own: ``evo.search.sampler_ga.FAILURES``); ``unmeasured``,
-  ``built`` and ``abandoned`` say nothing about the kernel and are left out.
-- pending trials of the same batch are added to the GP at its predicted mean (the "kriging
-  believer"), which lowers the uncertainty around them, so a batch spreads out.
+- a random immigrant (uniform over untried valid points) at rate ``immigrant_rate`` and
+  whenever there is no elite yet;
+- a uniform crossover of two elites of the same family at rate ``crossover_rate``, re-drawn
+  when the child is invalid or already tried;
+- otherwise a mutation of a rank-selected elite that changes one gene (two at rate
+  ``two_gene_rate``), drawn from :func:`evo.space.mutations` so it is always valid; at rate
+  ``switch_rate`` (and whenever no gene mutation is left) the mutation switches the elite to a
+  successor family instead (:func:`evo.space.switch`: shared genes kept), recorded as the move
+  ``family: old -> new`` so its measured effect weighs it like any other move.
 
-Ties are broken at random (the sampler's seed), never by manifest order. Nothing is learned
-from outside the study: no priors, no starting points but the manifest defaults when warm.
+Children equal to any tried point (complete, failed, running or queued) are never proposed.
+Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
+study's lineage (:func:`move_weights`): moves whose children beat their parents are drawn
+more often, moves whose children failed (invalid, compile_failed, resource_rejected, red,
+crashed, timeout) less often. Parents, op and mutation go to the trial's system attrs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
-from evo.manifest import Family
+from evo.manifest import Family, Value
 from evo.replay import record_key
-from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
-from evo.search.proposal import Proposal, ProposalSampler, seen_keys
-from evo.search.resume import STATUS
-from evo.search.sampler_ga import FAILURES, fitness
-from evo.search.surrogate import FailureModel, expected_improvement, fit_value_model, standardize
-from evo.space import Candidate, make_candidate, mutations
+from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, seen_keys
+from evo.space import Candidate, make_candidate, mutations, switch
+
+Move = tuple[str, Value, Value]
+FAILURES = frozenset({"invalid", "compile_failed", "resource_rejected", "red", "crashed", "timeout"})
 
 
-def distance(a: Candidate, b: Candidate) -> int:
-    """Genes that differ between two candidates of one family."""
-    pb = b.p
-    return sum(v != pb[k] for k, v in a.params)
+def fitness(t: FrozenTrial) -> float | None:
+    """log of a completed trial's value (mean log over objectives); None when not complete."""
+    if t.state != TrialState.COMPLETE or not t.values or min(t.values) <= 0:
+        return None
+    return sum(math.log(v) for v in t.values) / len(t.values)
+
+
+@dataclass
+class MoveRecord:
+    """What one move did in this study: log effects of measured children, failed children."""
+
+    log_effects: list[float]
+    failures: int = 0
+
+    def weight(self, strength: float, shrink: float = 2.0) -> float:
+        """exp(strength * shrunk mean log effect) times the smoothed share of children that
+        did not fail; 1 for a move never tried, clipped to [0.05, 20]."""
+        n_ok = len(self.log_effects)
+        mean = sum(self.log_effects) / (n_ok + shrink)
+        ok_share = (n_ok + 1) / (n_ok + self.failures + 1)
+        return min(20.0, max(0.05, math.exp(strength * mean) * ok_share))
+
+
+def proposal_of(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> dict | None:
+    """The sampler proposal behind a trial, following retries back to the original trial."""
+    for _ in range(len(by_number) + 1):
+        if PROPOSAL in t.system_attrs:
+            return t.system_attrs[PROPOSAL]
+        orig = t.user_attrs.get(RETRY_OF)
+        if orig is None or orig not in by_number:
+            return None
+        t = by_number[orig]
+    return None
+
+
+def move_records(trials: Sequence[FrozenTrial]) -> dict[Move, MoveRecord]:
+    """Per move, the log effect (child / parent) of every measured mutation child and the count
+    of children that failed for a reason of their own (not unmeasured, not abandoned)."""
+    by_number = {t.number: t for t in trials}
+    out: dict[Move, MoveRecord] = {}
+    for t in trials:
+        prop = proposal_of(t, by_number)
+        if not prop or prop.get("op") != "mutation" or not prop.get("parents"):
+            continue
+        parent = by_number.get(prop["parents"][0])
+        child_fit, parent_fit = fitness(t), parent and fitness(parent)
+        failed = t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES
+        if not failed and (child_fit is None or parent_fit is None):
+            continue
+        for name, (old, new) in prop["mutation"].items():
+            rec = out.setdefault((name, old, new), MoveRecord([]))
+            if failed:
+                rec.failures += 1
+            else:
+                rec.log_effects.append(child_fit - parent_fit)  # type: ignore[operator]
+    return out
+
+
+def move_weights(trials: Sequence[FrozenTrial], strength: float = 8.0) -> dict[Move, float]:
+    return {m: r.weight(strength) for m, r in move_records(trials).items()}
 
 
 class EvoSampler(ProposalSampler):
-    """Model-guided sampler over the candidate space (see module docstring)."""
+    """Evolutionary sampler over the candidate space (see module docstring)."""
 
-    def __init__(self, families: Sequence[Family], seed: int | None = None, *, warm: bool = True,
-                 min_timed: int = 3, population: int = 8, pool_max: int = 20000, radius: int = 2) -> None:
+    def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
+                 immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
+                 switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True) -> None:
         super().__init__(families, seed)
-        self.warm, self.min_timed, self.population, self.pool_max = warm, min_timed, population, pool_max
-        self.radius = radius
-        self._steps = 0
-        self.encoder = Encoder(self.families)
+        self.warm = warm
+        self.population = population
+        self.immigrant_rate = immigrant_rate
+        self.crossover_rate = crossover_rate
+        self.two_gene_rate = two_gene_rate
+        self.switch_rate = switch_rate
+        self.insight_strength = insight_strength
         self._by_name = {f.name: f for f in self.families}
-        self._kernel_for: tuple[int, object] | None = None  # (finished trials, fitted kernel)
+        reached = {s for f in self.families for s in f.successors if s in self._by_name and s != f.name}
+        self.roots = [f for f in self.families if f.name not in reached] or list(self.families)
 
-    def _candidate(self, t: FrozenTrial) -> Candidate | None:
-        got = from_trial_params(t.params or t.system_attrs.get("fixed_params", {}))
-        if got is None or got[0] not in self._by_name:
-            return None
-        try:
-            return make_candidate(self._by_name[got[0]], got[1])
-        except InvalidCandidate:
-            return None
-
-    def observations(self, trials: Sequence[FrozenTrial]) -> tuple[dict[str, tuple[Candidate, float]],
-                                                                   dict[str, tuple[Candidate, bool]],
-                                                                   list[Candidate]]:
-        """(timed: key -> (candidate, best fitness)), (built: key -> (candidate, failed)), pending."""
-        timed: dict[str, tuple[Candidate, float]] = {}
-        built: dict[str, tuple[Candidate, bool]] = {}
-        pending: list[Candidate] = []
+    def elites(self, trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Candidate]]:
+        """Best distinct completed candidates of the selected families, best first."""
+        best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
         for t in trials:
-            cand = self._candidate(t)
-            if cand is None:
+            fit, got = fitness(t), from_trial_params(t.params)
+            if fit is None or got is None or got[0] not in self._by_name:
+                continue
+            try:
+                cand = make_candidate(self._by_name[got[0]], got[1])
+            except InvalidCandidate:
                 continue
             key = record_key(cand.family, cand.p)
-            fit = fitness(t)
-            if fit is not None:
-                if key not in timed or fit > timed[key][1]:
-                    timed[key] = (cand, fit)
-                built[key] = (cand, False)
-            elif t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in FAILURES:
-                built.setdefault(key, (cand, True))
-            elif t.state in (TrialState.RUNNING, TrialState.WAITING):
-                pending.append(cand)
-        return timed, built, pending
+            if key not in best or fit > best[key][0]:
+                best[key] = (fit, t, cand)
+        ranked = sorted(best.values(), key=lambda x: (-x[0], x[1].number))
+        return [(t, c) for _, t, c in ranked[: self.population]]
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
         seen = seen_keys(trials)
-        if self.warm and (seed := self.unseen_default(seen)) is not None:
+        if self.warm and (seed := self.unseen_default(seen, self.roots)) is not None:
             return seed
-        timed, built, pending = self.observations(trials)
-        if len(timed) < self.min_timed:
-            if self.warm and timed:
-                return self.local_step(max(timed.values(), key=lambda cf: cf[1])[0], seen) \
-                    or self.random_point(seen)
-            return self.random_point(seen)
-        ranked = [c for c, _ in sorted(timed.values(), key=lambda cf: -cf[1])]
-        pool = self.pool(seen, ranked[: self.population])
-        if not pool:
-            return None
-        self._steps += 1
-        if self._steps % 2 == 0:
-            near = [c for c in pool if c.family == ranked[0].family and distance(c, ranked[0]) <= self.radius]
-            pool = near or pool
-        finished = sum(t.state.is_finished() for t in trials)
-        return Proposal(self.choose(pool, list(timed.values()), list(built.values()), pending, finished), "model")
+        elites = self.elites(trials)
+        if not elites or self._rng.random() < self.immigrant_rate:
+            found = self.random_unseen(seen, "immigrant", self.roots)
+            if found is not None or not elites:  # roots used up before anything was measured: any family
+                return found or self.random_unseen(seen, "immigrant")
+        if self._rng.random() < self.crossover_rate:
+            child = self.crossover(elites, seen)
+            if child is not None:
+                return child
+        return self.mutant(elites, move_weights(trials, self.insight_strength), seen) \
+            or self.random_unseen(seen, "immigrant")
 
-    def random_point(self, seen: set[str]) -> Proposal | None:
-        """A uniformly random untried valid point of any family (every point equally likely)."""
-        fresh = [c for f in self.families for k, c in self.valid_points(f) if k not in seen]
-        return Proposal(self._rng.choice(fresh), "random") if fresh else None
+    def _rank_order(self, n: int) -> list[int]:
+        """Indices 0..n-1 in a random order biased to low ranks (linear ranking, no repeats)."""
+        left, order = list(range(n)), []
+        while left:
+            i = self._rng.choices(left, weights=[n - j for j in left])[0]
+            left.remove(i)
+            order.append(i)
+        return order
 
-    def local_step(self, parent: Candidate, seen: set[str]) -> Proposal | None:
-        """A random untried one-gene mutation of ``parent``."""
-        options = [(c, m) for c, m in mutations(self._by_name[parent.family], parent, 1)
-                   if record_key(c.family, c.p) not in seen]
+    def mutant(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+               seen: set[str]) -> Proposal | None:
+        for i in self._rank_order(len(elites)):
+            parent_trial, parent = elites[i]
+            fam = self._by_name[parent.family]
+            if self._rng.random() < self.switch_rate:
+                moved = self.switched(parent_trial, parent, weights, seen)
+                if moved is not None:
+                    return moved
+            genes = (2, 1) if self._rng.random() < self.two_gene_rate else (1, 2)
+            for g in genes:
+                options = [(c, m) for c, m in mutations(fam, parent, g)
+                           if record_key(c.family, c.p) not in seen]
+                if not options:
+                    continue
+                w = [math.prod(weights.get((n, old, new), 1.0) for n, (old, new) in m.items())
+                     for _, m in options]
+                child, mut = self._rng.choices(options, weights=w)[0]
+                return Proposal(child, "mutation", [parent_trial.number],
+                                {n: [old, new] for n, (old, new) in mut.items()})
+            moved = self.switched(parent_trial, parent, weights, seen)   # no gene mutation left
+            if moved is not None:
+                return moved
+        return None
+
+    def switched(self, parent_trial: FrozenTrial, parent: Candidate, weights: Mapping[Move, float],
+                 seen: set[str]) -> Proposal | None:
+        """``parent`` switched to one of its family's selected successors (weighted by the
+        record of each ``family`` move), or None when every such child has been tried."""
+        options = []
+        for name in self._by_name[parent.family].successors:
+            if name in self._by_name and name != parent.family:
+                child = switch(parent, self._by_name[name])
+                if record_key(child.family, child.p) not in seen:
+                    options.append(child)
         if not options:
             return None
-        child, mut = self._rng.choice(options)
-        return Proposal(child, "mutation", [], {n: [a, b] for n, (a, b) in mut.items()})
+        w = [weights.get(("family", parent.family, c.family), 1.0) for c in options]
+        child = self._rng.choices(options, weights=w)[0]
+        return Proposal(child, "mutation", [parent_trial.number], {"family": [parent.family, child.family]})
 
-    def pool(self, seen: set[str], elites: Sequence[Candidate]) -> list[Candidate]:
-        """Untried valid points to score (see module docstring), in random order."""
-        every = [(k, c) for f in self.families for k, c in self.valid_points(f)]
-        if len(every) <= self.pool_max:
-            out = [c for k, c in every if k not in seen]
-        else:
-            picked = {k: c for k, c in self._rng.sample(every, self.pool_max) if k not in seen}
-            for e in elites:
-                for genes in (1, 2):
-                    for c, _ in mutations(self._by_name[e.family], e, genes):
-                        k = record_key(c.family, c.p)
-                        if k not in seen:
-                            picked[k] = c
-            out = list(picked.values())
-        self._rng.shuffle(out)
-        return out
-
-    def choose(self, pool: Sequence[Candidate], timed: Sequence[tuple[Candidate, float]],
-               built: Sequence[tuple[Candidate, bool]], pending: Sequence[Candidate], finished: int) -> Candidate:
-        """The pool's point of highest expected improvement x P(no failure of its own)."""
-        enc = self.encoder
-        X = enc.matrix([c for c, _ in timed])
-        y = standardize(np.array([f for _, f in timed]))
-        if self._kernel_for is not None and self._kernel_for[0] == finished:
-            gp = fit_value_model(X, y, self._kernel_for[1])  # type: ignore[arg-type]
-        else:
-            gp = fit_value_model(X, y)
-            self._kernel_for = (finished, gp.kernel_)
-        if pending:
-            P = enc.matrix(list(pending))
-            gp = fit_value_model(np.vstack([X, P]), np.concatenate([y, gp.predict(P)]), gp.kernel_)
-        Z = enc.matrix(list(pool))
-        mu, sd = gp.predict(Z, return_std=True)
-        score = expected_improvement(mu, sd, float(y.max()))
-        score = score * FailureModel(enc.matrix([c for c, _ in built]),
-                                     np.array([f for _, f in built])).p_ok(Z)
-        return pool[int(np.argmax(score))]
+    def crossover(self, elites: Sequence[tuple[FrozenTrial, Candidate]], seen: set[str],
+                  tries: int = 20) -> Proposal | None:
+        groups: dict[str, list[tuple[FrozenTrial, Candidate]]] = {}
+        for e in elites:
+            groups.setdefault(e[1].family, []).append(e)
+        pairs = [g for g in groups.values() if len(g) >= 2]
+        if not pairs:
+            return None
+        group = self._rng.choice(pairs)
+        for _ in range(tries):
+            (ta, a), (tb, b) = self._rng.sample(group, 2)
+            pa, pb = a.p, b.p
+            mixed = {n: (pa[n] if self._rng.random() < 0.5 else pb[n]) for n in pa}
+            try:
+                child = make_candidate(self._by_name[a.family], mixed)
+            except InvalidCandidate:
+                continue
+            if child in (a, b) or record_key(child.family, child.p) in seen:
+                continue
+            return Proposal(child, "crossover", [ta.number, tb.number])
+        return None

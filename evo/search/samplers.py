@@ -1,9 +1,9 @@
 """``--sampler`` names to Optuna samplers over the candidate space.
 
-- ``evo``: :class:`~evo.search.sampler_evo.EvoSampler` (a Gaussian-process model of the
-  study's measurements with a failure model picks each candidate; starts from the defaults).
-- ``evo-ga``: :class:`~evo.search.sampler_ga.GaSampler` (elites, mutation, crossover; the
-  default before ``evo``).
+- ``evo`` (the default): :class:`~evo.search.sampler_evo.EvoSampler` (elites, mutation,
+  crossover, family switches along the manifests' ``successors``).
+- ``evo-gp``: :class:`~evo.search.sampler_gp.GpSampler` (a Gaussian-process model of the
+  study's measurements with a failure model picks each candidate; needs scikit-learn).
 - ``tpe``: Optuna's multivariate, grouped TPE (``group=True`` models the conditional
   family -> params space), constant liar so a batch of pending trials spreads out.
 - ``gp``: Optuna's GPSampler (needs scipy; seconds per trial).
@@ -13,8 +13,8 @@
 - ``random``: uniform over valid, untried points (family first, then point).
 - ``grid``: every valid point once, in manifest order, families interleaved.
 
-``warm`` (evo and evo-ga): start from the manifest defaults (``evo run`` always does); a cold
-sampler starts from random points.
+``warm`` (evo and evo-gp): start from the manifest defaults (``evo run`` always does); a cold
+sampler starts from random points (the sampler benchmark's cold start).
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ import optuna
 
 from evo.errors import EvoError
 from evo.manifest import Family
+from evo.search import surrogate
 from evo.search.proposal import SweepSampler
 from evo.search.sampler_evo import EvoSampler
-from evo.search.sampler_ga import GaSampler
+from evo.search.sampler_gp import GpSampler
 
-SAMPLERS = ("evo", "evo-ga", "tpe", "gp", "cmaes", "random", "grid")
-PROPOSING = ("evo", "evo-ga", "random", "grid")  # samplers that never propose an invalid or tried point
+SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")
+PROPOSING = ("evo", "evo-gp", "random", "grid")  # samplers that never propose an invalid or tried point
 
 
 def make_sampler(name: str, families: Sequence[Family], seed: int | None = None,
@@ -40,14 +41,27 @@ def make_sampler(name: str, families: Sequence[Family], seed: int | None = None,
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "evo":
             return EvoSampler(families, seed, warm=warm)
-        if name == "evo-ga":
-            return GaSampler(families, seed, warm=warm)
+        if name == "evo-gp":
+            return GpSampler(families, seed, warm=warm)
         if name == "tpe":
             return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
         if name == "gp":
+            require(name)
             return optuna.samplers.GPSampler(seed=seed)
         if name == "cmaes":
             return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
         if name in ("random", "grid"):
             return SweepSampler(families, seed, order=name)
     raise EvoError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def require(name: str) -> None:
+    """EvoError when sampler ``name`` needs a package that is not installed (``evo run`` asks
+    before it opens the database)."""
+    if name == "evo-gp":
+        surrogate.require()
+    elif name == "gp":
+        try:
+            import scipy  # noqa: F401  (Optuna's GPSampler imports it when it samples)
+        except ImportError:
+            raise EvoError("--sampler gp (Optuna's GPSampler) needs scipy: pip install 'evo-kernels[gp]'") from None

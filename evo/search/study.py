@@ -1,7 +1,11 @@
 """Open (or create) the Optuna study of a search in the evo database, and pin its settings.
 
 The study lives in Optuna's RDB storage on the same SQLAlchemy URL as evo's own tables, with
-heartbeats on, so a trial left RUNNING by a dead process is found and retried. What makes
+heartbeats on and :class:`~evo.search.resume.Retry` as the stale-trial callback, so a trial
+whose worker died is failed and retried (:mod:`evo.search.resume`). On SQLite every Optuna
+transaction begins with ``BEGIN IMMEDIATE``: the sqlite3 module otherwise reads outside any
+transaction, and two workers could both pop the same waiting trial or both finish one trial
+(on PostgreSQL Optuna locks the row). What makes
 trial values comparable -- families, FAST cases, baseline, objective, measurement source --
 is stored in the study's user attrs when it is created; continuing the study with different
 settings is refused (a changed option would silently mix incomparable values), and options
@@ -19,7 +23,8 @@ from sqlalchemy import event
 
 from evo.errors import EvoError
 from evo.results import Shape
-from evo.search.resume import stale_callback
+from evo.search.resume import Retry
+from evo.store.engine import BUSY_TIMEOUT_MS, is_sqlite
 from evo.suites import fast_cases
 
 SETTINGS = "evo:settings"
@@ -28,26 +33,43 @@ GRACE_S = 60
 KEYS = ("source", "families", "cases", "baseline", "objective")
 
 
-def storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage on ``url`` with heartbeats. SQLite: a generous busy timeout, and
-    ``synchronous=NORMAL`` (the store put the file in WAL mode, where that loses nothing when a
-    process dies; Optuna commits a dozen times per trial, and a full sync each costs ~5 ms)."""
-    sqlite = url.startswith("sqlite")
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {}
+def storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S,
+            retry: Retry | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage on ``url`` with heartbeats and ``retry`` (default :class:`Retry`)
+    as the stale-trial callback. The first one on a fresh database creates Optuna's tables:
+    callers that may start together hold :func:`evo.store.engine.schema_lock`."""
+    sqlite = is_sqlite(url)
+    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}} if sqlite \
+        else {"pool_pre_ping": True}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        rdb = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s,
-                                         grace_period=grace_s, heartbeat_stale_trial_callback=stale_callback)
+        try:
+            rdb = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s,
+                                             grace_period=grace_s,
+                                             heartbeat_stale_trial_callback=retry or Retry())
+        except ImportError as exc:
+            raise EvoError(f"cannot use database URL: {exc.__cause__ or exc} "
+                           "(pip install 'evo-kernels[postgres]' for PostgreSQL)") from None
     if sqlite:
-        event.listen(rdb.engine, "connect", _sqlite_sync_normal)
-        rdb.engine.dispose()  # connections opened so far lack the pragma
+        event.listen(rdb.engine, "connect", _sqlite_connect)
+        event.listen(rdb.engine, "begin", _sqlite_begin)
+        rdb.engine.dispose()  # connections opened so far lack the settings
     return rdb
 
 
-def _sqlite_sync_normal(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    """SQLAlchemy emits BEGIN itself (below); ``synchronous=NORMAL`` because the store put the
+    file in WAL mode, where that loses nothing when a process dies (Optuna commits a dozen times
+    per trial, and a full sync each costs ~5 ms)."""
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA synchronous = NORMAL")
     cur.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def stored_settings(store: optuna.storages.BaseStorage, name: str) -> dict[str, Any] | None:
@@ -63,7 +85,7 @@ def study_cases(url: str, name: str) -> list[Shape] | None:
     """The FAST cases a study scores (its stored settings), so that a study's lineage shows the
     scores its search optimized; None when there is no such study or it names no cases."""
     try:
-        settings = stored_settings(optuna.storages.RDBStorage(url), name)
+        settings = stored_settings(optuna.storages.RDBStorage(url, skip_table_creation=True), name)
     except Exception:  # no Optuna tables yet (a database that never ran a search)
         return None
     if not settings or not settings.get("cases"):

@@ -1,4 +1,8 @@
-"""The models behind :mod:`evo.search.sampler_evo`, fit on what the current study has measured.
+"""The models behind :mod:`evo.search.sampler_gp`, fit on what the current study has measured.
+
+scikit-learn is an optional dependency (``pip install 'evo-kernels[gp]'``): it is imported by
+the functions here, never at module import, and :func:`require` turns its absence into a
+one-line error when the sampler is made.
 
 - :func:`fit_value_model`: a Gaussian process (scikit-learn's ``GaussianProcessRegressor``;
   Matern 5/2 with one length scale per gene column, a constant and a white-noise term, all
@@ -15,15 +19,29 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
-from sklearn.linear_model import LogisticRegression
+
+from evo.errors import EvoError
+
+if TYPE_CHECKING:
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import Kernel
+    from sklearn.linear_model import LogisticRegression
+
+
+def require() -> None:
+    """EvoError unless scikit-learn can be imported."""
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        raise EvoError("the evo-gp sampler needs scikit-learn: pip install 'evo-kernels[gp]'") from None
 
 
 def _kernel(width: int) -> Kernel:
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
     return (ConstantKernel(1.0, (1e-2, 1e2)) * Matern(np.ones(max(1, width)), (5e-2, 2e1), nu=2.5)
             + WhiteKernel(1e-2, (1e-6, 1.0)))
 
@@ -36,6 +54,9 @@ def standardize(y: np.ndarray) -> np.ndarray:
 def fit_value_model(X: np.ndarray, y: np.ndarray, kernel: Kernel | None = None) -> GaussianProcessRegressor:
     """The GP of ``y`` (already standardized) on ``X``; with ``kernel`` given, its
     hyperparameters are kept as they are (no refit: used to condition on pending points)."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         gp = GaussianProcessRegressor(kernel if kernel is not None else _kernel(X.shape[1]),
@@ -59,6 +80,8 @@ class FailureModel:
     def __init__(self, X: np.ndarray, failed: np.ndarray) -> None:
         self.model: LogisticRegression | None = None
         if 0 < failed.sum() < len(failed):
+            from sklearn.linear_model import LogisticRegression
+
             self.model = LogisticRegression(C=1.0).fit(X, failed.astype(int))
 
     def p_ok(self, X: np.ndarray) -> np.ndarray:

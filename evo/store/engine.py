@@ -1,15 +1,29 @@
 """Open a database by SQLAlchemy URL and bring its schema to the latest Alembic revision.
 
-SQLite gets WAL, a 30 s busy timeout and foreign keys on every connection; SQLAlchemy (not
-the sqlite3 module) emits BEGIN, and connections meant for writing say ``BEGIN IMMEDIATE``,
-so two processes writing the same file queue for the lock instead of failing mid-transaction.
+Several processes (workers on one host, or on many hosts over PostgreSQL) write the same
+database, and every write transaction of the store is serialized so that its read-then-write
+steps (insert a candidate unless it exists, take a claim unless it is held) are atomic:
+
+- SQLite gets WAL, a 30 s busy timeout and foreign keys on every connection; SQLAlchemy (not
+  the sqlite3 module) emits BEGIN, and connections meant for writing say ``BEGIN IMMEDIATE``,
+  so processes writing the same file queue for the lock instead of failing mid-transaction.
+- PostgreSQL: a write transaction first takes a transaction-level advisory lock
+  (``pg_advisory_xact_lock``), the same queue on a server shared by many hosts.
+
 Migrations (``db/``) run inside one such transaction when the schema is behind, so a fresh
-file, an old file and two processes opening the same new file all end at ``head``.
+database, an old one and several processes opening the same new one all end at ``head``.
+:func:`schema_lock` serializes the set-up of a database (evo's migration, Optuna's tables,
+creating a study) between processes that start together.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +38,14 @@ from evo.store.models import VERSION_TABLE
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0001"  # the newest revision under db/versions (tests/test_store.py checks it)
+HEAD = "0002"  # the newest revision under db/versions (tests/test_store.py checks it)
 BUSY_TIMEOUT_MS = 30_000
-WRITE = {"evo_write": True}  # execution option: begin with BEGIN IMMEDIATE on SQLite
+WRITE = {"evo_write": True}  # execution option: a serialized write transaction (see module docstring)
+WRITE_LOCK = 0x65766F5F7772  # pg advisory lock key of store writes ("evo_wr"); ProcessLock hashes its name
+SQLITE_WORKERS = 4  # beyond this many workers on one SQLite file, PostgreSQL is the advice
+POSTGRES_HINT = (f"SQLite serializes every write, which suits up to {SQLITE_WORKERS} workers on one host; "
+                 "for more, or for several hosts, use PostgreSQL (--db postgresql+psycopg://USER@HOST/DB, "
+                 "pip install 'evo-kernels[postgres]'; docs/scale-out.md)")
 
 
 def migrations_dir() -> Path:
@@ -48,11 +67,17 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(parsed)
+        engine = create_engine(parsed, **({"pool_pre_ping": True} if parsed.get_backend_name() == "postgresql"
+                                          else {}))
+    except ImportError as exc:  # the URL's driver is not installed
+        raise EvoError(f"cannot use database URL {safe_url(url)}: {exc} "
+                       "(pip install 'evo-kernels[postgres]' for PostgreSQL)") from None
     except (ArgumentError, NoSuchModuleError, ValueError, OSError) as exc:
         raise EvoError(f"cannot use database URL {url!r}: {exc}") from None
     if engine.dialect.name == "sqlite":
         _sqlite_pragmas(engine)
+    elif engine.dialect.name == "postgresql":
+        _postgres_write_lock(engine)
     return engine
 
 
@@ -70,6 +95,126 @@ def _sqlite_pragmas(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("evo_write") else "BEGIN")
+
+
+def _postgres_write_lock(engine: Engine) -> None:
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        if conn.get_execution_options().get("evo_write"):
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+
+
+def normalize_url(url: str) -> str:
+    """``postgresql://`` and ``postgres://`` name psycopg 3 (the ``postgres`` extra), not
+    SQLAlchemy's default psycopg2; other URLs are returned as they are."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def is_sqlite(url: str) -> bool:
+    try:
+        return make_url(url).get_backend_name() == "sqlite"
+    except ArgumentError:
+        return False
+
+
+class ProcessLock:
+    """A lock that every process using one database shares, held with ``with``: an SQLite
+    file's lock file (``<file>.<name>.lock``, flock: the processes of one host, which is all
+    SQLite serves) or a PostgreSQL session advisory lock on a connection of its own (any host);
+    for an in-memory SQLite database and other servers, only a lock within this process."""
+
+    def __init__(self, url: str, name: str) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise EvoError(f"cannot use database URL {url!r}: {exc}") from None
+        self.url, self.name = url, name
+        self.backend = parsed.get_backend_name()
+        self._local = threading.Lock()
+        self._path: Path | None = None
+        self._file: Any = None
+        self._engine: Engine | None = None
+        self._conn: Any = None
+        if self.backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            self._path = Path(parsed.database).expanduser().with_name(Path(parsed.database).name + f".{name}.lock")
+        self._key = int.from_bytes(hashlib.sha256(f"evo:{name}".encode()).digest()[:7], "big")
+
+    def __enter__(self) -> ProcessLock:
+        self._local.acquire()
+        try:
+            if self._path is not None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self._path, "a")
+                fcntl.flock(self._file, fcntl.LOCK_EX)
+            elif self.backend == "postgresql":
+                self._pg_lock()
+        except BaseException:
+            self._local.release()
+            raise
+        return self
+
+    def _pg_lock(self) -> None:
+        try:
+            if self._conn is None:
+                self._engine = make_engine(self.url)
+                self._conn = self._engine.connect()
+            self._conn.exec_driver_sql(f"SELECT pg_advisory_lock({self._key})")
+            self._conn.commit()
+        except SQLAlchemyError as exc:
+            self.close()
+            raise EvoError(f"cannot lock database {safe_url(self.url)}: {describe(exc)}") from None
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._file is not None:
+                fcntl.flock(self._file, fcntl.LOCK_UN)
+                self._file.close()
+                self._file = None
+            elif self._conn is not None:
+                try:
+                    self._conn.exec_driver_sql(f"SELECT pg_advisory_unlock({self._key})")
+                    self._conn.commit()
+                except SQLAlchemyError:
+                    self.close()  # a closed session holds no lock
+        finally:
+            self._local.release()
+
+    def close(self) -> None:
+        """Drop the connection a PostgreSQL lock keeps (between uses it holds no lock)."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except SQLAlchemyError:
+                pass
+        if self._engine is not None:
+            self._engine.dispose()
+        self._conn = self._engine = None
+
+
+@contextmanager
+def schema_lock(url: str) -> Iterator[None]:
+    """Hold the database's ``schema`` :class:`ProcessLock` while it is set up, so that processes
+    that start together create evo's and Optuna's tables, and a study with its settings, one
+    after the other."""
+    lock = ProcessLock(url, "schema")
+    try:
+        with lock:
+            yield
+    finally:
+        lock.close()
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a database error; SQLite's "database is locked" says what to do instead."""
+    orig = getattr(exc, "orig", None) or exc.__cause__ or exc
+    line = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if "database is locked" in line:
+        return f"{line} (other processes held the SQLite file for more than {BUSY_TIMEOUT_MS // 1000} s). " \
+               + POSTGRES_HINT
+    return line
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -108,8 +253,7 @@ def open_engine(url: str) -> Engine:
         upgrade(engine)
     except SQLAlchemyError as exc:
         engine.dispose()
-        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise EvoError(f"cannot open database {safe_url(url)}: {detail}") from None
+        raise EvoError(f"cannot open database {safe_url(url)}: {describe(exc)}") from None
     return engine
 
 

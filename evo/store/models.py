@@ -125,6 +125,24 @@ class Trial(Base):
     created: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Claim(Base):
+    """Who builds and evaluates a candidate on one kind of device right now: the Optuna trial
+    (``trials.trial_id``) holding the claim. A worker that wants the same build on the same
+    device waits for the holder's result instead of measuring it again; a claim whose trial is
+    no longer running (finished, or failed by Optuna's heartbeat check) is taken over. No
+    foreign key: a claim is taken before the candidate's build is recorded."""
+
+    __tablename__ = "evo_claims"
+
+    build_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    device: Mapped[str] = mapped_column(String(200), primary_key=True)
+    trial_id: Mapped[int]
+    study: Mapped[str] = mapped_column(String(200))
+    trial_number: Mapped[int]
+    host: Mapped[str] = mapped_column(String(255), default="")
+    claimed: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class EvaluationRow(Base):
     """One GREEN and/or FAST pass of a candidate on one device."""
 

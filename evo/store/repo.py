@@ -27,8 +27,8 @@ from evo.render import Rendered
 from evo.results import BuildResult, CheckResult, Evaluation, Resources, Shape, Status, Timing
 from evo.scoring import score
 from evo.space import Candidate as CandidatePoint
-from evo.store.engine import WRITE, safe_url
-from evo.store.models import (Base, Build, Candidate, Check, Edge, EvaluationRow, Insight, Run, TimingRow,
+from evo.store.engine import WRITE, describe, safe_url
+from evo.store.models import (Base, Build, Candidate, Check, Claim, Edge, EvaluationRow, Insight, Run, TimingRow,
                               Trial, utcnow)
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
                              RunView, TrialView)
@@ -84,7 +84,7 @@ class Store:
             with self._write() as s, s.begin():
                 yield s
         except OperationalError as exc:
-            raise EvoError(f"database write failed: {str(exc.orig).splitlines()[0]}") from None
+            raise EvoError(f"database write failed: {describe(exc)}") from None
 
     # ---- runs ---------------------------------------------------------------------------
 
@@ -172,6 +172,30 @@ class Store:
                 s.add(row)
             row.candidate_id, row.run_id, row.state = candidate_id, run_id, state
             row.value = None if value is None or math.isnan(value) else value
+
+    # ---- claims (one worker measures a build on a kind of device; docs/scale-out.md) -----------
+
+    def claim(self, build_id: str, device: str, trial_id: int, study: str, number: int) -> tuple[int, str]:
+        """Claim (build_id, device) for Optuna trial ``trial_id`` of ``study`` unless another
+        trial holds it; returns the holder's trial id and study (this trial's when it is ours now)."""
+        with self._tx() as s:
+            row = s.get(Claim, (build_id, device))
+            if row is not None:
+                return row.trial_id, row.study
+            s.add(Claim(build_id=build_id, device=device, trial_id=trial_id, study=study,
+                        trial_number=number, host=socket.gethostname()))
+            return trial_id, study
+
+    def take_over(self, build_id: str, device: str, holder: int, trial_id: int, study: str, number: int) -> bool:
+        """Move the claim on (build_id, device) from trial ``holder`` (no longer running) to
+        ``trial_id``; False when someone else moved it first."""
+        with self._tx() as s:
+            row = s.get(Claim, (build_id, device))
+            if row is None or row.trial_id != holder:
+                return False
+            row.trial_id, row.study, row.trial_number = trial_id, study, number
+            row.host, row.claimed = socket.gethostname(), utcnow()
+            return True
 
     # ---- evaluations --------------------------------------------------------------------
 

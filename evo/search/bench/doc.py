@@ -1,8 +1,8 @@
 """Regenerate docs/sampler-benchmark.md (with its figure and raw runs) from recordings.
 
 One section per recording (``PATH`` or ``PATH:fam1,fam2`` to benchmark some of its families),
-a JSON file with every run (so each figure of the tables can be recomputed), and the plot when
-matplotlib is installed (otherwise said, and the doc is written without it).
+a JSON file with every run (so each figure of the tables can be recomputed; ``evo report``
+draws it), and the plot when matplotlib is installed (otherwise said, and the doc is written without it).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ simulation mode on a cache converted from the recording (`evo.search.bench.kt_ru
 its `bayes_opt` draws its initial Latin hypercube from fresh entropy, so its runs are not
 reproducible seed by seed (the others are).
 """
+
+SCHEMA = "evo.sampler-benchmark/2"  # /1 was scripts/sampler_benchmark.py's single table with traces
 
 
 @dataclass
@@ -98,6 +100,8 @@ def write(opts: Options, note: Callable[[str], None],
         panels.append((problem, entrants, runs))
         sections.append((problem, runs, seconds))
         dump.append({"recording": spec.recording, "families": [f.name for f in problem.families],
+                     "gpu": problem.recording.gpu, "arch": problem.recording.arch, "baseline": problem.baseline,
+                     "cases": [c.tag for c in problem.cases], "target": problem.describe_target(),
                      "best": problem.best, "size": problem.size, "seconds": round(seconds, 1),
                      "runs": [{k: v for k, v in r.to_json().items() if k != "curve"} for r in runs]})
     written = []
@@ -113,7 +117,7 @@ def write(opts: Options, note: Callable[[str], None],
     opts.out.write_text("\n".join(text))
     written.insert(0, opts.out)
     if opts.results is not None:
-        opts.results.write_text(json.dumps({"git_sha": sha, "batch": opts.batch, "seeds": opts.seeds,
+        opts.results.write_text(json.dumps({"schema": SCHEMA, "git_sha": sha, "batch": opts.batch, "seeds": opts.seeds,
                                             "tolerance": opts.tolerance, "recordings": dump}) + "\n")
         written.append(opts.results)
     return written

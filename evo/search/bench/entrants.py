@@ -1,6 +1,6 @@
 """The samplers a benchmark compares, by name, each with how it is run.
 
-- evo's own samplers (``evo``, ``evo-ga``, ``random``): built by
+- evo's own samplers (``evo``, ``evo-gp``, ``random``): built by
   :func:`evo.search.samplers.make_sampler` exactly as ``evo run --sampler NAME`` builds them;
   they never propose an invalid or tried point, so their budget is the evaluation budget.
 - Optuna's samplers (``tpe`` as ``evo run`` configures it, ``gp``: ``GPSampler``,
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import optuna
 
 from evo.errors import EvoError
+from evo.search import surrogate
 from evo.search.bench import kt_runner
 from evo.search.bench.problem import Problem
 from evo.search.samplers import make_sampler
 
-EVO = ("evo", "evo-ga", "random")
+EVO = ("evo", "evo-gp", "random")
 OPTUNA = ("tpe", "gp", "optuna-random")
 # trial caps, as multiples of the number of valid points (None: a fixed number of trials)
 TRIAL_CAP_FACTOR = {"tpe": 2, "optuna-random": 4}
@@ -45,7 +46,7 @@ class Entrant:
     @property
     def self_seeding(self) -> bool:
         """Whether the sampler proposes the defaults itself when warm (else they are enqueued)."""
-        return self.name in ("evo", "evo-ga")
+        return self.name in ("evo", "evo-gp")
 
     @property
     def strategy(self) -> str:
@@ -87,6 +88,12 @@ def resolve(names: Sequence[str], kt_strategies: Sequence[str] | None, note) -> 
     out: list[Entrant] = []
     for n in names:
         if n in EVO:
+            if n == "evo-gp":
+                try:
+                    surrogate.require()
+                except EvoError as exc:
+                    note(f"skipping evo-gp: {exc}")
+                    continue
             out.append(Entrant(n, "evo"))
         elif n in OPTUNA:
             why = gp_available() if n == "gp" else None

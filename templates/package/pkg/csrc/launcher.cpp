@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +46,7 @@ struct Driver {
   decltype(&::cuModuleGetFunction) module_get_function;
   decltype(&::cuFuncSetAttribute) func_set_attribute;
   decltype(&::cuLaunchKernel) launch_kernel;
+  decltype(&::cuTensorMapEncodeTiled) encode_tiled;
 };
 
 template <typename F>
@@ -71,6 +73,7 @@ const Driver& driver() {
     resolve(lib, "cuModuleGetFunction", r.module_get_function);
     resolve(lib, "cuFuncSetAttribute", r.func_set_attribute);
     resolve(lib, "cuLaunchKernel", r.launch_kernel);
+    resolve(lib, "cuTensorMapEncodeTiled", r.encode_tiled);
     return r;
   }();
   return d;
@@ -94,6 +97,9 @@ struct Kernel {
   int threads;
   int rows_per_cta;
   int smem_bytes;
+  bool tma;            // TMA ABI: tensor maps of q, k, v, o come first (docs/kernel-abi.md)
+  std::vector<int> tma_rows;  // box rows of those four tensor maps
+  bool persistent;     // grid = min(tiles, SMs) x 1 x 1
 };
 
 struct Route {         // (head_dim, dtype, causal, L <= max_len) -> kernel; kernel < 0: SDPA
@@ -110,6 +116,7 @@ struct DeviceState {
   std::mutex mutex;                 // guards loading
   CUcontext context = nullptr;      // the device's primary context (torch's)
   std::vector<CUfunction> functions;
+  int sms = 0;                      // multiprocessors, for persistent grids
 };
 
 std::string g_package;
@@ -171,7 +178,26 @@ void load_modules(DeviceState& st, int device) {
   }
   CUcontext popped;
   check(d.ctx_pop_current(&popped), "cuCtxPopCurrent");
+  check(d.device_get_attribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
   st.functions = std::move(functions);
+}
+
+// The 3-D tensor map of a contiguous (B, H, L, D) tensor: (D, L, B*H), boxes of 64 columns x
+// `rows` rows, 128-byte swizzle, zeros out of bounds (as evo/tma.py encodes it).
+CUtensorMap tensor_map(const at::Tensor& t, int rows) {
+  CUtensorMap map;
+  const cuuint64_t B = t.size(0), H = t.size(1), L = t.size(2), D = t.size(3);
+  const cuuint64_t dims[3] = {D, L, B * H};
+  const cuuint64_t strides[2] = {D * 2, L * D * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUtensorMapDataType dt = t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  check(driver().encode_tiled(&map, dt, 3, t.data_ptr(), dims, strides, box, unit,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled");
+  return map;
 }
 
 // Whether the kernels are loaded on the device, loading them on first use. Loading is not a
@@ -235,10 +261,11 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
 
 // ---- the Python-facing functions -------------------------------------------------------------
 
-// images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes);
+// images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
+// persistent);
 // routes: (head_dim, dtype, causal, max_len, kernel) in increasing max_len per key.
 void configure(const std::string& package, const std::vector<py::bytes>& images,
-               const std::vector<std::tuple<int, std::string, int, int, int>>& kernels,
+               const std::vector<std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool>>& kernels,
                const std::vector<std::tuple<int64_t, std::string, bool, int64_t, int>>& routes,
                int arch_major, int arch_minor) {
   bool first = false;
@@ -246,10 +273,12 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
     first = true;
     g_package = package;
     for (const py::bytes& b : images) g_images.emplace_back(b);
-    for (const auto& [image, entry, threads, rows, smem] : kernels) {
+    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent] : kernels) {
       TORCH_CHECK(image >= 0 && image < static_cast<int>(g_images.size()), "bad image index");
       TORCH_CHECK(threads > 0 && rows > 0 && smem >= 0, "bad launch config for ", entry);
-      g_kernels.push_back({image, entry, threads, rows, smem});
+      TORCH_CHECK(!tma || (tma_rows.size() == 4 && *std::min_element(tma_rows.begin(), tma_rows.end()) > 0),
+                  "bad tensor-map box rows for ", entry);
+      g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent});
     }
     for (const auto& [head_dim, dtype, causal, max_len, kernel] : routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
@@ -292,9 +321,18 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   void* kp = kc.data_ptr();
   void* vp = vc.data_ptr();
   void* op = o.data_ptr();
-  void* args[] = {&qp, &kp, &vp, &op, &B, &H, &L, &s};
-  const unsigned grid_x = static_cast<unsigned>((L + kern.rows_per_cta - 1) / kern.rows_per_cta);
-  const unsigned grid_y = static_cast<unsigned>(B * H);
+  void* plain[] = {&qp, &kp, &vp, &op, &B, &H, &L, &s};
+  alignas(64) CUtensorMap maps[4];
+  void* with_maps[] = {&maps[0], &maps[1], &maps[2], &maps[3], &qp, &kp, &vp, &op, &B, &H, &L, &s};
+  if (kern.tma) {
+    const at::Tensor* tensors[] = {&qc, &kc, &vc, &o};
+    for (int i = 0; i < 4; ++i) maps[i] = tensor_map(*tensors[i], kern.tma_rows[i]);
+  }
+  void** args = kern.tma ? with_maps : plain;
+  const unsigned m_tiles = static_cast<unsigned>((L + kern.rows_per_cta - 1) / kern.rows_per_cta);
+  const unsigned tiles = m_tiles * static_cast<unsigned>(B * H);
+  const unsigned grid_x = kern.persistent ? std::min(tiles, static_cast<unsigned>(st.sms)) : m_tiles;
+  const unsigned grid_y = kern.persistent ? 1u : static_cast<unsigned>(B * H);
   CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
 
   const Driver& d = driver();

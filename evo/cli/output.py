@@ -1,0 +1,44 @@
+"""What every command prints through: rich consoles, tables that wrap, speedups in words.
+
+Tables keep ids and numbers on one line and wrap free text (a candidate label, a reason) onto
+more lines instead of cutting it, so nothing is lost on an 80-column terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+BASELINE_WORDS = {
+    "sdpa_default": "SDPA's default choice",
+    "sdpa_flash": "SDPA's flash backend",
+    "sdpa_cudnn": "SDPA's cuDNN backend",
+    "sdpa_efficient": "SDPA's memory-efficient backend",
+}
+
+
+def table(*columns: str, title: str | None = None, right: tuple[str, ...] = (), wrap: tuple[str, ...] = (),
+          **kwargs: Any) -> Table:
+    """A rich Table without rules (one space between columns, bold headers). Columns named in
+    ``wrap`` (free text: labels, reasons, moves) wrap and fold a long word instead of cutting it;
+    the others (ids, numbers) never break. ``right`` names right-aligned columns."""
+    kwargs.setdefault("collapse_padding", True)
+    kwargs.setdefault("box", None)
+    t = Table(title=title, title_justify="left", **kwargs)
+    for name in columns:
+        t.add_column(name, justify="right" if name in right else "left", no_wrap=name not in wrap,
+                     overflow="fold" if name in wrap else "ellipsis")
+    return t
+
+
+def speedup_words(speedup: float, baseline: str) -> str:
+    """``x1.25`` -> "1.25x faster than SDPA's flash backend"; below 1 it says slower, by how much."""
+    who = BASELINE_WORDS.get(baseline, baseline)
+    if speedup >= 1:
+        return f"{speedup:.2f}x faster than {who}"
+    return f"{1 / speedup:.2f}x slower than {who}"

@@ -1,0 +1,118 @@
+"""Promote's verification on the GPU: nothing is written that was not run where it will run.
+
+Stored GREEN checks say a kernel passed on the inputs it was gated on; a package sends it every
+length of its dispatch buckets, at any scale, on any data. So before promote writes anything,
+each shipped kernel runs in a GPU worker (crash-isolated, like every evaluation) over each of
+its buckets: the bucket's edges, ragged lengths inside it, drawn B and H, non-default scales,
+inputs of standard deviation up to 3-4 and spiked keys (:func:`evo.draws.bucket_cases`),
+checked by GREEN's rule. Any failure refuses the promotion with one line. Then the package is
+assembled in a scratch folder and its own test suite runs there, against the GPU; only if it
+passes is the package moved into place.
+
+Without a GPU nothing can be verified: promote refuses unless told ``--no-verify``, and a
+package written that way says so in its PROVENANCE.json.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from evo.draws import bucket_cases
+from evo.errors import EvoError
+from evo.render import Entry
+from evo.results import Evaluation, Status
+from evo.suites import DrawSettings, GreenCase, green_settings
+from evo.worker import EvalRequest, Worker, gpu_count
+
+Key = tuple[int, str, bool]
+VERIFY_TIMEOUT_S = 900.0
+PACKAGE_TESTS_TIMEOUT_S = 1800.0
+NO_GPU = ("promote verifies every kernel on the GPU before it writes a package, and there is no CUDA "
+          "GPU here: run it on the GPU host, or pass --no-verify to write an unverified package")
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What the verification ran: checks per candidate, the seed they were drawn from, and the
+    package tests' summary line."""
+
+    seed: int
+    checks: Mapping[str, int]
+    package_tests: str = ""
+
+
+def require_gpu() -> None:
+    """Refuse before any work when verification cannot run here (no GPU, or no pytest for the
+    package's tests)."""
+    if gpu_count() == 0:
+        raise EvoError(NO_GPU)
+    if importlib.util.find_spec("pytest") is None:
+        raise EvoError("promote runs the package's own tests with pytest, which is not installed here: "
+                       "pip install pytest, or pass --no-verify")
+
+
+Bucket = tuple[Key, int, int]  # (head dim, dtype, causal), shortest and longest length to check
+
+
+def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
+    """The checks of one kernel over its buckets: edges, ragged lengths and stress inputs per
+    bucket, named ``P00``, ``P01``, ... in order."""
+    draws = green_settings().draws or DrawSettings()
+    cases: list[GreenCase] = []
+    for i, (key, lo, top) in enumerate(buckets):
+        cases += bucket_cases(draws, key, lo, top, seed + i, start=len(cases))
+    return cases
+
+
+def refusal(candidate: str, ev: Evaluation) -> str:
+    """One line: which kernel failed its verification, how often, and the first failure."""
+    if ev.status in (Status.CRASHED, Status.TIMEOUT):
+        return f"refusing to promote {candidate[:12]}: it {ev.status.value} while verified on its dispatch buckets: {ev.reason}"
+    failed = [c for c in ev.checks if not c.passed]
+    return (f"refusing to promote {candidate[:12]}: {len(failed)} of {len(ev.checks)} checks over its dispatch "
+            f"buckets failed; first: {ev.reason}")
+
+
+def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[Bucket]]],
+                   seed: int, *, device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S) -> dict[str, int]:
+    """Run each ``(candidate id, cubin, entries, buckets)`` over its buckets in one GPU worker;
+    checks run per candidate, or an EvoError naming the first that failed."""
+    ran = {}
+    with Worker(device) as worker:
+        for cid, cubin, entries, buckets in kernels:
+            cases = cases_for(buckets, seed)
+            request = EvalRequest(cid, str(cubin), tuple(entries), green=True, fast_cases=(),
+                                  options={"green_cases": cases, "salt": seed})
+            ev = worker.evaluate(request, timeout_s)
+            if ev.status is not Status.GREEN:
+                raise EvoError(refusal(cid, ev))
+            ran[cid] = len(ev.checks)
+    return ran
+
+
+def summary_line(output: str) -> str:
+    """pytest's last non-empty line (``12 passed in 40.1s``), or a note that it printed none."""
+    lines = [ln.strip(" =") for ln in output.splitlines() if ln.strip(" =")]
+    return lines[-1] if lines else "no output"
+
+
+def run_package_tests(folder: Path, name: str, timeout_s: float = PACKAGE_TESTS_TIMEOUT_S) -> str:
+    """The package's own tests (``folder/name/tests``, importing ``name`` from ``folder``) in a
+    fresh interpreter; pytest's summary line, or an EvoError with it when any test fails."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")   # nothing but the package is moved into place
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{name}/tests"]
+    try:
+        done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise EvoError(f"the package's own tests did not finish within {timeout_s:g} s; nothing written") from None
+    line = summary_line(done.stdout if done.stdout.strip() else done.stderr)
+    if done.returncode != 0:
+        raise EvoError(f"the package's own tests failed on this GPU ({line}); nothing written")
+    return line

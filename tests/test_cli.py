@@ -1,0 +1,212 @@
+"""The ``evo`` executable's conventions, through a real subprocess (the installed console script,
+or ``python -m evo`` where evo runs from a source tree): usage errors exit 2 with one
+``Error:`` line and no traceback, and write nothing; ``--version``; ``evo`` alone prints help;
+``--db`` takes a path or a URL; ``evo run`` says where the results are and what to run next."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evo import __version__, paths
+from evo.replay import newest_recording
+
+SCRIPT = Path(sys.executable).with_name("evo")  # the console script pip installs beside python
+EVO = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "evo"]  # a source tree on PYTHONPATH
+TRIALS = 16  # a replayed run this short takes about two seconds
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and modification time, and every folder (by name
+    only: SQLite's transient -wal/-shm files touch the folder of a database that is only read)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else (0, 0)
+            for p in folder.rglob("*")}
+
+
+def evo(cwd: Path, *argv: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``evo`` in ``cwd`` with its data folder there too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVO_")}
+    env |= {"EVO_HOME": str(cwd / "home"), "COLUMNS": str(columns), "NO_COLOR": "1"}
+    return subprocess.run([*EVO, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A folder whose EVO_HOME holds a short replayed study (replayed on a GPU host too), and
+    that run's output."""
+    cwd = tmp_path_factory.mktemp("replayed")
+    recording = newest_recording(paths.root() / "data")
+    assert recording is not None
+    proc = evo(cwd, "run", "--trials", str(TRIALS), "--seed", "1", "--replay", str(recording))
+    assert proc.returncode == 0, proc.stderr
+    return cwd, proc
+
+
+def test_an_installed_evo_is_tested_through_its_console_script() -> None:
+    try:
+        importlib.metadata.distribution("evo-kernels")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("evo runs from a source tree on PYTHONPATH: tested through python -m evo")
+    assert SCRIPT.is_file() and EVO == [str(SCRIPT)]
+
+
+NO_PSYCOPG = importlib.util.find_spec("psycopg") is None
+
+USAGE_ERRORS = [
+    (["run", "--bogus"], "--bogus"),
+    (["frobnicate"], "No such command 'frobnicate'"),
+    (["run", "--trials", "abc"], "'abc' is not a valid integer"),
+    (["run", "--trials", "0"], "0 is not in the range x>=1"),
+    (["run", "--batch", "0"], "0 is not in the range x>=1"),
+    (["run", "--jobs", "0"], "0 is not in the range x>=1"),
+    (["run", "--time-budget", "-1"], "-1.0 is not in the range x>0"),
+    (["run", "--seed", "-3"], "-3 is not in the range"),
+    (["run", "--sampler", "cmaes"], "cmaes is not offered: every evo parameter is categorical"),
+    (["run", "--sampler", "annealing"], "'annealing' is not one of"),
+    (["run", "--db", "no/such/folder/evo.sqlite"], "folder"),
+    (["run", "--replay", "missing.json.gz"], "'missing.json.gz' does not exist"),
+    (["insights", "--top", "-1"], "-1 is not in the range x>=1"),
+    (["lineage", "--format", "svg"], "'svg' is not one of 'tree', 'dot', 'json'"),
+    (["build", "--random", "0"], "0 is not in the range x>=1"),
+    (["bench", "--best", "0"], "0 is not in the range x>=1"),
+    (["eval", "flash_mma", "--timeout", "0"], "0.0 is not in the range x>0"),
+    (["eval", "flash_mma", "--dtype", "fp8"], "'fp8' is not one of 'fp16', 'bf16'"),
+    (["promote", "--name", "x", "--out", "o", "--min-speedup", "-1"], "is not in the range x>0"),
+    (["promote", "--name", "x"], "Missing option '--out'"),
+    (["show"], "Missing argument 'ID'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
+def test_usage_errors_exit_2_with_the_usage_line_and_write_nothing(tmp_path: Path, argv: list[str],
+                                                                   message: str) -> None:
+    before = snapshot(tmp_path)
+    proc = evo(tmp_path, *argv)
+    lines = proc.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("Error:")]
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert lines[0].startswith("Usage: evo") and len(errors) == 1 and message in errors[0] and errors[0] == lines[-1]
+    assert "Traceback" not in proc.stderr
+    assert snapshot(tmp_path) == before
+
+
+DOMAIN_ERRORS = [
+    (["show", "abc", "--db", "typo.sqlite"], "no database at "),
+    (["lineage", "--db", "sqlite:///typo.sqlite"], "no database at "),
+    (["insights"], "no database at "),  # the default database does not exist yet
+    (["export-sweep"], "no database at "),
+    (["promote", "--name", "x", "--out", "o"], "no database at "),
+    (["run", "--db", "mysql+nodriver://u@h/db"], "cannot use database URL"),
+    pytest.param(["run", "--db", "postgresql://evo@localhost/evo"],
+                 "the postgresql driver 'psycopg' is not installed: pip install 'evo-kernels[postgres]'",
+                 marks=pytest.mark.skipif(not NO_PSYCOPG, reason="psycopg is installed")),
+    pytest.param(["show", "abc", "--db", "postgres://evo@localhost/evo"], "pip install 'evo-kernels[postgres]'",
+                 marks=pytest.mark.skipif(not NO_PSYCOPG, reason="psycopg is installed")),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), DOMAIN_ERRORS)
+def test_bad_databases_are_one_line_and_create_nothing(tmp_path: Path, argv: list[str], message: str) -> None:
+    before = snapshot(tmp_path)
+    proc = evo(tmp_path, *argv)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("evo: error: ") and message in proc.stderr and proc.stderr.count("\n") == 1
+    assert snapshot(tmp_path) == before
+
+
+def test_promote_after_a_replay_says_a_gpu_evaluation_comes_first(
+        replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    cwd, _ = replayed
+    before = snapshot(cwd)
+    proc = evo(cwd, "promote", "--study", "evo-replay", "--name", "evoattn", "--out", "pkg", "--no-verify")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert "replayed from a recording" in proc.stderr and "evo eval --id" in proc.stderr
+    assert snapshot(cwd) == before
+
+
+def test_evo_alone_prints_help_and_exits_0(tmp_path: Path) -> None:
+    proc = evo(tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: evo [OPTIONS]") and proc.stderr == ""
+    assert all(f"  {c} " in proc.stdout for c in ("run", "show", "lineage", "promote", "doctor"))
+
+
+def test_version(tmp_path: Path) -> None:
+    proc = evo(tmp_path, "--version")
+    assert (proc.returncode, proc.stdout) == (0, f"evo {__version__}\n")
+
+
+def test_help_metavars_read_like_click(tmp_path: Path) -> None:
+    proc = evo(tmp_path, "run", "--help")
+    assert proc.returncode == 0
+    for shown in ("--trials N", "--time-budget SECONDS", "--db PATH|URL", "--replay FILE", "-h, --help",
+                  "[evo|evo-gp|tpe|gp|random|grid]"):
+        assert shown in proc.stdout
+    assert "<bool>" not in proc.stdout and "<int>" not in proc.stdout and "cmaes" not in proc.stdout
+
+
+def test_run_ends_with_the_results_the_speedups_in_words_and_what_next(
+        replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    cwd, proc = replayed
+    out = proc.stdout
+    best = next(line.split()[1] for line in out.splitlines() if line.startswith("best: "))
+    assert f"results: {cwd / 'home' / 'db' / 'evo.sqlite'} (study evo-replay)" in out
+    assert "vs sdpa_default" in out and ("slower than SDPA's default choice" in out
+                                         or "faster than SDPA's default choice" in out)
+    assert "above x1 evo is faster" in out
+    for nxt in (f"evo show {best}", "evo lineage --study evo-replay", f"evo eval --id {best}",
+                "evo promote --study evo-replay"):
+        assert nxt in out
+
+
+def test_the_progress_bar_fits_80_columns(replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, proc = replayed
+    bar = next(line for line in proc.stdout.splitlines() if line.startswith("trials "))
+    assert len(bar) <= 80 and f"{TRIALS}/{TRIALS}" in bar and "/s" in bar and "took" in bar and "best x" in bar
+
+
+def test_show_wraps_at_80_columns_instead_of_cutting(replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    cwd, proc = replayed
+    best = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("best: "))
+    shown = evo(cwd, "show", best)
+    assert shown.returncode == 0
+    assert all(len(line.rstrip()) <= 80 for line in shown.stdout.splitlines())
+    assert "…" not in shown.stdout
+    assert all(b in shown.stdout for b in ("default", "cudnn", "flash", "efficient"))
+
+
+def test_db_takes_a_plain_path_and_a_url_to_the_same_file(
+        replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    cwd, _ = replayed
+    db = cwd / "home" / "db" / "evo.sqlite"
+    by_path = evo(cwd, "lineage", "--db", "home/db/evo.sqlite", "--format", "json")
+    by_url = evo(cwd, "lineage", "--db", f"sqlite:///{db}", "--format", "json")
+    assert by_path.returncode == 0 and by_path.stdout == by_url.stdout and '"nodes"' in by_path.stdout
+
+
+@pytest.mark.parametrize(("value", "url"), [
+    ("evo.sqlite", "sqlite:///{cwd}/evo.sqlite"),
+    ("sqlite:///x.sqlite", "sqlite:///x.sqlite"),
+    ("postgresql://u@h/db", "postgresql+psycopg://u@h/db"),
+    ("postgres://u@h/db", "postgresql+psycopg://u@h/db"),
+    ("postgresql+psycopg2://u@h/db", "postgresql+psycopg2://u@h/db"),
+])
+def test_db_values_become_urls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str, url: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert paths.db_url(value) == url.format(cwd=tmp_path.resolve())
+
+
+def test_user_data_goes_to_evo_home_else_the_checkout_else_xdg(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    monkeypatch.setenv("EVO_HOME", str(tmp_path / "h"))
+    assert paths.home() == tmp_path / "h"
+    assert paths.default_db_url() == f"sqlite:///{tmp_path / 'h' / 'db' / 'evo.sqlite'}"
+    monkeypatch.delenv("EVO_HOME")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    installed = paths.source_tree() is None
+    assert paths.home() == (tmp_path / "xdg" / "evo" if installed else paths.root())

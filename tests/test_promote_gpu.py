@@ -1,0 +1,54 @@
+"""Promote verifies on the GPU before it writes: a shape-keyed kernel (right only at GREEN's
+fixed lengths) whose stored record says green and fast is refused with one line, and nothing
+is written. The record is what such a cheat earned before GREEN drew lengths: passing checks on
+the fixed core and a FAST win on F1 (L = 512, one of its lengths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evo.errors import EvoError
+from evo.results import CheckResult, Evaluation, Shape, Status, Timing
+
+pytestmark = pytest.mark.gpu
+
+TEST_TEMPLATES = Path(__file__).parent / "templates"
+F1 = Shape("F1", 1, 8, 512, 64, False)
+
+
+def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from evo.build import build_batch, default_arch
+    from evo.manifest import load_family
+    from evo.promote import promote
+    from evo.render import render
+    from evo.space import make_candidate
+    from evo.store import open_store
+    from evo.suites import green_cases
+
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(TEST_TEMPLATES))
+    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "cache"))
+    fam = load_family("faulty")
+    rendered = render(make_candidate(fam, {"FAULT": "shape_keyed"}), fam)
+    (built,) = build_batch([rendered], arch=default_arch())
+    assert built.status is Status.BUILT, built.reason
+    major, minor = torch.cuda.get_device_capability()
+    device = {"name": torch.cuda.get_device_name(), "sm": f"{major}{minor}"}
+    checks = [CheckResult(s, seed, True, 1e-4, 2e-4, 9e-4) for s in green_cases() for seed in (0, 1)]
+    timings = [Timing(F1, "evo", 5.0, 4.9, 5.1), Timing(F1, "sdpa_default", 9.0, 8.9, 9.1)]
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    with open_store(url) as store:
+        run = store.start_run("test", study="planted", device=device)
+        store.record_build(rendered, built, run)
+        store.record_evaluation(Evaluation(built.build_id, Status.FAST, checks=checks, timings=timings,
+                                           device=device), run)
+    with pytest.raises(EvoError) as err:
+        promote("planted", tmp_path / "out", db_url=url, study="planted")
+    message = str(err.value)
+    print(message)
+    assert message.startswith(f"refusing to promote {built.build_id[:12]}: ") and "\n" not in message
+    assert "checks over its dispatch buckets failed; first: P" in message and "max|err|" in message
+    assert not (tmp_path / "out" / "planted").exists()

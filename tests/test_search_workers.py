@@ -1,0 +1,99 @@
+"""One worker among several: a claim is taken over only from a trial that is no longer running
+(a holder in another study has its heartbeat checked here: that study may have no worker left),
+and a trial failed as stale under a live worker is noted, not a crash."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy import select
+
+from evo.manifest import load_family
+from evo.replay import load_recording
+from evo.search.evaluators import ReplayEvaluator
+from evo.search.loop import Outcome, Search
+from evo.search.resume import Retry
+from evo.search.study import storage
+from evo.store import open_store
+from evo.store.models import Trial
+from evo.suites import fast_cases
+from synthetic_sweep import make_recording
+
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed")
+BID = "c" * 64
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    store = open_store(url)
+    retry = Retry()
+    rdb = storage(url, heartbeat_s=1, grace_s=1, retry=retry)
+    ev = ReplayEvaluator(load_recording(make_recording(tmp_path / "rec.json.gz")))
+    study = optuna.create_study(study_name="b", storage=rdb, direction="maximize")
+    search = Search(study, store, ev, [load_family("flash_mma")], fast_cases()[:1], "sdpa_default", "geomean",
+                    store.start_run("evo run", study="b"), storage=rdb, retry=retry)
+    yield search, rdb, store
+    store.close()
+
+
+def holder_in(rdb, store, study_name: str, device: str) -> optuna.Trial:
+    other = optuna.create_study(study_name=study_name, storage=rdb, direction="maximize", load_if_exists=True)
+    t = other.ask()
+    rdb.record_heartbeat(t._trial_id)
+    assert store.claim(BID, device, t._trial_id, study_name, t.number) == (t._trial_id, study_name)
+    return t
+
+
+def test_a_running_holder_keeps_its_claim(setup) -> None:
+    search, rdb, store = setup
+    holder = holder_in(rdb, store, "b", search.evaluator.device)
+    assert not search._claim(BID, search.study.ask())
+    search.study.tell(holder, state=TrialState.FAIL)  # finished: the claim is free to take over
+    mine = search.study.ask()
+    assert search._claim(BID, mine) and store.claim(BID, search.evaluator.device, 0, "b", 0) == (mine._trial_id, "b")
+
+
+def test_a_dead_holder_in_another_study_is_failed_here_and_its_claim_taken(setup) -> None:
+    search, rdb, store = setup
+    holder = holder_in(rdb, store, "a", search.evaluator.device)  # its worker died; nobody runs study a
+    mine = search.study.ask()
+    assert not search._claim(BID, mine)  # still within the grace period
+    time.sleep(2.3)
+    assert search._claim(BID, mine)
+    assert rdb.get_trial(holder._trial_id).state == TrialState.FAIL
+    with store._read() as s:  # and marked FAIL in the store, under its own study
+        row = s.scalars(select(Trial).where(Trial.study == "a", Trial.trial_number == holder.number)).one()
+    assert row.state == "FAIL"
+    assert search.study.get_trials(states=(TrialState.FAIL,)) == []  # no trial of this study was touched
+
+
+@pytest.mark.parametrize("when", ["before the outcome", "before tell"])
+def test_a_trial_failed_as_stale_under_its_worker_is_noted_not_a_crash(setup, when: str) -> None:
+    search, rdb, store = setup
+    notes: list[str] = []
+    search.reporter.note = notes.append  # type: ignore[method-assign]
+    p = search._ask()
+    stale = lambda *_: rdb.set_trial_state_values(p.trial._trial_id, TrialState.FAIL)  # noqa: E731
+    if when == "before the outcome":  # another worker found it stale
+        stale()
+    else:  # ... while this one was writing the store's row
+        record = store.record_trial
+
+        def record_then_go_stale(*args: object) -> None:
+            record(*args)
+            search.store.record_trial = record  # type: ignore[method-assign]
+            stale()
+
+        search.store.record_trial = record_then_go_stale  # type: ignore[method-assign]
+    search._finish(p, Outcome("fast", values=[1.2]))
+    assert search.summary.lost == 1 and search.summary.finished == 0
+    assert len(notes) == 1 and "failed as stale by another worker" in notes[0]
+    with store._read() as s:
+        row = s.scalars(select(Trial).where(Trial.study == "b", Trial.trial_number == p.trial.number)).one()
+    assert row.state == "FAIL"

@@ -1,0 +1,65 @@
+"""The TMA launch ABI on the CPU: tensor-map geometry, launch configs of the Hopper family,
+manifest validation of ``[launch] abi``, and persistent grids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evo.errors import EvoError
+from evo.manifest import load_family, load_family_dir
+from evo.render import render
+from evo.space import LaunchConfig, make_candidate
+from evo.tma import MapGeometry
+
+
+def test_map_geometry_is_one_head_per_plane_with_64_column_boxes() -> None:
+    geo = MapGeometry.of((2, 3, 1531, 128), rows=176)
+    assert geo.dims == (128, 1531, 6)                  # innermost first: D, L, B*H
+    assert geo.strides_bytes == (256, 1531 * 256)      # fp16 rows, then heads
+    assert geo.box == (64, 176, 1)
+
+
+@pytest.mark.parametrize(("shape", "rows", "message"), [
+    ((1, 1, 8, 96), 64, "multiple of 64"), ((1, 1, 8, 64), 0, "box rows"), ((1, 1, 8, 64), 257, "box rows")])
+def test_map_geometry_refuses_what_tma_cannot_do(shape: tuple[int, int, int, int], rows: int, message: str) -> None:
+    with pytest.raises(EvoError, match=message):
+        MapGeometry.of(shape, rows)
+
+
+def test_wgmma_entries_carry_the_tma_abi_per_head_dim() -> None:
+    fam = load_family("flash_wgmma")
+    cand = make_candidate(fam, {"WGS_D64": 1, "BLOCK_N_D64": 176, "WGS_D128": 2, "BLOCK_N_D128": 96,
+                                "PINGPONG": True, "PERSISTENT": True})
+    launches = {(e.head_dim, e.dtype, e.causal): e.launch for e in render(cand, fam).entries}
+    d64, d128 = launches[(64, "fp16", False)], launches[(128, "bf16", True)]
+    assert (d64.abi, d64.tma_rows, d64.threads, d64.rows_per_cta) == ("tma", (64, 176, 176, 64), 256, 64)
+    assert (d128.abi, d128.tma_rows, d128.threads, d128.rows_per_cta) == ("tma", (64, 96, 96, 64), 384, 128)
+    assert d64.persistent and d128.persistent
+
+
+def test_plain_families_keep_the_pointer_abi() -> None:
+    launch = render(make_candidate("flash_mma")).entries[0].launch
+    assert (launch.abi, launch.tma_rows, launch.persistent) == ("ptr", (), False)
+
+
+def test_persistent_grid_is_one_cta_per_sm_at_most_one_per_tile() -> None:
+    cfg = LaunchConfig(threads=384, rows_per_cta=128, smem_bytes=0, persistent=True)
+    assert cfg.grid(4, 32, 4096, sms=132) == (132, 1, 1)
+    assert cfg.grid(1, 2, 100, sms=132) == (2, 1, 1)          # 2 tiles: 2 CTAs
+    assert LaunchConfig(384, 128, 0).grid(4, 32, 4096) == (32, 128, 1)
+    with pytest.raises(EvoError, match="SM count"):
+        cfg.grid(1, 1, 64)
+
+
+@pytest.mark.parametrize(("launch", "message"), [
+    ('abi = "cuda"\n', "abi = 'cuda'"),
+    ('abi = "tma"\ntma_rows = { q = "64", k = "64" }\n', "needs tma_rows"),
+])
+def test_manifest_launch_abi_is_validated(tmp_path: Path, launch: str, message: str) -> None:
+    (tmp_path / "manifest.toml").write_text(
+        '[family]\nname = "x"\nversion = 1\ntemplate = "k.cu.j2"\n'
+        '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n' + launch)
+    with pytest.raises(EvoError, match=message):
+        load_family_dir(tmp_path)
