@@ -34,8 +34,9 @@ as free. *Cold*: no defaults, each sampler's own random start from its seed; *wa
 families' manifest defaults are evaluated first (evo proposes them itself, Optuna's samplers
 get them enqueued, Kernel Tuner's strategies get them as `x0`). Kernel Tuner runs in its own
 simulation mode on a cache converted from the recording (`evo.search.bench.kt_runner`);
-its `bayes_opt` draws its initial Latin hypercube from fresh entropy, so its runs are not
-reproducible seed by seed (the others are).
+its `bayes_opt` draws its initial Latin hypercube from fresh entropy, and its `diff_evo` gave
+other counts for every seed when the same command ran again, so neither is reproducible seed by
+seed (the others are).
 """
 
 SCHEMA = "evo.sampler-benchmark/2"  # /1 was scripts/sampler_benchmark.py's single table with traces
