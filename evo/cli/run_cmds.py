@@ -163,7 +163,8 @@ def _print_next(s: RunSummary, url: str) -> None:
     db = "" if url == paths.default_db_url() else f" --db {shlex.quote(str(sqlite_file(url) or safe_url(url)))}"
     rows = [(f"evo show {best}{db}", "everything stored about the best candidate"),
             (f"evo lineage --study {study}{db}", "how the search got there, move by move"),
-            (f"evo insights --study {study}{db}", "which moves helped, on which shapes")]
+            (f"evo insights --study {study}{db}", "which moves helped, on which shapes"),
+            (f"evo report --study {study}{db} --out report.html", "all of it on one page: plots and the lineage graph")]
     if s.source == "replay":
         rows.append((f"evo eval --id {best}{db}", "on a GPU: gate and time it for real (promote needs that)"))
     rows.append((f"evo promote --study {study}{db} --name NAME --out DIR", "a pip package of the winners"))
