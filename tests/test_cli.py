@@ -145,7 +145,7 @@ def test_help_metavars_read_like_click(tmp_path: Path) -> None:
     proc = evo(tmp_path, "run", "--help")
     assert proc.returncode == 0
     for shown in ("--trials N", "--time-budget SECONDS", "--db PATH|URL", "--replay FILE", "-h, --help",
-                  "[evo|tpe|random|grid]"):
+                  "[evo|evo-gp|tpe|gp|random|grid]"):
         assert shown in proc.stdout
     assert "<bool>" not in proc.stdout and "<int>" not in proc.stdout and "cmaes" not in proc.stdout
 

@@ -112,11 +112,22 @@ def test_seeds_records_in_a_folder_are_passed_over_and_refused_by_name(tmp_path:
 
 def test_the_sampler_table_counts_unreached_runs_past_the_budget(tmp_path: Path) -> None:
     path = tmp_path / "sb.json"
-    runs = [{"sampler": "evo", "seed": s, "evaluations": e, "trials": 10, "best": 1.0, "trace": [[e or 9, 1.0]]}
-            for s, e in enumerate([10, 20, None])]
-    path.write_text(json.dumps({"budget": 100, "runs": runs}))
-    (row,) = data.load_sampler_benchmark(path)["rows"]
-    assert (row["sampler"], row["reached"], row["runs"], row["median"], row["p75"]) == ("evo", 2, 3, 20.0, 60.5)
-    path.write_text("{}")
+
+    def runs(sampler: str, mode: str, evals: list[int | None]) -> list[dict[str, object]]:
+        return [{"sampler": sampler, "mode": mode, "seed": s, "evaluations": e, "spent": e or 100, "trials": 10,
+                 "stopped": "reached" if e else "budget", "seconds": 0.1} for s, e in enumerate(evals)]
+
+    sec = {"recording": "data/r.json.gz", "families": ["f"], "gpu": "G", "best": 1.0, "size": 100,
+           "runs": runs("evo", "cold", [10, 20, None]) + runs("random", "cold", [5, 6, 7, 8])
+           + runs("evo", "warm", [None, None, 3])}
+    path.write_text(json.dumps({"schema": "evo.sampler-benchmark/2", "git_sha": "abc", "seeds": 4, "batch": 1,
+                                "tolerance": 0.0, "recordings": [sec]}))
+    (got,) = data.load_sampler_benchmark(path)["sections"]
+    assert got["modes"] == ["cold", "warm"] and [r["sampler"] for r in got["rows"]] == ["random", "evo"]
+    evo = got["rows"][1]["cells"]
+    assert evo["cold"] == {"runs": 3, "reached": 2, "median": "20", "iqr": "10-> budget"}  # order statistics
+    assert evo["warm"] == {"runs": 3, "reached": 1, "median": "> budget", "iqr": "3-> budget"}
+    assert "warm" not in got["rows"][0]["cells"]
+    path.write_text('{"budget": 100, "runs": []}')  # the old single-table format
     with pytest.raises(EvoError, match="cannot read sampler benchmark"):
         data.load_sampler_benchmark(path)

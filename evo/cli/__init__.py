@@ -14,7 +14,9 @@ import sys
 
 import click
 
-from evo.cli import build_cmds, db_cmds, eval_cmds, promote_cmds, report_cmds, run_cmds  # noqa: F401  (register)
+from evo.cli import (  # noqa: F401  (register)
+    bench_samplers_cmds, build_cmds, db_cmds, eval_cmds, promote_cmds, report_cmds, run_cmds,
+)
 from evo.cli.app import cli
 from evo.errors import EvoError
 

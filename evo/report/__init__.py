@@ -52,7 +52,7 @@ def build(store: Store, *, study: str | None = None, baseline: str = DEFAULT_BAS
     graph = nodes.graph(store, lin)
     figs = {
         "progress": figures.progress(series),
-        "samplers": figures.sampler_traces(samplers),
+        "samplers": figures.sampler_reach(samplers),
         "speedups": figures.speedups(per_case),
         "heatmap": figures.heatmap(per_case),
         "roofline": figures.roofline(per_case, records, data.case_key),

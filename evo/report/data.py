@@ -6,7 +6,7 @@ insights are computed, not saved. The sections:
 - ``progress``: per study and sampler, every trial in order with the evaluation it cost (a
   distinct candidate looked up: neither invalid, nor abandoned, nor answered from the store)
   and the best value so far; ``reach``: evaluations each study needed to come within 2% of
-  the best value among the studies shown (the statistic of docs/sampler-benchmark.md).
+  the best value among the studies shown.
 - ``cases``: per FAST case the winning candidate and the best candidate overall, each with
   every backend timed beside it (median, p20, p80), on one device; ``heatmap``: the top
   candidates' speedups per case; ``gemm_tflops``: the dense GEMM rate measured with them, if any.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,11 +39,12 @@ from evo.jsondoc import insights_doc
 from evo.lineage import Lineage
 from evo.results import Status, Timing
 from evo.scoring import geomean, latest
+from evo.search.bench.stats import quartiles
 from evo.search.study import read_storage
 from evo.store import Store, short_id
 from evo.vocab import EVO
 
-TOLERANCE = 0.02   # "within 2% of the best", as the sampler benchmark counts it
+TOLERANCE = 0.02   # "within 2% of the best": how near a study must come to count as reaching it
 HEATMAP_ROWS = 20  # candidates in the speedup heatmap
 NOT_EVALUATIONS = frozenset({"invalid", "abandoned"})
 _LABEL = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\([^()]*\)")      # a candidate label: family(K=V, ...)
@@ -320,24 +322,46 @@ def load_bench(paths: Sequence[Path]) -> list[BenchRecord]:
 
 
 def load_sampler_benchmark(path: Path | None) -> dict[str, Any] | None:
-    """The replay sampler benchmark (scripts/sampler_benchmark.py --json) with its table rows."""
+    """``evo bench-samplers``' runs (docs/sampler-benchmark.json), with one table per recording:
+    a row per sampler, cold and warm, as docs/sampler-benchmark.md counts them (evaluations to
+    the target; quartiles are order statistics, and a run that did not reach the target within
+    its budget counts as past it, shown "> budget")."""
     if path is None:
         return None
     try:
         doc = json.loads(path.read_text())
-        runs = doc["runs"]
-        budget = int(doc["budget"])
+        return {"file": path.name, "git_sha": str(doc["git_sha"]), "seeds": int(doc["seeds"]),
+                "batch": int(doc["batch"]), "tolerance": float(doc["tolerance"]),
+                "sections": [_sampler_section(sec) for sec in doc["recordings"]]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EvoError(f"cannot read sampler benchmark {path}: {exc}") from None
-    rows = []
-    for sampler in dict.fromkeys(r["sampler"] for r in runs):
-        rs = [r for r in runs if r["sampler"] == sampler]
-        evals = sorted(float(r["evaluations"]) if r["evaluations"] is not None else budget + 1.0 for r in rs)
-        q = statistics.quantiles(evals, n=4, method="inclusive") if len(evals) > 1 else [evals[0]] * 3
-        rows.append({"sampler": sampler, "runs": len(rs), "reached": sum(r["evaluations"] is not None for r in rs),
-                     "median": statistics.median(evals), "p25": q[0], "p75": q[2],
-                     "trials_median": statistics.median(r["trials"] for r in rs)})
-    return doc | {"rows": rows, "file": path.name}
+        raise EvoError(f"cannot read sampler benchmark {path}: {exc!r}") from None
+
+
+def _sampler_section(sec: Mapping[str, Any]) -> dict[str, Any]:
+    """One recording's rows: per sampler (best cold median first), per start mode."""
+    runs = sec["runs"]
+    modes = list(dict.fromkeys(str(r["mode"]) for r in runs))
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    keys: dict[str, tuple[float, float]] = {}  # (median, p75) in the first mode: the rows' order
+    for name in dict.fromkeys(str(r["sampler"]) for r in runs):
+        keys[name] = (math.inf, math.inf)
+        for mode in modes:
+            rs = [r for r in runs if r["sampler"] == name and r["mode"] == mode]
+            if not rs:
+                continue
+            p25, med, p75 = quartiles([math.inf if r["evaluations"] is None else float(r["evaluations"]) for r in rs])
+            cells.setdefault(name, {})[mode] = {"runs": len(rs), "reached": sum(r["evaluations"] is not None for r in rs),
+                                                "median": _count(med), "iqr": f"{_count(p25)}-{_count(p75)}"}
+            if mode == modes[0]:
+                keys[name] = (med, p75)
+    order = sorted(cells, key=lambda n: keys[n])
+    return {"recording": str(sec["recording"]), "families": [str(f) for f in sec["families"]], "gpu": str(sec["gpu"]),
+            "size": int(sec["size"]), "best": float(sec["best"]), "runs": runs, "modes": modes,
+            "rows": [{"sampler": n, "cells": cells[n]} for n in order]}
+
+
+def _count(x: float) -> str:
+    return "> budget" if math.isinf(x) else f"{x:.0f}"
 
 
 def status_counts(store: Store, ids: Iterable[str]) -> dict[str, int]:

@@ -20,7 +20,8 @@ STATUS_COLORS = {
     "fast": "#1a9850", "green": "#91cf60", "built": "#4575b4", "red": "#d73027", "crashed": "#c51b7d",
     "timeout": "#8e0152", "compile_failed": "#f46d43", "resource_rejected": "#e6a117", "invalid": "#9e9e9e",
 }
-BACKEND_COLORS = {EVO: "#111111", "sdpa_default": "#1f77b4", "sdpa_flash": "#ff7f0e",
+CANDIDATE_COLOR = "#111111"
+BACKEND_COLORS = {EVO: CANDIDATE_COLOR, "sdpa_default": "#1f77b4", "sdpa_flash": "#ff7f0e",
                   "sdpa_cudnn": "#2ca02c", "sdpa_efficient": "#9467bd"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f")
@@ -79,31 +80,41 @@ def progress(series: Sequence[Mapping[str, Any]]) -> Figure | None:
         yaxis={"title": {"text": "value (geometric-mean speedup)"}})}
 
 
-def sampler_traces(bench: Mapping[str, Any] | None) -> Figure | None:
-    """The replay sampler benchmark: every seeded run's best so far until it reached the target."""
+def sampler_reach(bench: Mapping[str, Any] | None) -> Figure | None:
+    """The sampler benchmark: per sampler, the share of its seeded runs that had reached the
+    target after each number of evaluations; one view per recording and start mode."""
     if not bench:
         return None
-    colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(dict.fromkeys(r["sampler"] for r in bench["runs"]))}
-    data, shown = [], set()
-    for r in bench["runs"]:
-        trace = r.get("trace") or []
-        if not trace:
-            continue
-        data.append({"type": "scatter", "mode": "lines", "name": r["sampler"], "legendgroup": r["sampler"],
-                     "showlegend": r["sampler"] not in shown, "x": [p[0] for p in trace], "y": [p[1] for p in trace],
-                     "line": {"shape": "hv", "color": colors[r["sampler"]], "width": 1.2}, "opacity": 0.7,
-                     "hovertemplate": f"{r['sampler']} seed {r['seed']}: x%{{y:.3f}} after %{{x}} evaluations"
-                                      "<extra></extra>"})
-        shown.add(r["sampler"])
+    views = [(sec, mode) for sec in bench["sections"] for mode in sec["modes"]]
+    names = list(dict.fromkeys(r["sampler"] for sec in bench["sections"] for r in sec["runs"]))
+    colors = {n: CANDIDATE_COLOR if n == EVO else PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    data, owner = [], []
+    for v, (sec, mode) in enumerate(views):
+        budget = int(sec["size"])
+        for name in names:
+            rs = [r for r in sec["runs"] if r["sampler"] == name and r["mode"] == mode]
+            if not rs:
+                continue
+            hits = sorted(int(r["evaluations"]) for r in rs if r["evaluations"] is not None)
+            xs = [1, *hits, budget]  # no run reaches the target before its first evaluation
+            ys = [0.0, *((i + 1) / len(rs) for i in range(len(hits))), len(hits) / len(rs)]
+            data.append({"type": "scatter", "mode": "lines", "name": name, "legendgroup": name, "visible": v == 0,
+                         "x": xs, "y": ys, "line": {"shape": "hv", "color": colors[name],
+                                                    "width": 2.5 if name == "evo" else 1.3,
+                                                    "dash": "dot" if name.startswith("kt:") else "solid"},
+                         "hovertemplate": f"{name} ({mode}): %{{y:.0%}} of {len(rs)} runs at the best "
+                                          "after %{x} evaluations<extra></extra>"})
+            owner.append(v)
     if not data:
         return None
-    target = bench.get("target")
-    shapes = [] if target is None else [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": target,
-                                         "y1": target, "line": {"color": "#555", "dash": "dot", "width": 1}}]
+    buttons = [{"label": f"{sec['recording'].rsplit('/', 1)[-1]}: {mode} start", "method": "update",
+                "args": [{"visible": [o == v for o in owner]}]} for v, (sec, mode) in enumerate(views)]
     return {"data": data, "layout": _layout(
-        f"Replay sampler benchmark: best so far, {len(bench['runs'])} seeded runs", height=380, shapes=shapes,
-        xaxis={"title": {"text": "evaluations"}, "rangemode": "tozero"},
-        yaxis={"title": {"text": "best value"}})}
+        f"Sampler benchmark: share of {bench['seeds']} seeded runs at the best, against evaluations",
+        height=460, margin={"l": 60, "r": 20, "t": 90, "b": 50},
+        xaxis={"title": {"text": "evaluations (distinct valid points proposed)"}, "type": "log"},
+        yaxis={"title": {"text": "share of runs"}, "range": [0, 1.02], "tickformat": ".0%"},
+        updatemenus=_menu(buttons))}
 
 
 # ----------------------------------------------------------------------------- speedups, roofline

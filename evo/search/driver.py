@@ -30,8 +30,9 @@ from evo.search import objective
 from evo.search.evaluators import BuildOnlyEvaluator, Evaluator, GpuEvaluator, ReplayEvaluator
 from evo.search.loop import Reporter, RunSummary, Search
 from evo.search.params import check_compatible
-from evo.search.samplers import make_sampler
 from evo.search.resume import Retry
+from evo.search.samplers import make_sampler
+from evo.search.samplers import require as require_sampler
 from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, storage, stored_settings
 from evo.store import Store, open_store
 from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
@@ -163,6 +164,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
         raise EvoError("--trials must be at least 1")
     if opts.heartbeat_s < 1 or opts.grace_s <= opts.heartbeat_s:
         raise EvoError("the heartbeat must be at least 1 s and the grace period longer than the heartbeat")
+    require_sampler(opts.sampler)
     url = normalize_url(opts.db or paths.default_db_url())
     ev = choose_evaluator(opts, note)
     ask_lock = ProcessLock(url, "ask")

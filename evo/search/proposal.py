@@ -24,7 +24,7 @@ from evo.manifest import Family, Value
 from evo.replay import record_key
 from evo.search.internals import enqueued_params, is_enqueued, set_trial_system_attr
 from evo.search.params import FAMILY, from_trial_params, param_name
-from evo.space import Candidate, all_candidates
+from evo.space import Candidate, all_candidates, make_candidate
 
 PROPOSAL = "evo:proposal"
 RETRY_OF = "evo:retry_of"
@@ -84,6 +84,14 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
             fresh = [c for k, c in self.valid_points(fam) if k not in seen]
             if fresh:
                 return Proposal(self._rng.choice(fresh), op)
+        return None
+
+    def unseen_default(self, seen: set[str], families: Sequence[Family] | None = None) -> Proposal | None:
+        """The first default (of ``families``, default all) not tried yet (op ``seed``), or None."""
+        for fam in self.families if families is None else families:
+            default = make_candidate(fam)
+            if record_key(default.family, default.p) not in seen:
+                return Proposal(default, "seed")
         return None
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:

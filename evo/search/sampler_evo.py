@@ -5,7 +5,9 @@ points, as EvoEngineer starts from seed kernels), so the search starts from know
 and what it finds is measured against them. A family that another selected family names among
 its ``successors`` (manifest) is not seeded: it is reached by switching to it, so a study of
 ``seed_naive, seed_online, flash_scalar, seed_wmma`` starts from the naive kernel alone and its
-lineage shows each step (immigrants, too, come only from the families that are seeded).
+lineage shows each step (immigrants, too, come only from the families that are seeded). Cold
+(``warm=False``, for the sampler benchmark; ``evo run`` is always warm): no defaults, random
+immigrants of those families first.
 
 Population: the best ``population`` distinct completed trials (multi-objective: by the
 geometric mean of their values). A child is
@@ -114,8 +116,9 @@ class EvoSampler(ProposalSampler):
 
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
-                 switch_rate: float = 0.5, insight_strength: float = 8.0) -> None:
+                 switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True) -> None:
         super().__init__(families, seed)
+        self.warm = warm
         self.population = population
         self.immigrant_rate = immigrant_rate
         self.crossover_rate = crossover_rate
@@ -145,10 +148,8 @@ class EvoSampler(ProposalSampler):
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
         seen = seen_keys(trials)
-        for fam in self.roots:
-            default = make_candidate(fam)
-            if record_key(default.family, default.p) not in seen:
-                return Proposal(default, "seed", [])
+        if self.warm and (seed := self.unseen_default(seen, self.roots)) is not None:
+            return seed
         elites = self.elites(trials)
         if not elites or self._rng.random() < self.immigrant_rate:
             found = self.random_unseen(seen, "immigrant", self.roots)

@@ -1,13 +1,20 @@
 """``--sampler`` names to Optuna samplers over the candidate space.
 
-- ``evo``: :class:`~evo.search.sampler_evo.EvoSampler` (elites, mutation, crossover).
+- ``evo`` (the default): :class:`~evo.search.sampler_evo.EvoSampler` (elites, mutation,
+  crossover, family switches along the manifests' ``successors``).
+- ``evo-gp``: :class:`~evo.search.sampler_gp.GpSampler` (a Gaussian-process model of the
+  study's measurements with a failure model picks each candidate; needs scikit-learn).
 - ``tpe``: Optuna's multivariate, grouped TPE (``group=True`` models the conditional
   family -> params space), constant liar so a batch of pending trials spreads out.
+- ``gp``: Optuna's GPSampler (needs scipy; seconds per trial).
 - ``cmaes``: Optuna's CMA-ES. It does not model categorical parameters, and every evo
   parameter is one, so Optuna samples them all with its RandomSampler: random search with
   replacement (invalid points and repeats included). Kept for comparison, not recommended.
 - ``random``: uniform over valid, untried points (family first, then point).
 - ``grid``: every valid point once, in manifest order, families interleaved.
+
+``warm`` (evo and evo-gp): start from the manifest defaults (``evo run`` always does); a cold
+sampler starts from random points (the sampler benchmark's cold start).
 """
 
 from __future__ import annotations
@@ -19,22 +26,42 @@ import optuna
 
 from evo.errors import EvoError
 from evo.manifest import Family
+from evo.search import surrogate
 from evo.search.proposal import SweepSampler
 from evo.search.sampler_evo import EvoSampler
+from evo.search.sampler_gp import GpSampler
 
-SAMPLERS = ("evo", "tpe", "cmaes", "random", "grid")
-PROPOSING = ("evo", "random", "grid")  # samplers that never propose an invalid or tried point
+SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")
+PROPOSING = ("evo", "evo-gp", "random", "grid")  # samplers that never propose an invalid or tried point
 
 
-def make_sampler(name: str, families: Sequence[Family], seed: int | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, families: Sequence[Family], seed: int | None = None,
+                 warm: bool = True) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "evo":
-            return EvoSampler(families, seed)
+            return EvoSampler(families, seed, warm=warm)
+        if name == "evo-gp":
+            return GpSampler(families, seed, warm=warm)
         if name == "tpe":
             return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+        if name == "gp":
+            require(name)
+            return optuna.samplers.GPSampler(seed=seed)
         if name == "cmaes":
             return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
         if name in ("random", "grid"):
             return SweepSampler(families, seed, order=name)
     raise EvoError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def require(name: str) -> None:
+    """EvoError when sampler ``name`` needs a package that is not installed (``evo run`` asks
+    before it opens the database)."""
+    if name == "evo-gp":
+        surrogate.require()
+    elif name == "gp":
+        try:
+            import scipy  # noqa: F401  (Optuna's GPSampler imports it when it samples)
+        except ImportError:
+            raise EvoError("--sampler gp (Optuna's GPSampler) needs scipy: pip install 'evo-kernels[gp]'") from None
