@@ -317,8 +317,15 @@ def _warm_up() -> None:
 
 
 def serve(conn: Connection) -> None:
-    """Worker loop: one Evaluation per EvalRequest until ``None`` or a closed pipe; start-up
-    first, before the first ``recv`` tells the parent this worker is ready."""
+    """Worker target: :func:`serve_requests` answering each request with :func:`evaluate`."""
+    serve_requests(conn, evaluate)
+
+
+def serve_requests(conn: Connection, answer: Callable[[EvalRequest, Session], Evaluation]) -> None:
+    """Worker loop: one Evaluation per EvalRequest (from ``answer``) until ``None`` or a closed
+    pipe; start-up first, before the first ``recv`` tells the parent this worker is ready. A
+    launch refused before any kernel ran is ``resource_rejected`` and the worker serves on; any
+    other failure is ``crashed`` and the worker stops (its context may be poisoned)."""
     import torch
 
     torch.cuda.set_device(0)
@@ -332,7 +339,7 @@ def serve(conn: Connection) -> None:
         if request is None:
             return
         try:
-            result = evaluate(request, session)
+            result = answer(request, session)
         except LaunchRejected as exc:  # refused before any kernel ran: the context is intact
             conn.send(Evaluation(request.build_id, Status.RESOURCE_REJECTED, str(exc),
                                  device=dict(session.device)))

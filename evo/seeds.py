@@ -137,36 +137,16 @@ def time_sweep(shapes: Sequence[Shape], backends: Sequence[str], reps: int = SWE
 def serve(conn: Connection) -> None:
     """Worker target: :func:`evo.evaluate.serve`'s requests, plus ``options["sweep"]`` requests
     answered with the sweep's points (in the Evaluation's ``device["sweep"]``)."""
-    import torch
+    from evo.evaluate import Session, evaluate, serve_requests
 
-    from evo.errors import LaunchRejected
-    from evo.evaluate import Session, _describe, _warm_up, evaluate
+    def answer(request: EvalRequest, session: Session) -> Evaluation:
+        if not request.options.get("sweep"):
+            return evaluate(request, session)
+        points = time_sweep(request.fast_cases, tuple(request.options["backends"]))
+        return Evaluation(request.build_id, Status.FAST, "sweep timed",
+                          device=dict(session.device) | {"sweep": json.dumps(points)})
 
-    torch.cuda.set_device(0)
-    _warm_up()
-    session = Session()
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request is None:
-            return
-        try:
-            if request.options.get("sweep"):
-                points = time_sweep(request.fast_cases, tuple(request.options["backends"]))
-                result = Evaluation(request.build_id, Status.FAST, "sweep timed",
-                                    device=dict(session.device) | {"sweep": json.dumps(points)})
-            else:
-                result = evaluate(request, session)
-        except LaunchRejected as exc:  # refused before any kernel ran: the context is intact
-            conn.send(Evaluation(request.build_id, Status.RESOURCE_REJECTED, str(exc), device=dict(session.device)))
-            continue
-        except Exception as exc:  # noqa: BLE001 - the context may be poisoned: report and stop
-            conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
-            return
-        session.evaluations += 1
-        conn.send(result)
+    serve_requests(conn, answer)
 
 
 # ----------------------------------------------------------------------------- the run
