@@ -4,6 +4,36 @@ The package is a pipeline of small stages (see docs/design.md): ``space`` valida
 against its family manifest, ``render`` turns it into CUDA source, ``build`` compiles it to a
 cubin, the GPU ``worker`` gates (GREEN) and times (FAST) it, ``store`` keeps everything, and
 ``search`` proposes the next candidates.
+
+The Python API (:mod:`evo.api`, docs/api.md) is reachable from here -- ``evo.open_db``,
+``evo.run``, ``evo.build_candidates``, ``evo.evaluate_candidate``, ``evo.benchmark``,
+``evo.lineage_graph``, ``evo.promote_winners`` -- and loads on first use, so that ``import
+evo`` stays light.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "benchmark", "build_candidates", "candidate", "evaluate_candidate", "fast_shapes",
+           "lineage_graph", "open_db", "promote_winners", "run"]
+API = frozenset(__all__) - {"__version__"}
+
+if TYPE_CHECKING:
+    from evo.api import (benchmark, build_candidates, candidate, evaluate_candidate, fast_shapes, lineage_graph,
+                         open_db, promote_winners, run)
+
+
+def __getattr__(name: str) -> Any:
+    """The API's functions, imported from :mod:`evo.api` when first asked for."""
+    if name in API:
+        from evo import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'evo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -431,7 +431,7 @@ def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
         "family": cand.family, "family_version": plan.rendered.family_version, "params": cand.p,
         "label": cand.label(), "key": plan.key, "artifact": artifact,
         **({"nvcc": nvcc_version()} if plan.backend == "cuda" else {}),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     final = cache_dir(result.build_id)
@@ -440,7 +440,9 @@ def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
         shutil.rmtree(final, ignore_errors=True)  # an incomplete folder from an older crash
     try:
         os.rename(folder, final)
-    except OSError:
-        pass  # another process installed the same build first; its files are equivalent
+    except OSError as exc:
+        if load_cached(result.build_id) is None:  # not "another process installed it first"
+            raise EvoError(f"cannot install build {result.build_id[:12]} into the cache at {final}: {exc}") from None
+        # another process installed the same build first: its files are equivalent
     cubin = final / artifact
     return replace(result, cubin_path=str(cubin) if cubin.is_file() else None)

@@ -25,6 +25,8 @@ from evo.store.engine import safe_url
 
 @dataclass(frozen=True)
 class Finding:
+    """One line of ``evo doctor``: what was checked, whether it is fine, and whether evo needs it."""
+
     name: str
     ok: bool
     detail: str

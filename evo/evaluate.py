@@ -69,7 +69,7 @@ class Plan:
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
-        from evo.timing import BACKENDS
+        from evo.vocab import SDPA_BACKENDS
 
         interleave = bool(options.get("interleave", False))
         base = INTERLEAVED if interleave else QUICK if options.get("quick") else NORMAL
@@ -77,7 +77,7 @@ class Plan:
                    reps=int(options.get("reps", base["reps"])),
                    interleave=interleave,
                    baseline_every=int(options.get("baseline_every", BASELINE_EVERY)),
-                   backends=tuple(options.get("backends", BACKENDS)),
+                   backends=tuple(options.get("backends", SDPA_BACKENDS)),
                    salt=int(options.get("salt", 0)),
                    remeasure=int(options.get("remeasure", base["remeasure"])),
                    fidelity=bool(options.get("fidelity", False)))
@@ -303,11 +303,12 @@ def _warm_up() -> None:
 
     from evo import gate  # noqa: F401 - imported here, not inside a request's budget
     from evo.runtime import import_cuda
-    from evo.timing import BACKENDS, runs, sdpa_op
+    from evo.timing import runs, sdpa_op
+    from evo.vocab import SDPA_BACKENDS
 
     import_cuda()
     x = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
-    for backend in BACKENDS:
+    for backend in SDPA_BACKENDS:
         runs(sdpa_op(backend, False), (x, x, x, None))  # a backend that refuses is skipped
     with sdpa_kernel(SDPBackend.MATH):
         for wide in (torch.float32, torch.float64):

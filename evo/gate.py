@@ -1,4 +1,4 @@
-"""GREEN: decide, case by case, whether a kernel computes attention correctly (DESIGN.md, GREEN).
+"""GREEN: decide, case by case, whether a kernel computes attention correctly (docs/design.md, GREEN).
 
 One check = one case x one seed: fresh normal inputs (seeded by case, seed and a per-evaluation
 salt; of the case's spread, with a spiked key if it has one), a reference from SDPA's math
@@ -78,8 +78,8 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, s
     torch.set_float32_matmul_precision("highest")
     try:
         with sdpa_kernel(SDPBackend.MATH):
-            out = [F.scaled_dot_product_attention(*(t[i:i + step].to(dtype) for t in heads),
-                                                  is_causal=causal, scale=scale)
+            out = [F.scaled_dot_product_attention(heads[0][i:i + step].to(dtype), heads[1][i:i + step].to(dtype),
+                                                  heads[2][i:i + step].to(dtype), is_causal=causal, scale=scale)
                    for i in range(0, B * H, step)]
     finally:
         torch.set_float32_matmul_precision(prev)
@@ -132,7 +132,7 @@ def _memory_faults(buf: GuardedOutput, inputs: Sequence[torch.Tensor],
     oob = buf.guards_changed()
     if oob:
         return f"wrote out of bounds: {oob} guard elements changed"
-    touched = [n for n, a, b in zip("qkv", inputs, copies) if not _same_bits(a, b)]
+    touched = [n for n, a, b in zip("qkv", inputs, copies, strict=True) if not _same_bits(a, b)]
     if touched:
         return f"modified its inputs: {', '.join(touched)}"
     return ""
@@ -158,7 +158,7 @@ def _output_faults(buf: GuardedOutput, err: float, where: tuple[int, ...] | None
 
 def wide_dtype(shape: Shape, settings: GreenSettings) -> torch.dtype:
     """The reference's precision: float64 for small problems, float32 otherwise."""
-    return torch.float64 if shape.B * shape.H * shape.L * shape.L < settings.float64_below else torch.float32
+    return torch.float64 if settings.float64_below > shape.B * shape.H * shape.L * shape.L else torch.float32
 
 
 def _as_case(case: Shape | GreenCase) -> GreenCase:
@@ -230,8 +230,8 @@ def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: S
     the reference at once (stacked along the batch dimension).
     """
     n = len(fresh)
-    for i, (a, b) in enumerate(zip(live, fresh)):
-        touched = [name for name, x, y in zip("qkv", a, b) if not _same_bits(x, y)]
+    for i, (a, b) in enumerate(zip(live, fresh, strict=True)):
+        touched = [name for name, x, y in zip("qkv", a, b, strict=True) if not _same_bits(x, y)]
         if touched:
             return f"set {i} of {n}: modified its inputs while timed: {', '.join(touched)}"
     for i, g in enumerate(guards):
@@ -251,7 +251,7 @@ def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: S
             if unwritten:
                 return f"{what}, set {i} of {n}: unwritten: {unwritten} of {o.numel()} output elements"
         errs = _per_set_max(torch.cat(list(outs)).to(wide) - ref, n)
-        for i, (err, tol) in enumerate(zip(errs, tols)):
+        for i, (err, tol) in enumerate(zip(errs, tols, strict=True)):
             if not err <= tol:
                 found = "NaN or Inf in output" if math.isinf(err) else f"max|err| {err:.1e} > tol {tol:.1e}"
                 return f"{what}, set {i} of {n}: {found}"

@@ -30,19 +30,20 @@ from evo.manifest import Value
 from evo.paths import default_db_url
 from evo.results import Shape, Status, Timing
 from evo.scoring import edge_effect, geomean
+from evo.search.study import read_storage
 from evo.store import NewInsight, Store
 from evo.store.views import CandidateView, EdgeView
+from evo.vocab import COMPILED, DEFAULT_BASELINE, FAILED, value_text
 
-FAILED = frozenset({Status.INVALID, Status.COMPILE_FAILED, Status.RESOURCE_REJECTED, Status.RED,
-                    Status.CRASHED, Status.TIMEOUT})
-BUILT = frozenset({Status.RESOURCE_REJECTED, Status.BUILT, Status.CRASHED, Status.TIMEOUT, Status.RED,
-                   Status.GREEN, Status.FAST})
 ALL = "all"
 MIN_TRIALS_FOR_IMPORTANCE = 10
 
 
 @dataclass
 class MoveStat:
+    """The measured effect of one move (a parameter changed from ``old`` to ``new``) in one family
+    and bucket: child score / parent score per edge, and how many children of the move failed."""
+
     family: str
     param: str
     old: Value
@@ -66,7 +67,7 @@ class MoveStat:
 
     @property
     def move_text(self) -> str:
-        return f"{self.param} {_v(self.old)}->{_v(self.new)}"
+        return f"{self.param} {value_text(self.old)}->{value_text(self.new)}"
 
     def text(self) -> str:
         where = "" if self.bucket == ALL else f" on {self.bucket}"
@@ -78,6 +79,9 @@ class MoveStat:
 
 @dataclass
 class ResourceStat:
+    """How often built candidates with ``param = value`` were rejected for resources (spills, or
+    shared memory over the limit)."""
+
     family: str
     param: str
     value: Value
@@ -96,7 +100,7 @@ class ResourceStat:
         return self.rejected / self.built if self.built else 0.0
 
     def text(self) -> str:
-        return (f"{self.family} {self.param}={_v(self.value)}: {self.rejected}/{self.built} built rejected "
+        return (f"{self.family} {self.param}={value_text(self.value)}: {self.rejected}/{self.built} built rejected "
                 f"({self.rate:.0%}; spills {self.spills}, smem over {self.smem_over}, registers {self.registers})")
 
 
@@ -112,13 +116,11 @@ class Importance:
 
 @dataclass
 class Report:
+    """Everything ``evo insights`` shows: moves, resource failures and Optuna's importances."""
+
     moves: list[MoveStat]
     resources: list[ResourceStat]
     importances: list[Importance]
-
-
-def _v(x: Value) -> str:
-    return str(x).lower() if isinstance(x, bool) else str(x)
 
 
 def bucket_of(s: Shape) -> str:
@@ -165,7 +167,7 @@ def resource_stats(cands: Iterable[CandidateView]) -> list[ResourceStat]:
     """Per (family, param, value): built candidates and those rejected for each resource."""
     stats: dict[tuple, ResourceStat] = {}
     for c in cands:
-        if c.status not in BUILT:
+        if c.status not in COMPILED:
             continue
         rejected = c.status is Status.RESOURCE_REJECTED
         for param, value in c.params.items():
@@ -205,7 +207,7 @@ def importances(study: optuna.Study) -> list[Importance]:
     return out
 
 
-def compute(store: Store, study: str | None = None, *, baseline: str = "sdpa_default",
+def compute(store: Store, study: str | None = None, *, baseline: str = DEFAULT_BASELINE,
             db_url: str | None = None) -> Report:
     """All insights for one study (or, moves and resources, for the whole database)."""
     cands = {c.id: c for c in store.find_candidates(study=study)}
@@ -217,8 +219,11 @@ def compute(store: Store, study: str | None = None, *, baseline: str = "sdpa_def
     timings = store.latest_timings([i for i in ids if cands.get(i) and cands[i].status is Status.FAST])
     imps: list[Importance] = []
     if study is not None:
+        rdb = read_storage(db_url or default_db_url())
         try:
-            st = optuna.load_study(study_name=study, storage=db_url or default_db_url())
+            if rdb is None:
+                raise KeyError(study)
+            st = optuna.load_study(study_name=study, storage=rdb)
         except KeyError:
             raise EvoError(f"no study {study!r} in the database") from None
         imps = importances(st)
@@ -227,14 +232,14 @@ def compute(store: Store, study: str | None = None, *, baseline: str = "sdpa_def
 
 def save(store: Store, study: str | None, report: Report) -> None:
     """Replace the study's stored insights with this report's."""
-    rows = [NewInsight("move", f"{m.family}:{m.param}:{_v(m.old)}->{_v(m.new)}:{m.bucket}", m.text(),
+    rows = [NewInsight("move", f"{m.family}:{m.param}:{value_text(m.old)}->{value_text(m.new)}:{m.bucket}", m.text(),
                        {"median_effect": None if math.isnan(m.median_effect) else m.median_effect,
                         "win_rate": None if math.isnan(m.win_rate) else m.win_rate,
                         "failed": m.failed, "bucket": m.bucket, "param": m.param,
                         "old": m.old, "new": m.new, "family": m.family},
                        m.n + m.failed, m.evidence)
             for m in report.moves]
-    rows += [NewInsight("resource", f"{r.family}:{r.param}={_v(r.value)}", r.text(),
+    rows += [NewInsight("resource", f"{r.family}:{r.param}={value_text(r.value)}", r.text(),
                         {"built": r.built, "spills": r.spills, "smem_over": r.smem_over,
                          "registers": r.registers, "rate": r.rate}, r.built, r.evidence)
              for r in report.resources]

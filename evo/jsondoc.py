@@ -20,7 +20,8 @@ from typing import Any
 from evo.errors import EvoError
 from evo.insights import Report
 from evo.results import CheckResult, Shape, Timing
-from evo.scoring import CANDIDATE, edge_effect, latest, score, speedups
+from evo.vocab import DEFAULT_BASELINE, EVO
+from evo.scoring import edge_effect, latest, score, speedups
 from evo.store import CandidateRecord, Store
 from evo.store.views import BuildView, EdgeView, EvaluationView
 
@@ -50,8 +51,7 @@ def clean(x: Any) -> Any:
 
 
 def shape_doc(s: Shape) -> dict[str, Any]:
-    return {"case": s.case, "tag": s.tag, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
-            "dtype": s.dtype, "flops": s.flops}
+    return {**s.as_dict(), "tag": s.tag, "flops": s.flops}
 
 
 def timing_doc(t: Timing, samples: bool = True) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def evaluation_doc(e: EvaluationView, samples: bool = True) -> dict[str, Any]:
 def scores(timings: list[Timing]) -> dict[str, float | None]:
     """Geometric-mean speedup against every baseline measured beside the candidate."""
     out: dict[str, float | None] = {}
-    for backend in sorted({t.backend for t in timings if t.backend != CANDIDATE}):
+    for backend in sorted({t.backend for t in timings if t.backend != EVO}):
         try:
             out[backend] = score(timings, backend)
         except EvoError:
@@ -114,7 +114,7 @@ def edge_docs(store: Store, rec: CandidateRecord, baseline: str) -> dict[str, li
     return out
 
 
-def record_doc(store: Store, rec: CandidateRecord, baseline: str = "sdpa_default", *,
+def record_doc(store: Store, rec: CandidateRecord, baseline: str = DEFAULT_BASELINE, *,
                samples: bool = True, logs: bool = True) -> dict[str, Any]:
     """Everything stored about one candidate (what ``evo show`` prints), as plain data.
 
@@ -136,7 +136,7 @@ def record_doc(store: Store, rec: CandidateRecord, baseline: str = "sdpa_default
         "evaluations": [evaluation_doc(e, samples) for e in rec.evaluations],
         "timings": [timing_doc(t, samples) for t in by.values()],
         "baseline": baseline,
-        "speedups": {b: speedups(timings, b) for b in sorted({b for _, b in by if b != CANDIDATE})},
+        "speedups": {b: speedups(timings, b) for b in sorted({b for _, b in by if b != EVO})},
         "scores": scores(timings),
         **edge_docs(store, rec, baseline),
         "trials": [{"study": t.study, "number": t.number, "state": t.state, "value": t.value, "run_id": t.run_id}

@@ -2,7 +2,7 @@
 
 Nodes are the study's candidates plus any parent they came from; a node's score is its
 geometric-mean speedup over the baseline on its stored timings, an edge's effect is child
-score / parent score over the cases both were timed on, on the same device (DESIGN.md,
+score / parent score over the cases both were timed on, on the same device (docs/design.md,
 Lineage). The graph renders as a rich Tree (``evo lineage``), Graphviz DOT, or JSON.
 """
 
@@ -19,6 +19,7 @@ from evo.errors import EvoError
 from evo.results import Shape, Status
 from evo.scoring import edge_effect, score
 from evo.store import Store, short_id
+from evo.vocab import DEFAULT_BASELINE, value_text
 
 STATUS_STYLE = {
     Status.FAST: "bold green", Status.GREEN: "green", Status.BUILT: "cyan", Status.RED: "red",
@@ -29,6 +30,8 @@ STATUS_STYLE = {
 
 @dataclass(frozen=True)
 class Node:
+    """One candidate of the graph: its status and its score against the baseline (None: not timed)."""
+
     id: str
     label: str
     family: str
@@ -40,6 +43,10 @@ class Node:
 
 @dataclass(frozen=True)
 class Link:
+    """One edge: the move (``kind``, ``mutation`` old -> new per parameter) that made ``child``
+    from ``parent``, and its effect (child score / parent score; None unless both were timed on
+    one device)."""
+
     parent: str
     child: str
     kind: str
@@ -49,6 +56,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Lineage:
+    """A study's search tree (:func:`build_lineage`): nodes by id in creation order, and links."""
+
     study: str | None
     baseline: str
     nodes: dict[str, Node]  # in creation order
@@ -59,7 +68,7 @@ class Lineage:
         return [n for n in self.nodes if n not in children]
 
 
-def build_lineage(store: Store, study: str | None = None, baseline: str = "sdpa_default",
+def build_lineage(store: Store, study: str | None = None, baseline: str = DEFAULT_BASELINE,
                   cases: Sequence[Shape] | None = None, device: str | None = None) -> Lineage:
     """Read the graph of ``study`` (every candidate when None) from the store and score it."""
     cands = {c.id: c for c in store.find_candidates(study=study)}
@@ -85,9 +94,7 @@ def build_lineage(store: Store, study: str | None = None, baseline: str = "sdpa_
 
 
 def mutation_text(mutation: dict[str, tuple[Any, Any]]) -> str:
-    def fmt(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    return ", ".join(f"{k} {fmt(old)}->{fmt(new)}" for k, (old, new) in mutation.items()) or "(no change)"
+    return ", ".join(f"{k} {value_text(old)}->{value_text(new)}" for k, (old, new) in mutation.items()) or "(no change)"
 
 
 def _ratio(x: float | None) -> str:

@@ -23,9 +23,9 @@ from typing import Any
 
 from evo import paths
 from evo.errors import EvoError
+from evo.vocab import KERNEL_BACKENDS, value_text
 
 Value = int | str | bool
-BACKENDS = ("cuda", "triton")  # how a rendered source becomes a runnable artifact (evo/backends.py)
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,19 @@ class Param:
     def parse(self, text: str) -> Value:
         """Turn CLI text into a domain value, or raise naming what is allowed."""
         for v in self.values:
-            if str(v).lower() == text.strip().lower():
+            if value_text(v).lower() == text.strip().lower():
                 return v
         raise EvoError(f"parameter {self.name}={text!r} is not allowed; allowed: {self.allowed()}")
 
     def allowed(self) -> str:
-        return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in self.values)
+        return ", ".join(value_text(v) for v in self.values)
 
 
 @dataclass(frozen=True)
 class Constraint:
+    """A manifest's ``[[constraints]]`` entry: a boolean expression over the parameters, and the
+    message a candidate that violates it is ``invalid`` with."""
+
     expr: str
     message: str
 
@@ -106,8 +109,8 @@ def load_family_dir(folder: Path) -> Family:
         if key not in launch:
             raise EvoError(f"{mf}: [launch] lacks {key}")
     backend = fam.get("backend", "cuda")
-    if backend not in BACKENDS:
-        raise EvoError(f"{mf}: [family] backend = {backend!r}; known: {', '.join(BACKENDS)}")
+    if backend not in KERNEL_BACKENDS:
+        raise EvoError(f"{mf}: [family] backend = {backend!r}; known: {', '.join(KERNEL_BACKENDS)}")
     successors = fam.get("successors", [])
     if not (isinstance(successors, list) and all(isinstance(x, str) and x for x in successors)) \
             or fam["name"] in successors:

@@ -115,9 +115,12 @@ def acceptance_dir() -> Path:
 
 
 def git_sha() -> str | None:
-    """The checkout's HEAD commit, or ``$EVO_GIT_SHA`` (set by scripts/gpu-check.sh, since the
-    GPU host gets a copy of the working tree without ``.git``); None when neither is known,
-    e.g. for an evo installed from a wheel."""
+    """The full sha of the commit evo's code is at: ``$EVO_GIT_SHA`` when set (scripts/gpu-check.sh
+    sets it, since the GPU host gets a copy of the working tree without ``.git``), else the HEAD
+    of the checkout evo runs from. None when neither is known: an evo installed from a wheel, or
+    a copy of the tree that is not a git checkout of its own (even inside another repository,
+    whose commit says nothing about evo's code). The one place provenance takes a commit from:
+    runs, recordings, benchmark records and promoted packages all record this value."""
     env = os.environ.get("EVO_GIT_SHA", "").strip()
     if env:
         return env
@@ -125,8 +128,11 @@ def git_sha() -> str | None:
     if tree is None:
         return None
     try:
-        out = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
+        out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--show-toplevel", "HEAD"],
                              capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != tree.resolve():
+        return None
+    return lines[1]

@@ -21,6 +21,7 @@ PROVENANCE.json says whether it was verified.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import keyword
 import math
@@ -41,20 +42,18 @@ from sqlalchemy.exc import ArgumentError
 import evo
 from evo import build, paths
 from evo import verify as verifier
-from evo.bench import git_sha
 from evo.errors import EvoError
 from evo.manifest import load_family
 from evo.render import Entry, Rendered, entries_for, entry_name, render
 from evo.draws import bucket_top
 from evo.results import Shape, Status, Timing
-from evo.scoring import CANDIDATE, geomean, latest
+from evo.vocab import DEFAULT_BASELINE, EVO, PASSED
+from evo.scoring import geomean, latest
 from evo.space import make_candidate
 from evo.store import CandidateView, Store, open_store
 from evo.suites import green_cases, green_settings
 from evo.timing import recheck_failed
 
-BASELINE = "sdpa_default"
-PROMOTABLE = (Status.GREEN, Status.FAST)
 RESERVED_NAMES = frozenset({"evo", "torch", "aten", "prim", "prims", "tests", "test"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARCH = re.compile(r"^sm_(\d+)(\d)[af]?$")
@@ -85,8 +84,8 @@ def length_buckets(lengths: Iterable[int]) -> list[Bucket]:
     ls = sorted(set(lengths))
     if not ls or ls[0] < 1:
         raise EvoError("no measured sequence lengths to derive buckets from")
-    edges = [math.isqrt(a * b) for a, b in zip(ls, ls[1:])]
-    return [Bucket(lo, hi) for lo, hi in zip([1, *(e + 1 for e in edges)], [*edges, None])]
+    edges = [math.isqrt(a * b) for a, b in itertools.pairwise(ls)]
+    return [Bucket(lo, hi) for lo, hi in zip([1, *(e + 1 for e in edges)], [*edges, None], strict=True)]
 
 
 @dataclass(frozen=True)
@@ -122,14 +121,14 @@ class Route:
     best: tuple[str, float] | None = None      # best contender when none beat SDPA
 
 
-def measurements(timings: Iterable[Timing], baseline: str = BASELINE) -> tuple[Measured, ...]:
+def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) -> tuple[Measured, ...]:
     """Per case with a candidate and a baseline timing (newest of each), unless the candidate's
     timing failed its implausibility re-check."""
     by = latest(timings)
     out = []
     for (tag, backend), t in by.items():
         base = by.get((tag, baseline))
-        if backend == CANDIDATE and base is not None and t.median_us > 0 and not recheck_failed(t):
+        if backend == EVO and base is not None and t.median_us > 0 and not recheck_failed(t):
             out.append(Measured(t.shape, t.median_us, base.median_us))
     return tuple(out)
 
@@ -204,11 +203,11 @@ def select_candidates(store: Store, study: str | None, ids: Sequence[str]) -> li
     if ids:
         views = [store.get(i).candidate for i in ids]
         for v in views:
-            if v.status not in PROMOTABLE:
+            if v.status not in PASSED:
                 raise EvoError(f"candidate {v.id[:12]} is {v.status.value}, not green: "
                                f"only kernels that passed GREEN are promoted ({v.reason or 'no reason stored'})")
         return list({v.id: v for v in views}.values())
-    views = store.find_candidates(status=PROMOTABLE, study=study)
+    views = store.find_candidates(status=PASSED, study=study)
     if not views:
         where = f"study {study!r}" if study is not None else "the database"
         raise EvoError(f"no green candidate in {where} ({sanitize_url(store.url)})")
@@ -278,7 +277,7 @@ class Promoted:
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
-            candidate_ids: Sequence[str] = (), baseline: str = BASELINE, device: str | None = None,
+            candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
             min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
             verify: bool = True) -> Promoted:
     """Write the package ``out/name`` from the per-bucket winners in the database, after
@@ -395,6 +394,8 @@ def _rebuild(rendered: Rendered, view: CandidateView) -> Path:
     """Compile a winner whose cubin left the cache (a fresh GPU host, a cleaned checkout). The
     source renders to the stored hash (checked by the caller) and the build id must come out equal
     to the stored id, so the rebuilt cubin is the measured kernel, not a look-alike."""
+    if view.arch is None:
+        raise EvoError(f"candidate {view.id[:12]} was never built; nothing to promote")
     result = build.build_batch([rendered], arch=view.arch)[0]
     if result.build_id != view.id or result.status is not Status.BUILT or not result.cubin_path:
         raise EvoError(f"cubin of candidate {view.id[:12]} is not cached and rebuilding it gave "
@@ -410,8 +411,7 @@ def _case_table(routes: Sequence[Route], contenders: Sequence[Contender]) -> lis
         for s in r.shapes:
             m = by.get((r.winner, s)) if r.winner else None
             base = m.base_us if m else next((x.base_us for (_, sh), x in by.items() if sh == s), None)
-            rows.append({"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
-                         "dtype": s.dtype, "served_by": r.winner, "bucket": r.bucket.label(),
+            rows.append({**s.as_dict(), "served_by": r.winner, "bucket": r.bucket.label(),
                          "evo_us": m.evo_us if m else None, "sdpa_us": base,
                          "speedup": m.speedup if m else None})
     return sorted(rows, key=lambda c: (c["D"], c["dtype"], c["causal"], c["L"], c["case"]))
@@ -422,7 +422,8 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
              db: str, study: str | None, requested: list[str], baseline: str,
              min_speedup: float) -> dict[str, Any]:
     """Everything the templates and the JSON files say."""
-    kernels, index = [], {}
+    kernels: list[dict[str, Any]] = []
+    index: dict[tuple[str, Key], int] = {}
     for s in shipped:
         for key, e in s.entries.items():
             index[(s.view.id, key)] = len(kernels)
@@ -444,7 +445,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
     arches = sorted({s.view.arch for s in shipped if s.view.arch})
     return {
         "name": name, "version": version,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "arch": ", ".join(arches), "capability": list(cap), "device": dev, "device_info": info,
         "baseline": baseline, "min_speedup": min_speedup, "database": db, "study": study,
         "requested": requested, "kernels": kernels, "routes": table, "cases": cases,
@@ -452,7 +453,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
         "geomean_served": geomean(served) if served else None,
         "timed_shas": sorted({sha for s in shipped for sha in s.provenance["timed_at_git_shas"]}),
         "head_dims": sorted({r.key[0] for r in routes if r.winner}),
-        "evo_version": evo.__version__, "evo_git_sha": git_sha(),
+        "evo_version": evo.__version__, "evo_git_sha": paths.git_sha(),
     }
 
 
@@ -478,8 +479,7 @@ def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
 def _green_suite() -> dict[str, Any]:
     settings = green_settings()
     return {
-        "cases": [{"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal,
-                   "dtype": s.dtype} for s in green_cases(settings.dtypes)],
+        "cases": [s.as_dict() for s in green_cases(settings.dtypes)],
         "seeds": list(settings.seeds), "multiplier": settings.multiplier,
         "floors": dict(settings.floors), "float64_below": settings.float64_below,
     }

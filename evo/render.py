@@ -8,7 +8,7 @@ version + evo render version -> byte-identical source -> the same ``source_hash`
 A build's identity (:func:`build_key`, hashed by :func:`build_id`) is more than the source: it
 also covers the flags, the arch, every entry's evaluated launch config (which the cubin is
 resource-checked and launched with, but which need not appear in the source), the compiler
-and the headers the source includes from outside the toolkit (DESIGN.md, Trust).
+and the headers the source includes from outside the toolkit (docs/design.md, Trust).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def entry_name(head_dim: int, dtype: str, causal: bool) -> str:
 
 @dataclass(frozen=True)
 class Rendered:
+    """A candidate rendered to source: the source, its hash and the kernel entries it exports."""
+
     candidate: Candidate
     family_version: int
     source: str

@@ -28,10 +28,10 @@ from evo.manifest import Value
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.space import Candidate
 from evo.store import Store
+from evo.vocab import BUILD_FAILED, EVALUATED, EVO, gpu_slug
 
 FORMAT = "evo-sweep"
 FORMAT_VERSION = 1
-EVO_BACKEND = "evo"
 
 
 def record_key(family: str, params: Mapping[str, Value]) -> str:
@@ -80,15 +80,6 @@ class Record:
         return Evaluation(build_id, self.status, self.reason, timings=timings, device=dict(device))
 
 
-def shape_to_json(s: Shape) -> dict[str, Any]:
-    return {"case": s.case, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "causal": s.causal, "dtype": s.dtype}
-
-
-def shape_from_json(d: Mapping[str, Any]) -> Shape:
-    return Shape(str(d["case"]), int(d["B"]), int(d["H"]), int(d["L"]), int(d["D"]),
-                 bool(d["causal"]), str(d.get("dtype", "fp16")))
-
-
 @dataclass
 class Recording:
     """A sweep: header + records keyed by :func:`record_key`."""
@@ -111,7 +102,7 @@ class Recording:
 
     def shapes(self) -> list[Shape]:
         """The FAST cases the recording covers, in header order."""
-        return [shape_from_json(d) for d in self.header.get("cases", [])]
+        return [Shape.from_dict(d) for d in self.header.get("cases", [])]
 
     def common_shapes(self) -> list[Shape]:
         """The cases every timed record covers: the default objective of a replayed search, so
@@ -140,22 +131,17 @@ def new_header(gpu: str, arch: str, shapes: Iterable[Shape], versions: Mapping[s
                measured_shas: Iterable[str] = ()) -> dict[str, Any]:
     """A recording header. ``git_sha`` names the code that *measured* (the runs' commits, comma
     separated when several); ``exported_at_git_sha`` the code that wrote the file."""
-    now, sha = _now(), git_sha()
+    now, sha = _now(), paths.git_sha() or "unknown"
     measured = ",".join(sorted(set(measured_shas))) or "unknown"
     return {"gpu": gpu, "arch": arch, "versions": dict(versions), "git_sha": measured,
             "exported_at_git_sha": sha, "created": now, "updated": now,
-            "cases": [shape_to_json(s) for s in shapes],
+            "cases": [s.as_dict() for s in shapes],
             "sessions": [{"updated": now, "git_sha": measured, "exported_at_git_sha": sha,
                           "versions": dict(versions)}]}
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def git_sha() -> str:
-    """The commit of the code that measured (``unknown`` when it cannot be told)."""
-    return paths.git_sha() or "unknown"
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def load_recording(path: Path | str) -> Recording:
@@ -216,12 +202,6 @@ def newest_recording(folder: Path | None = None) -> Path | None:
     return found[-1] if found else None
 
 
-def gpu_slug(gpu: str) -> str:
-    """``NVIDIA H200`` -> ``h200``: the file-name part of a recording for that GPU."""
-    words = [w for w in gpu.lower().replace("-", " ").split() if w not in ("nvidia", "geforce", "tesla")]
-    return "-".join(words) or "gpu"
-
-
 def _device_counts(store: Store, ids: Iterable[str]) -> collections.Counter[str]:
     """Evaluations per real device (replayed ones excluded) over the given candidates."""
     out: collections.Counter[str] = collections.Counter()
@@ -239,8 +219,7 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
     replayed evaluations are never exported.
     """
     old = load_recording(out) if out is not None and Path(out).exists() else None
-    evaluated = store.find_candidates(status=[Status.CRASHED, Status.TIMEOUT, Status.RED, Status.GREEN,
-                                              Status.FAST])
+    evaluated = store.find_candidates(status=EVALUATED)
     if gpu is None:
         gpu = old.gpu if old is not None else None
     if gpu is None:
@@ -260,7 +239,7 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
         raise EvoError(f"no evaluations on {gpu!r} in {store.url}: nothing to export")
     timings = store.latest_timings([cid for cid, evs in per_cand.items() if evs[-1].status is Status.FAST], gpu)
     records: list[Record] = []
-    for c in store.find_candidates(status=[Status.COMPILE_FAILED, Status.RESOURCE_REJECTED], arch=arch):
+    for c in store.find_candidates(status=BUILD_FAILED, arch=arch):
         records.append(Record(c.family, c.family_version or 0, dict(c.params), c.status, c.reason, c.id))
     for c in evaluated:
         evs = per_cand.get(c.id)
@@ -269,12 +248,12 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
         rec = Record(c.family, c.family_version or 0, dict(c.params), evs[-1].status, evs[-1].reason, c.id)
         for t in timings.get(c.id, ("", []))[1] if rec.status is Status.FAST else []:
             stat = {"median_us": t.median_us}
-            if t.backend == EVO_BACKEND:
+            if t.backend == EVO:
                 stat |= {"p20_us": t.p20_us, "p80_us": t.p80_us}
             rec.timings.setdefault(t.shape.tag, {})[t.backend] = stat
         records.append(rec)
-    shapes = {}
-    for cid, (_, ts) in timings.items():
+    shapes: dict[str, Shape] = {}
+    for _, ts in timings.values():
         for t in ts:
             shapes.setdefault(t.shape.tag, t.shape)
     newest = max((evs[-1] for evs in per_cand.values()), key=lambda e: e.created, default=None)

@@ -7,26 +7,13 @@ score. Keeping them here lets every stage be tested alone.
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from evo.vocab import Status
 
-class Status(str, enum.Enum):
-    """The one status column of a candidate (DESIGN.md, status taxonomy)."""
-
-    INVALID = "invalid"                      # violates manifest or constraints, never rendered
-    COMPILE_FAILED = "compile_failed"
-    RESOURCE_REJECTED = "resource_rejected"  # spills / shared memory / registers over limit
-    BUILT = "built"                          # compiled and resource-checked, not yet evaluated
-    CRASHED = "crashed"                      # CUDA fault in the worker
-    TIMEOUT = "timeout"
-    RED = "red"                              # ran, failed GREEN
-    GREEN = "green"                          # passed GREEN, not yet timed
-    FAST = "fast"                            # GREEN and timed
-
-    @property
-    def failed(self) -> bool:
-        return self not in (Status.BUILT, Status.GREEN, Status.FAST)
+__all__ = ["BuildResult", "CheckResult", "Evaluation", "Fidelity", "Resources", "Shape", "Status", "Timing"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +30,9 @@ class Resources:
 
 @dataclass
 class BuildResult:
+    """What compiling one candidate for one arch gave: its status (``built``, ``compile_failed``
+    or ``resource_rejected``) and why, the cubin, the nvcc log and the ptxas report per entry."""
+
     build_id: str
     source_hash: str
     arch: str
@@ -77,6 +67,17 @@ class Shape:
     @property
     def tag(self) -> str:
         return f"{self.case}{'c' if self.causal else ''}-{self.dtype}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The shape as every JSON file and table row of evo writes it (and the store's columns)."""
+        return {"case": self.case, "B": self.B, "H": self.H, "L": self.L, "D": self.D, "causal": self.causal,
+                "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Shape:
+        """The inverse of :meth:`as_dict` (a missing dtype is fp16, as in the oldest recordings)."""
+        return cls(str(d["case"]), int(d["B"]), int(d["H"]), int(d["L"]), int(d["D"]), bool(d["causal"]),
+                   str(d.get("dtype", "fp16")))
 
 
 @dataclass

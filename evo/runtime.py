@@ -164,7 +164,7 @@ class CandidateKernels:
         """TMA ABI: a tensor map per tensor (box rows from the manifest), then the plain arguments."""
         B, H, L, D = qkvo[0].shape
         shape = (B, H, L, D)
-        maps = [tma.encode(t.data_ptr(), shape, entry.dtype, rows) for t, rows in zip(qkvo, entry.launch.tma_rows)]
+        maps = [tma.encode(t.data_ptr(), shape, entry.dtype, rows) for t, rows in zip(qkvo, entry.launch.tma_rows, strict=True)]
         args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
                 ctypes.c_int(B), ctypes.c_int(H), ctypes.c_int(L), ctypes.c_float(scale)]
         tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
@@ -197,7 +197,7 @@ class CandidateKernels:
 def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                   device: torch.device) -> None:
     """Refuse (EvoError) what the kernel ABI does not take: see docs/kernel-abi.md."""
-    for name, t in zip("qkvo", (q, k, v, o)):
+    for name, t in zip("qkvo", (q, k, v, o), strict=True):
         if not isinstance(t, torch.Tensor):
             raise EvoError(f"{name} is a {type(t).__name__}, not a tensor")
         if t.device != device:

@@ -3,7 +3,7 @@
 A candidate's timings on a suite hold, per case, one :class:`~evo.results.Timing` for the
 candidate (backend ``evo``) and one per SDPA baseline measured beside it. The speedup on a
 case is baseline median / candidate median; a score over a selection of cases is their
-geometric mean (DESIGN.md, FAST); an edge's effect is child score / parent score over the
+geometric mean (docs/design.md, FAST); an edge's effect is child score / parent score over the
 cases both were timed on. Cases are matched by :attr:`~evo.results.Shape.tag` (name,
 causal, dtype), so a case measured in two evaluations is the same case.
 """
@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from evo.errors import EvoError
 from evo.results import Shape, Timing
-
-CANDIDATE = "evo"
+from evo.vocab import DEFAULT_BASELINE, EVO
 
 
 def latest(timings: Iterable[Timing]) -> dict[tuple[str, str], Timing]:
@@ -24,12 +23,12 @@ def latest(timings: Iterable[Timing]) -> dict[tuple[str, str], Timing]:
     return {(t.shape.tag, t.backend): t for t in timings}
 
 
-def speedups(timings: Iterable[Timing], baseline: str = "sdpa_default") -> dict[str, float]:
+def speedups(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) -> dict[str, float]:
     """Per case tag: baseline median / candidate median, for cases that have both."""
     by = latest(timings)
     return {tag: by[(tag, baseline)].median_us / t.median_us
             for (tag, backend), t in by.items()
-            if backend == CANDIDATE and (tag, baseline) in by and t.median_us > 0}
+            if backend == EVO and (tag, baseline) in by and t.median_us > 0}
 
 
 def geomean(values: Iterable[float]) -> float:
@@ -44,7 +43,7 @@ def _tags(cases: Sequence[Shape] | None) -> list[str] | None:
     return None if cases is None else [s.tag for s in cases]
 
 
-def score(timings: Iterable[Timing], baseline: str = "sdpa_default",
+def score(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE,
           cases: Sequence[Shape] | None = None) -> float:
     """Geometric-mean speedup over ``cases`` (default: every case with both timings).
 
@@ -57,11 +56,11 @@ def score(timings: Iterable[Timing], baseline: str = "sdpa_default",
         tags = sorted(per_case)
     missing = [t for t in tags if t not in per_case]
     if missing or not tags:
-        raise EvoError(f"no {CANDIDATE} and {baseline} timings for " + (", ".join(missing) or "any case"))
+        raise EvoError(f"no {EVO} and {baseline} timings for " + (", ".join(missing) or "any case"))
     return geomean(per_case[t] for t in tags)
 
 
-def edge_effect(parent: Iterable[Timing], child: Iterable[Timing], baseline: str = "sdpa_default",
+def edge_effect(parent: Iterable[Timing], child: Iterable[Timing], baseline: str = DEFAULT_BASELINE,
                 cases: Sequence[Shape] | None = None) -> float | None:
     """Child score / parent score over the selected cases both have (None if they share none)."""
     p, c = speedups(parent, baseline), speedups(child, baseline)

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-BASELINE = "sdpa_default"
+from evo.vocab import DEFAULT_BASELINE
+
 COLORS = {"sdpa_flash": "#1f77b4", "sdpa_cudnn": "#d62728", "sdpa_efficient": "#2ca02c", "sdpa_default": "#7f7f7f"}
 
 
@@ -32,7 +33,7 @@ def _tflops(c: Mapping[str, Any], us: float) -> float:
 def rows_table(record: Mapping[str, Any]) -> str:
     """One line per (row, case): claim and claimed GPU beside evo's time, TFLOP/s, speedups."""
     cols = ["campaign", "step (evo candidate)", "case B,H,L,D", "claimed (GPU)", "evo", "TFLOP/s",
-            "vs sdpa_cudnn", f"vs {BASELINE}", "GREEN"]
+            "vs sdpa_cudnn", f"vs {DEFAULT_BASELINE}", "GREEN"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in record["rows"]:
         green = "passed" if row["status"] == "fast" else f"{row['status']}: {row['reason'][:80]}"
@@ -40,7 +41,7 @@ def rows_table(record: Mapping[str, Any]) -> str:
             evo = c["us"].get("evo")
             claimed = "; ".join(filter(None, [_us(c["claimed_us"]) if c.get("claimed_us") else "",
                                               row["claim"] if i == 0 else ""]))
-            speed = [f"{c['us'][b] / evo:.3f}x" if evo and c["us"].get(b) else "—" for b in ("sdpa_cudnn", BASELINE)]
+            speed = [f"{c['us'][b] / evo:.3f}x" if evo and c["us"].get(b) else "—" for b in ("sdpa_cudnn", DEFAULT_BASELINE)]
             out.append("| " + " | ".join([
                 row["group"] if i == 0 else "", f"{row['step']} (`{row['candidate_id'][:10]}`)" if i == 0 else "",
                 f"{c['B']},{c['H']},{c['L']},{c['D']}", f"{claimed} ({row['claimed_on']})" if claimed else "",
@@ -107,8 +108,12 @@ def time_plot(sweep: Mapping[str, Any], d: int, gpu: str) -> str:
         pts = [p for p in sweep["points"] if (p["B"], p["H"], p["D"]) == (b, h, d)]
         vals = [u for p in pts for u in p["us"].values()] or [1.0]
         lo, hi = math.log10(min(vals)), math.log10(max(vals)) + 1e-9
-        x = lambda L: ox + pw * (math.log2(L) - math.log2(Ls[0])) / max(1e-9, math.log2(Ls[-1]) - math.log2(Ls[0]))  # noqa: E731
-        y = lambda u: oy + ph - ph * (math.log10(u) - lo) / max(1e-9, hi - lo)  # noqa: E731
+        def x(L: float, ox: float = ox) -> float:
+            return ox + pw * (math.log2(L) - math.log2(Ls[0])) / max(1e-9, math.log2(Ls[-1]) - math.log2(Ls[0]))
+
+        def y(u: float, oy: float = oy, lo: float = lo, hi: float = hi) -> float:
+            return oy + ph - ph * (math.log10(u) - lo) / max(1e-9, hi - lo)
+
         body.append(f'<rect x="{ox}" y="{oy}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
         body.append(f'<text x="{ox + 4}" y="{oy + 14}">B={b} H={h}</text>')
         body += [f'<text x="{x(L) - 12:.0f}" y="{oy + ph + 14}">{L}</text>' for L in Ls]
@@ -142,7 +147,7 @@ def heatmap(sweep: Mapping[str, Any], gpu: str) -> str:
                 continue
             best = min(p["us"], key=p["us"].get)
             tf = _tflops(p, p["us"][best])
-            ratio = p["us"].get(BASELINE, float("nan")) / p["us"][best]
+            ratio = p["us"].get(DEFAULT_BASELINE, float("nan")) / p["us"][best]
             body.append(f'<rect x="{left + i * cw}" y="{top + r * ch}" width="{cw - 2}" height="{ch - 2}" '
                         f'fill="{COLORS.get(best, "#000")}" fill-opacity="0.35"/>')
             body.append(f'<text x="{left + i * cw + 4}" y="{top + r * ch + 13}">{best.removeprefix("sdpa_")}</text>')
@@ -160,7 +165,7 @@ def write_plots(records: Sequence[tuple[str, Mapping[str, Any]]], out_dir: Path)
         folder = out_dir / "plots"
         folder.mkdir(parents=True, exist_ok=True)
         names = plot_names(name, sweep)
-        for d, fname in zip(sweep["grid"]["D"], names):
+        for d, fname in zip(sweep["grid"]["D"], names[:-1], strict=True):
             (folder / fname).write_text(time_plot(sweep, d, rec["gpu"]))
             written.append(folder / fname)
         (folder / names[-1]).write_text(heatmap(sweep, rec["gpu"]))

@@ -23,23 +23,24 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from evo import paths
-from evo.bench import VERSION_KEYS, git_sha, gpu_slug
+from evo.bench import VERSION_KEYS
 from evo.build import build_batch, default_arch
 from evo.errors import EvoError
 from evo.render import render
 from evo.results import Evaluation, Shape, Status
 from evo.space import make_candidate
+from evo.vocab import EVO, SDPA_BACKENDS, gpu_slug, short_sha
 from evo.worker import EvalRequest, Worker, progress, require_gpu
 
 SEED_BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_default")
 FAST_OPTIONS = {"interleave": True, "rounds": 3, "reps": 5, "backends": SEED_BACKENDS}
-SWEEP_BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
+SWEEP_BACKENDS = SDPA_BACKENDS
 
 
 def ladder_shapes() -> tuple[Shape, ...]:
@@ -180,9 +181,8 @@ def row_record(row: Row, build_id: str, ev: Evaluation) -> dict[str, Any]:
     cases = []
     for shape in row.shapes:
         got = {t.backend: t for t in ev.timings if t.shape == shape}
-        evo = got.get("evo")
-        cases.append({"case": shape.case, "B": shape.B, "H": shape.H, "L": shape.L, "D": shape.D,
-                      "causal": shape.causal, "dtype": shape.dtype,
+        evo = got.get(EVO)
+        cases.append({**shape.as_dict(),
                       "us": {b: t.median_us for b, t in got.items()},
                       "spread_us": (evo.p80_us - evo.p20_us) if evo else None,
                       "claimed_us": row.claimed_us.get(shape.case),
@@ -205,10 +205,10 @@ def run(out_dir: Path, groups: Sequence[str] = GROUPS, sweep: bool = True, *, ti
     arch = default_arch()
     rendered = {candidate_key(r): render(make_candidate(r.family, r.params)) for r in rows}
     t0 = time.monotonic()
-    built = dict(zip(rendered, build_batch(list(rendered.values()), arch=arch))) if rendered else {}
+    built = dict(zip(rendered, build_batch(list(rendered.values()), arch=arch), strict=True)) if rendered else {}
     log(f"built {len(built)} seed candidates in {time.monotonic() - t0:.1f} s")
-    record: dict[str, Any] = {"kind": "seeds", "git_sha": git_sha(),
-                              "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    record: dict[str, Any] = {"kind": "seeds", "git_sha": short_sha(paths.git_sha()),
+                              "created": datetime.now(UTC).isoformat(timespec="seconds"),
                               "fast": {k: v for k, v in FAST_OPTIONS.items() if k != "interleave"},
                               "rows": [], "sweep": None}
     device: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """Ask ``nvidia-smi`` about the GPUs without initialising CUDA in this process.
 
-The search process must never touch the GPU (DESIGN.md, crash isolation), so the arch, the
+The search process must never touch the GPU (docs/design.md, crash isolation), so the arch, the
 GPU's name and the driver version are read from nvidia-smi rather than from torch.
 """
 

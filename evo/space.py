@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from evo.errors import EvoError, InvalidCandidate
 from evo.expr import evaluate
 from evo.manifest import Family, Value, load_family
+from evo.vocab import value_text
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Candidate:
         return json.dumps({"family": self.family, "params": self.p}, sort_keys=True)
 
     def label(self) -> str:
-        return self.family + "(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
+        return self.family + "(" + ", ".join(f"{k}={value_text(v)}" for k, v in self.params) + ")"
 
 
 TMA_TENSORS = ("q", "k", "v", "o")
@@ -68,10 +69,6 @@ class LaunchConfig:
         return (m_tiles, B * H, 1)
 
 
-def _fmt(v: Value) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
-
-
 def violations(family: Family, params: Mapping[str, Value]) -> list[str]:
     """All reasons ``params`` is not a valid point of ``family`` (empty when valid)."""
     problems = []
@@ -83,7 +80,7 @@ def violations(family: Family, params: Mapping[str, Value]) -> list[str]:
         if name not in params:
             problems.append(f"parameter {name} is missing")
         elif params[name] not in spec.values or type(params[name]) is not type(spec.default):
-            problems.append(f"parameter {name}={_fmt(params[name])} is not allowed; "
+            problems.append(f"parameter {name}={value_text(params[name])} is not allowed; "
                             f"allowed: {spec.allowed()}")
     return problems or _constraint_violations(family, params)
 
@@ -93,7 +90,7 @@ def _constraint_violations(family: Family, params: Mapping[str, Value]) -> list[
     problems = []
     for c in family.constraints:
         if not evaluate(c.expr, params):
-            shown = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items() if k in c.expr)
+            shown = ", ".join(f"{k}={value_text(v)}" for k, v in params.items() if k in c.expr)
             problems.append(f"constraint violated: {c.message} ({c.expr}; got {shown})")
     return problems
 
@@ -151,9 +148,9 @@ def all_candidates(family: Family) -> Iterator[Candidate]:
     if key not in _VALID:
         names = list(family.params)
         _VALID[key] = tuple(
-            Candidate(family.name, tuple(zip(names, combo)))
+            Candidate(family.name, tuple(zip(names, combo, strict=True)))
             for combo in itertools.product(*(family.params[n].values for n in names))
-            if not _constraint_violations(family, dict(zip(names, combo))))
+            if not _constraint_violations(family, dict(zip(names, combo, strict=True))))
     yield from _VALID[key]
 
 
@@ -172,7 +169,7 @@ def mutations(family: Family, cand: Candidate, genes: int = 1) -> list[tuple[Can
     for names in itertools.combinations(family.params, genes):
         choices = [[v for v in family.params[n].values if v != base[n]] for n in names]
         for combo in itertools.product(*choices):
-            params = base | dict(zip(names, combo))
+            params = base | dict(zip(names, combo, strict=True))
             if is_valid(family, params):
                 out.append((Candidate(family.name, tuple(params.items())),
                             {n: (base[n], params[n]) for n in names}))

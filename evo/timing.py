@@ -1,6 +1,6 @@
 """FAST timing: device time per launch from CUDA-graph replays, candidate and SDPA alike.
 
-Why this shape (DESIGN.md, FAST): host overhead must not count, so ``launches_per_graph``
+Why this shape (docs/design.md, FAST): host overhead must not count, so ``launches_per_graph``
 calls are captured in one ``torch.cuda.CUDAGraph`` (after warm-up, on a side stream) and each
 replay is bracketed by CUDA events; a sample is elapsed / launches, and a replay lasts at least
 about 1 ms so event resolution does not matter. Small shapes would otherwise be timed with
@@ -9,7 +9,7 @@ total is over twice the L2 size. The SDPA backends are timed by the same code on
 inputs, and :func:`time_case` interleaves them with the candidate round by round so clock or
 thermal drift hits every backend alike.
 
-What makes the numbers trustworthy (DESIGN.md, FAST and GREEN):
+What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
 
 - Clocks: every op replays untimed before its samples in each round (as long as the samples
   take, up to ``WARM_MS``), so it is measured at the clocks its own load settles to, not the
@@ -42,14 +42,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from evo.results import Fidelity, Shape, Timing
+from evo.vocab import EVO, SDPA_BACKENDS
 
 if TYPE_CHECKING:
     import torch
 
     from evo.suites import GreenSettings
 
-BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
-EVO = "evo"
 PEAK_TFLOPS = 1000.0          # no Hopper part does dense fp16 attention above this
 PEAK_TBPS = 5.0               # nor moves HBM bytes faster than this
 IMPLAUSIBLE_SPEEDUP = 2.0     # faster than the best baseline by more than this is re-checked
@@ -608,7 +607,7 @@ def _timings(shape: Shape, attempt: _Attempt, tries: int) -> list[Timing]:
     return out
 
 
-def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = BACKENDS, *,
+def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA_BACKENDS, *,
               rounds: int = 5, reps: int = 10, warmup: int = 3, seed: int = 0,
               budget_ms: float = CASE_BUDGET_MS, recheck: Callable[[Shape], str] | None = None,
               known: Sequence[Timing] = (), check: GreenSettings | None = None,

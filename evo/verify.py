@@ -28,6 +28,7 @@ from evo.errors import EvoError
 from evo.render import Entry
 from evo.results import Evaluation, Status
 from evo.suites import DrawSettings, GreenCase, green_settings
+from evo.vocab import WORKER_FAILED
 from evo.worker import EvalRequest, Worker, gpu_count
 
 Key = tuple[int, str, bool]
@@ -72,7 +73,7 @@ def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
 
 def refusal(candidate: str, ev: Evaluation) -> str:
     """One line: which kernel failed its verification, how often, and the first failure."""
-    if ev.status in (Status.CRASHED, Status.TIMEOUT):
+    if ev.status in WORKER_FAILED:
         return f"refusing to promote {candidate[:12]}: it {ev.status.value} while verified on its dispatch buckets: {ev.reason}"
     failed = [c for c in ev.checks if not c.passed]
     return (f"refusing to promote {candidate[:12]}: {len(failed)} of {len(ev.checks)} checks over its dispatch "

@@ -1,5 +1,5 @@
 """Crash-isolated GPU workers: one child process per GPU, supervised from a parent that never
-touches CUDA (DESIGN.md, crash isolation).
+touches CUDA (docs/design.md, crash isolation).
 
 A CUDA fault poisons a context for good, so GREEN and FAST run in a ``spawn``ed child that
 sees exactly one GPU. The parent sends a picklable :class:`EvalRequest` over a pipe and waits
@@ -23,6 +23,7 @@ reporting when the budget ran out). Tests swap in CPU stand-ins as targets.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import multiprocessing.connection
@@ -215,10 +216,8 @@ class Worker:
         if proc is None:
             return
         if not kill and conn is not None:
-            try:
+            with contextlib.suppress(OSError):  # the child is gone already: the join below ends at once
                 conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
             proc.join(STOP_TIMEOUT_S)
         if proc.is_alive():
             proc.kill()

@@ -27,7 +27,8 @@ for stage in "$@"; do
       $EVO doctor ;;
     smoke)
       log smoke
-      for fam in flash_mma flash_scalar; do python3 scripts/smoke_kernel.py $fam 2>&1 | tail -25; done ;;
+      # each family's default through the real gate and timer (evo eval), into a scratch database
+      for fam in flash_mma flash_scalar; do $EVO eval $fam --cases F1 --db /tmp/smoke.sqlite 2>&1 | tail -12; done ;;
     tests)
       log "pytest -m gpu"
       # the gate's negative controls and the worker first; EVO_TESTS_TIMEOUT caps the stage

@@ -1,6 +1,6 @@
 """Probe kernel configurations of one family on the GPU: correctness per shape, then speed.
 
-A kernel-writing tool (docs/perf-notes.md), not part of the search: for each configuration it
+A kernel-writing tool (dev/perf-notes.md), not part of the search: for each configuration it
 prints every check's max error against an fp32 reference next to PyTorch's own low-precision
 error (the GREEN tolerance rule), then times the FAST cases against SDPA's backends with evo's
 timer. Each configuration runs in its own process with a time limit, so a kernel that faults
@@ -71,12 +71,11 @@ def _child(family: str, params: dict[str, Any], cubin: str, time_cases: list[str
         timings = []
         if time_cases and all(c["ok"] for c in checks):
             for shape in suites.fast_cases(time_cases):
-                def op(q: Any, k: Any, v: Any, o: Any, _c: bool = shape.causal) -> None:
-                    kern.launch(q, k, v, o, causal=_c)
-                res = timing.time_case(op, shape, ("sdpa_flash", "sdpa_cudnn"), rounds=3, reps=10)
+                def op(q: Any, k: Any, v: Any, o: Any, _c: bool = shape.causal, _k: Any = kern) -> None:
+                    _k.launch(q, k, v, o, causal=_c)
+                res = timing.time_case(op, shape, ("sdpa_flash", "sdpa_cudnn"), rounds=3, reps=10).timings
                 timings.append({t.backend: t.median_us for t in res} | {"case": shape.tag,
                                "tflops_evo": shape.flops / (res[0].median_us * 1e-6) / 1e12})
-        del kern
         torch.cuda.synchronize()
         out.put({"checks": checks, "timings": timings})
     except BaseException:  # noqa: BLE001 - reported to the parent as one record

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evo.bench import (
-    COLUMNS, case_records, fidelity_summary, gpu_slug, load_records, make_record, package_routes, regenerate,
+    COLUMNS, case_records, fidelity_summary, load_records, make_record, package_routes, regenerate,
     render_benchmarks_md, served_by,
     run_bench, write_record,
 )
@@ -36,12 +36,6 @@ def fake_eval() -> Evaluation:
     return Evaluation("b" * 64, Status.FAST, timings=ts, device=DEVICE)
 
 
-@pytest.mark.parametrize(("name", "slug"), [("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
-                                            ("NVIDIA H200", "nvidia-h200"), ("", "gpu")])
-def test_gpu_slug(name: str, slug: str) -> None:
-    assert gpu_slug(name) == slug
-
-
 def test_case_records_fill_missing_backends_with_null() -> None:
     rows = case_records(fake_eval().timings, "cid")
     assert [r["case"] for r in rows] == ["F1", "F3"] and rows[1]["causal"] is True
@@ -62,7 +56,7 @@ def test_record_schema_and_file_name(tmp_path: Path) -> None:
     assert {"gpu", "versions", "git_sha", "created", "gemm_tflops", "cases"} <= set(record)
     assert record["versions"] == {"torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1"}
     path = write_record(record, tmp_path / "benchmarks")
-    assert path.name == "nvidia-h200-20261121-deadbee.json"
+    assert path.name == "h200-20261121-deadbee.json"
     assert json.loads(path.read_text()) == record
 
 
@@ -101,7 +95,7 @@ def test_regenerate_writes_beside_the_folder(tmp_path: Path) -> None:
 
 def test_run_bench_through_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
-    monkeypatch.setattr("evo.bench.git_sha", lambda root=None: "cafe123")
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
     targets = [(cid, EvalRequest(cid * 8, "x.cubin", (), fast_cases=(F1, F3C))) for cid in ("bad", "good", "also")]
     path, record, problems = run_bench(targets, out_dir=tmp_path / "benchmarks", target="standins:serve_bench")
     assert path.parent == tmp_path / "benchmarks" and path.name.endswith("-cafe123.json")
@@ -192,7 +186,7 @@ def test_benchmarks_md_has_the_fidelity_table() -> None:
 
 def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
-    monkeypatch.setattr("evo.bench.git_sha", lambda root=None: "cafe123")
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
     sent: list[dict] = []
 
     class Recorder:

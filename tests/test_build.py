@@ -223,3 +223,29 @@ def test_launch_problems_check_a_request_against_its_cached_build(arch: str, sta
 def test_launch_problems_of_an_unknown_build_check_the_geometry_alone() -> None:
     assert build.launch_problems("not-built", [entry(smem=10**6)]) == []  # the device decides
     assert "2048 threads" in build.launch_problems("not-built", [entry(threads=2048)])[0]
+
+
+@needs_nvcc
+def test_a_build_that_cannot_be_installed_in_the_cache_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(src: object, dst: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(build.os, "rename", refuse)
+    with pytest.raises(EvoError, match=r"cannot install build \w{12} into the cache at .*Permission denied"):
+        build_batch([tiny(ROWS=32)], arch="sm_90a")
+
+
+@needs_nvcc
+def test_losing_the_install_race_to_an_equal_build_is_fine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (first,) = build_batch([tiny(ROWS=32)], arch="sm_90a")
+    final = build.cache_dir(first.build_id)
+    other = shutil.copytree(final, tmp_path / "other-process")
+    shutil.rmtree(final)
+
+    def lose(src: object, dst: object) -> None:  # another process installs the same build first
+        shutil.copytree(other, Path(str(dst)))
+        raise OSError(39, "Directory not empty")
+
+    monkeypatch.setattr(build.os, "rename", lose)
+    (again,) = build_batch([tiny(ROWS=32)], arch="sm_90a")
+    assert again.status is Status.BUILT and again.cubin_path == str(final / build.CUBIN)

@@ -1,6 +1,11 @@
-"""evo eval / evo bench on a machine without a GPU: argument checks and the one-line error."""
+"""evo eval / evo bench on a machine without a GPU: argument checks, the one-line error, and both
+commands end to end with their worker swapped for a CPU stand-in."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -46,3 +51,35 @@ def test_speed_table_shows_speedups_and_missing_backends() -> None:
     text = console.export_text()
     assert "cccccccccccc" in text and "F1c fp16" in text and "5.00 (0.20)" in text
     assert "2.00x" in text and "0.80x" in text and "1.00x" in text and "—" in text
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """The commands' GPU worker swapped for a CPU stand-in (made-up timings), the tiny family."""
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES / "templates"))
+    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    targets = iter(["standins:serve_green", "standins:serve_bench"])
+    monkeypatch.setattr("evo.api._target", lambda target: next(targets))
+    return str(tmp_path / "evo.sqlite")
+
+
+@needs_nvcc
+def test_eval_then_bench_print_their_tables(standin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evo.store import open_store
+
+    assert main(["eval", "tiny", "-p", "ROWS=32", "--cases", "F1", "--db", standin]) == 0
+    out = capsys.readouterr().out
+    assert "tiny(ROWS=32" in out and "fast" in out and "F1 fp16" in out and "F1c fp16" in out
+    with open_store(f"sqlite:///{standin}") as store:
+        ((best, _),) = store.best(1)
+    assert main(["bench", "--id", best.id[:10], "--cases", "F1", "--db", standin,
+                 "--out", str(tmp_path / "benchmarks")]) == 0
+    out = capsys.readouterr().out
+    assert "fidelity:" in out and "BENCHMARKS.md" in out
+    (record,) = (tmp_path / "benchmarks").glob("*.json")
+    assert {c["candidate_id"] for c in json.loads(record.read_text())["cases"]} == {best.id}

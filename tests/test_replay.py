@@ -12,7 +12,7 @@ import pytest
 from evo.build import build_id_for
 from evo.errors import EvoError
 from evo.render import render
-from evo.replay import (Record, Recording, export_sweep, gpu_slug, load_recording, new_header, newest_recording,
+from evo.replay import (Record, Recording, export_sweep, load_recording, new_header, newest_recording,
                         save_recording)
 from evo.results import BuildResult, Evaluation, Shape, Status, Timing
 from evo.space import make_candidate
@@ -74,10 +74,6 @@ def test_newest_recording_is_the_most_recently_written(tmp_path: Path) -> None:
         os.utime(tmp_path / name, (1000 + i, 2000 - i * 500))
     assert newest_recording(tmp_path).name == "sweep-h100.json.gz"
     assert newest_recording(tmp_path / "nothing") is None
-
-
-def test_gpu_slug_names_the_file() -> None:
-    assert gpu_slug("NVIDIA H200") == "h200" and gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
 
 
 # ---------------------------------------------------------------------------- export

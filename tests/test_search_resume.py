@@ -116,6 +116,37 @@ def test_a_fail_with_an_outcome_counts_unless_it_was_retried(study, rdb) -> None
 
 def test_release_gives_up_own_trials_and_requeues_them(study) -> None:
     t = running_trial(study)
-    (gone,) = release(study, [t._trial_id], "run stopped: KeyboardInterrupt")
+    (gone,) = release(study, study._storage, [t._trial_id], "run stopped: KeyboardInterrupt")
     assert gone.user_attrs[STATUS] == ABANDONED and gone.state == TrialState.FAIL
     assert [w.user_attrs[RETRY_OF] for w in study.get_trials(states=(TrialState.WAITING,))] == [t.number]
+
+
+class _FailingStorage:
+    """A storage whose heartbeats fail until ``healthy`` is set."""
+
+    def __init__(self) -> None:
+        self.healthy = False
+        self.beats: list[int] = []
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        if not self.healthy:
+            raise RuntimeError("database is locked")
+        self.beats.append(trial_id)
+
+
+def test_failing_heartbeats_are_logged_and_said_until_they_succeed(caplog: pytest.LogCaptureFixture) -> None:
+    store = _FailingStorage()
+    beat = Heartbeat(store, interval_s=3600)  # no thread: beat() is the thread's step
+    store.healthy = True
+    beat.add(7)
+    store.healthy = False
+    assert beat.failing() is None
+    with caplog.at_level("WARNING", logger="evo"):
+        beat.beat()
+        beat.beat()
+    assert "2 heartbeat(s) in a row failed (RuntimeError: database is locked)" in (beat.failing() or "")
+    assert [r.getMessage() for r in caplog.records][-1] == ("heartbeat for trial 7 failed (2 in a row): "
+                                                             "RuntimeError: database is locked")
+    store.healthy = True
+    beat.beat()
+    assert beat.failing() is None and store.beats == [7, 7]

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from evo.manifest import load_family
 from evo.replay import load_recording
 from evo.search.evaluators import ReplayEvaluator
-from evo.search.loop import Outcome, Search
+from evo.search.loop import Outcome, Pending, Search
 from evo.search.resume import Retry
 from evo.search.study import storage
 from evo.store import open_store
@@ -50,19 +50,25 @@ def holder_in(rdb, store, study_name: str, device: str) -> optuna.Trial:
     return t
 
 
+def asked(search: Search) -> Pending:
+    """A trial of the search's study, asked as the search asks one (without drawing a candidate)."""
+    t = search.study.ask()
+    return Pending(t, t._trial_id, load_family("flash_mma"), {})
+
+
 def test_a_running_holder_keeps_its_claim(setup) -> None:
     search, rdb, store = setup
     holder = holder_in(rdb, store, "b", search.evaluator.device)
-    assert not search._claim(BID, search.study.ask())
+    assert not search._claim(BID, asked(search))
     search.study.tell(holder, state=TrialState.FAIL)  # finished: the claim is free to take over
-    mine = search.study.ask()
-    assert search._claim(BID, mine) and store.claim(BID, search.evaluator.device, 0, "b", 0) == (mine._trial_id, "b")
+    mine = asked(search)
+    assert search._claim(BID, mine) and store.claim(BID, search.evaluator.device, 0, "b", 0) == (mine.trial_id, "b")
 
 
 def test_a_dead_holder_in_another_study_is_failed_here_and_its_claim_taken(setup) -> None:
     search, rdb, store = setup
     holder = holder_in(rdb, store, "a", search.evaluator.device)  # its worker died; nobody runs study a
-    mine = search.study.ask()
+    mine = asked(search)
     assert not search._claim(BID, mine)  # still within the grace period
     time.sleep(2.3)
     assert search._claim(BID, mine)

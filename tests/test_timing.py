@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from evo.results import Fidelity, Shape, Timing
+from evo.vocab import SDPA_BACKENDS
 from evo.timing import (
-    BACKENDS, RECHECK_FAILED, Stats, disagrees, fidelity_of, floor_us, implausible, io_bytes, make_timing,
+    RECHECK_FAILED, Stats, disagrees, fidelity_of, floor_us, implausible, io_bytes, make_timing,
     narrowest, recheck_failed, too_wide,
 )
 
@@ -94,7 +97,7 @@ def test_time_case_interleaves_candidate_and_backends_checks_and_profiles() -> N
 
     got = time_case(candidate, F1, rounds=2, reps=5, check=green_settings(), fidelity=True)
     out = got.timings
-    assert out[0].backend == "evo" and {t.backend for t in out[1:]} <= set(BACKENDS)
+    assert out[0].backend == "evo" and {t.backend for t in out[1:]} <= set(SDPA_BACKENDS)
     assert "sdpa_default" in {t.backend for t in out}
     assert all(t.median_us > 0 and len(t.samples_us) == 10 for t in out)
     assert "implausible" not in out[0].flagged
@@ -303,3 +306,171 @@ def test_disagreement(profiled: float | None, flag: str) -> None:
     fid = None if profiled is None else Fidelity(profiled, profiled, profiled, profiled, 5)
     why = disagrees(Timing(F1, "evo", 10.0, 10.0, 10.0, fidelity=fid))
     assert (flag in why) if flag else why == ""
+
+
+# ----------------------------------------------------------------------------- graph timing on a virtual GPU
+
+
+class VirtualGpu:
+    """torch.cuda's streams, events and graphs over a virtual clock: an op adds its cost in ms
+    to the clock when it runs eagerly, to the graph being captured when it is captured; a
+    replay adds the graph's cost. Event times are read off that clock, so GraphTimer's choices
+    (launches per graph, recapture, warm-up, samples) are checked exactly, with no real time."""
+
+    def __init__(self) -> None:
+        import contextlib
+
+        self.clock = 0.0
+        self.capturing: VirtualGpu.Graph | None = None
+        self.replays = 0
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = 0.0
+
+            def record(self) -> None:
+                self.at = gpu.clock
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: Event) -> float:
+                return end.at - self.at
+
+        class Graph:
+            def __init__(self) -> None:
+                self.cost = 0.0
+
+            def replay(self) -> None:
+                gpu.clock += self.cost
+                gpu.replays += 1
+
+            def reset(self) -> None:
+                self.cost = 0.0
+
+        @contextlib.contextmanager
+        def graph(g: Graph, stream: object = None):  # noqa: ANN202 - torch.cuda.graph's shape
+            gpu.capturing = g
+            try:
+                yield
+            finally:
+                gpu.capturing = None
+
+        self.Event, self.Graph, self.graph = Event, Graph, graph
+
+    def work(self, ms: float) -> None:
+        if self.capturing is not None:
+            self.capturing.cost += ms
+        else:
+            self.clock += ms
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import contextlib
+
+        import torch
+
+        stream = type("Stream", (), {"wait_stream": lambda self, other: None})
+        monkeypatch.setattr(torch.cuda, "Stream", stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "Event", self.Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", self.Graph)
+        monkeypatch.setattr(torch.cuda, "graph", self.graph)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch) -> VirtualGpu:
+    v = VirtualGpu()
+    v.install(monkeypatch)
+    return v
+
+
+def test_a_graph_holds_enough_launches_for_a_one_ms_replay(gpu: VirtualGpu) -> None:
+    from evo.timing import GraphTimer
+
+    timer = GraphTimer(lambda: gpu.work(0.004))  # 4 us a launch: 250 launches fill 1 ms
+    assert timer.launches == 250 and timer.replay_ms == pytest.approx(1.0)
+    assert timer.launch_us == pytest.approx(4.0)
+    assert timer.sample(5) == pytest.approx([4.0] * 5)
+
+
+def test_a_replay_shorter_than_the_eager_guess_is_recaptured_with_more_launches(gpu: VirtualGpu) -> None:
+    from evo.timing import GraphTimer
+
+    calls = {"eager": 0}
+
+    def op() -> None:  # host overhead makes the eager call look 10x longer than the launch
+        if gpu.capturing is None:
+            calls["eager"] += 1
+            gpu.work(0.04)
+        else:
+            gpu.work(0.004)
+
+    timer = GraphTimer(op, warmup=3)
+    assert calls["eager"] == 3 and timer.launches == 300 and timer.replay_ms == pytest.approx(1.2)
+
+
+def test_launches_round_up_to_whole_rotations_and_stop_at_the_maximum(gpu: VirtualGpu) -> None:
+    from evo.timing import MAX_LAUNCHES, GraphTimer, Rotation
+
+    sets = [(i, i, i, f"o{i}") for i in range(3)]
+    rotation = Rotation(lambda q, k, v, o: gpu.work(0.004), sets)
+    assert GraphTimer(rotation).launches == 252  # 250 rounded up to a multiple of 3 input sets
+    assert GraphTimer(lambda: gpu.work(1e-7)).launches == MAX_LAUNCHES
+    assert GraphTimer(lambda: gpu.work(0.01), launches=7).launches == 7
+
+
+def test_sampling_warms_up_with_untimed_replays_first(gpu: VirtualGpu) -> None:
+    from evo.timing import WARM_MS, GraphTimer, time_graph
+
+    timer = GraphTimer(lambda: gpu.work(0.01))  # 1 ms replays
+    before = gpu.replays
+    timer.sample(4)
+    assert gpu.replays - before == 4 + 4  # as long as the samples take (under WARM_MS), then the samples
+    before = gpu.replays
+    timer.sample(50)
+    assert gpu.replays - before == round(WARM_MS) + 50
+    assert timer.affordable(100, budget_ms=10.5 * timer.replay_ms) == 10 and timer.affordable(100, budget_ms=0) == 3
+    assert time_graph(lambda: gpu.work(0.002), reps=3) == pytest.approx([2.0] * 3)
+
+
+def test_a_rotation_cycles_the_input_sets_and_remembers_each_output() -> None:
+    from evo.timing import Rotation
+
+    sets = [(i, i, i, f"o{i}") for i in range(3)]
+    seen: list[int] = []
+    rot = Rotation(lambda q, k, v, o: seen.append(q) or (None if q == 1 else f"new{q}"), sets)
+    for _ in range(4):
+        rot()
+    assert seen == [0, 1, 2, 0] and rot.period == 3
+    assert rot.outputs == {0: "new0", 1: "o1", 2: "new2"}  # a returned tensor, else o itself
+
+
+def test_input_sets_overflow_l2_within_bounds() -> None:
+    from evo.timing import L2_FACTOR, MAX_INPUT_SETS, io_bytes, set_count
+
+    l2 = 50 * 2**20
+    assert set_count(F1, l2) == math.ceil(L2_FACTOR * l2 / io_bytes(F1))
+    assert set_count(F8, l2) == 1 and set_count(Shape("t", 1, 1, 8, 8, False), l2) == MAX_INPUT_SETS
+
+
+def test_sdpa_backends_that_refuse_the_inputs_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from evo.timing import runs, sdpa_op
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    inputs = tuple(torch.randn(1, 2, 16, 64) for _ in range(4))
+    assert runs(sdpa_op("sdpa_default", True), inputs)
+    assert not runs(sdpa_op("sdpa_cudnn", False), inputs)  # no cuDNN kernel for CPU tensors
+    out = sdpa_op("sdpa_default", False)(*inputs)
+    assert out.shape == inputs[0].shape
+
+    def faulting(*args: object) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="CUDA error"):
+        runs(faulting, inputs)
+

@@ -12,16 +12,14 @@ from typing import Any, TypeVar
 
 import click
 import optuna
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
 from evo import __version__, paths
+from evo.api import check_driver, require_database
 from evo.errors import EvoError
 from evo.paths import sqlite_file
 
 F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["check_driver", "cli", "db_option", "fail_if", "require_database", "split_list"]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-POSTGRES_HINT = "pip install 'evo-kernels[postgres]'"
 
 
 HELP_ORDER = ("run", "show", "lineage", "insights", "eval", "bench", "promote", "render", "build", "doctor",
@@ -48,28 +46,6 @@ def cli(ctx: click.Context) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # its INFO lines would interleave with evo's output
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
-
-
-def check_driver(url: str) -> None:
-    """EvoError unless SQLAlchemy knows the URL's dialect and its Python driver is installed."""
-    try:
-        dialect = make_url(url).get_dialect()
-    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-        raise EvoError(f"cannot use database URL {url!r}: {exc}") from None
-    try:
-        dialect.import_dbapi()
-    except ImportError as exc:
-        hint = POSTGRES_HINT if dialect.name == "postgresql" else f"install the {dialect.driver} driver"
-        raise EvoError(f"the {dialect.name} driver {exc.name or dialect.driver!r} is not installed: {hint}") from None
-
-
-def require_database(url: str) -> str:
-    """``url`` if its database exists; read-only commands call this so a mistyped path is an
-    error instead of a new, empty database."""
-    path = sqlite_file(url)
-    if path is not None and not path.is_file():
-        raise EvoError(f"no database at {path}: `evo run` creates one; --db or $EVO_DB names another")
-    return url
 
 
 def _db_callback(writes: bool) -> Callable[[click.Context, click.Parameter, str | None], str]:

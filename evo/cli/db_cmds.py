@@ -9,22 +9,22 @@ from collections.abc import Iterable
 import click
 from rich.markup import escape
 
-from evo import jsondoc
+from evo import api, jsondoc
 from evo.build import SOURCE, cache_dir
 from evo.cli.app import cli, db_option, require_database
 from evo.cli.output import console, table
 from evo.errors import EvoError
-from evo.lineage import STATUS_STYLE, build_lineage, mutation_text, to_dot, to_json, to_tree
+from evo.lineage import STATUS_STYLE, mutation_text, to_dot, to_json, to_tree
 from evo.render import render
 from evo.results import CheckResult, Status, Timing
-from evo.scoring import CANDIDATE, edge_effect, latest, score, speedups
-from evo.search.study import study_cases
+from evo.vocab import DEFAULT_BASELINE, EVO
+from evo.scoring import edge_effect, latest, score, speedups
 from evo.space import make_candidate
 from evo.store import CandidateRecord, Store, open_store, short_id
-from evo.timing import BACKENDS
+from evo.vocab import SDPA_BACKENDS, value_text
 
 FORMATS = ("tree", "dot", "json")
-baseline_option = click.option("--baseline", type=click.Choice(BACKENDS), default="sdpa_default", show_default=True,
+baseline_option = click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
                                help="the SDPA backend speedups are measured against")
 
 
@@ -41,9 +41,7 @@ def lineage_cmd(study: str | None, fmt: str, as_json: bool, baseline: str, db: s
     Candidates with status and score; edges with the move that made the child and its effect.
     """
     fmt = "json" if as_json else fmt
-    with open_store(require_database(db)) as store:
-        cases = study_cases(store.url, study) if study else None
-        lin = build_lineage(store, study, baseline, cases)
+    lin = api.lineage_graph(db, study, baseline)
     if not lin.nodes:
         raise EvoError(f"no candidates{f' in study {study!r}' if study else ''} in the database")
     if fmt == "tree":
@@ -107,7 +105,7 @@ def _print_record(store: Store, rec: CandidateRecord, baseline: str) -> None:
                       f"{f', study {run.study}' if run.study else ''}) on {run.host}[/]")
     params = table("parameter", "value", title="parameters")
     for k, v in c.params.items():
-        params.add_row(k, str(v).lower() if isinstance(v, bool) else str(v))
+        params.add_row(k, value_text(v))
     console.print(params)
     if rec.builds:
         _print_build(rec)
@@ -160,13 +158,13 @@ def _print_checks(checks: Iterable[CheckResult]) -> None:
 
 def _print_timings(timings: list[Timing], baseline: str) -> None:
     by = latest(timings)
-    backends = sorted({b for _, b in by if b != CANDIDATE})
+    backends = sorted({b for _, b in by if b != EVO})
     ups = {b: speedups(timings, b) for b in backends}
     vs = [b.removeprefix("sdpa_") for b in backends]
     out = table("case", "B,H,L,D", "evo us", "TFLOP/s", *vs, right=("evo us", "TFLOP/s", *vs),
                 title="FAST: evo's median us (p80-p20 spread); speedup vs each SDPA backend = its time / evo's")
     for (tag, backend), t in by.items():
-        if backend != CANDIDATE:
+        if backend != EVO:
             continue
         s = t.shape
         cells = []

@@ -1,6 +1,7 @@
 """``evo promote``: write a pip-installable attention package from the winners in the database.
 
-The command parses options and prints the dispatch table; :mod:`evo.promote` does the work.
+The command parses options and prints the dispatch table; :func:`evo.api.promote_winners`
+(:mod:`evo.promote`) does the work.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from evo.cli.app import cli, db_option, require_database
+from evo import api
+from evo.cli.app import cli, db_option
 from evo.cli.output import console, table
-from evo.promote import BASELINE, Promoted, promote
-from evo.timing import BACKENDS
+from evo.promote import Promoted
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 
 @cli.command("promote")
@@ -24,7 +26,7 @@ from evo.timing import BACKENDS
 @click.option("--study", metavar="NAME", help="promote from this study's green candidates")
 @click.option("--candidate", multiple=True, metavar="ID", help="candidate id or unique prefix (repeatable)")
 @db_option()
-@click.option("--baseline", type=click.Choice(BACKENDS), default=BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend to beat")
 @click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the one most "
               "candidates were last timed on)")
@@ -44,9 +46,9 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
     Candidates known only from a replayed recording carry no GREEN checks of their own: evaluate
     them on a GPU first (evo eval --id ID).
     """
-    result = promote(name, out, db_url=require_database(db), study=study, candidate_ids=list(candidate),
-                     baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force,
-                     verify=not no_verify)
+    result = api.promote_winners(name, out, db=db, study=study, candidate_ids=list(candidate), baseline=baseline,
+                                 device=device, min_speedup=min_speedup, version=version, force=force,
+                                 verify=not no_verify)
     console.print(_routes_table(result))
     v = result.verification
     console.print(f"verified on the GPU: {sum(v['checks'].values())} checks over the dispatch buckets "

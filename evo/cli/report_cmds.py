@@ -15,7 +15,7 @@ from evo.errors import EvoError
 from evo.report import browser
 from evo.store import open_store
 from evo.store.engine import safe_url
-from evo.timing import BACKENDS
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 
 @cli.command("report")
@@ -23,7 +23,7 @@ from evo.timing import BACKENDS
               show_default=True, metavar="FILE", help="the HTML file to write")
 @click.option("--study", metavar="NAME", help="one study (default: every study and candidate)")
 @db_option()
-@click.option("--baseline", type=click.Choice(BACKENDS), default="sdpa_default", show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend scores are against")
 @click.option("--bench", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
               help="evo bench records, files or folders, repeatable (default: <EVO_HOME>/benchmarks, "

@@ -15,9 +15,8 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from evo import api, jsondoc, paths
 from evo import insights as insights_mod
-from evo import jsondoc
-from evo import paths
 from evo.cli.app import cli, db_option, require_database, split_list
 from evo.cli.output import console, speedup_words, table
 from evo.cli.progress import TrialProgress
@@ -27,14 +26,12 @@ from evo.replay import export_sweep
 from evo.results import Shape
 from evo.scoring import score
 from evo.search import objective
-from evo.search.driver import RunOptions
-from evo.search.fanout import start as run_search
 from evo.search.loop import RunSummary
 from evo.search.samplers import SAMPLERS
 from evo.search.study import GRACE_S, HEARTBEAT_S, study_cases
 from evo.store import open_store, short_id
 from evo.store.engine import safe_url
-from evo.timing import BACKENDS
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS, assignment_text
 
 REFUSED = {"cmaes": "cmaes is not offered: every evo parameter is categorical, which Optuna's CMA-ES "
                     "does not model (it would draw each one at random); use random for a random baseline"}
@@ -89,13 +86,12 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
     gated (GREEN) and timed (FAST); without one the newest recording under data/ is replayed
     (measured values looked up, never invented).
     """
-    opts = RunOptions(trials=trials, time_budget_s=time_budget, families=split_list(families),
-                      cases=split_list(cases), sampler=sampler, seed=seed, db=db, study=study, replay=replay,
-                      batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs,
-                      heartbeat_s=heartbeat, grace_s=grace)
     reporter = TrialProgress(console)
     try:
-        summary = run_search(opts, gpus, reporter)
+        summary = api.run(db, trials=trials, time_budget_s=time_budget, families=split_list(families),
+                          cases=split_list(cases), sampler=sampler, seed=seed, study=study, replay=replay,
+                          batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
+                          heartbeat_s=heartbeat, grace_s=grace, reporter=reporter)
     finally:
         reporter.stop()
     print_summary(summary, db)
@@ -144,7 +140,7 @@ def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
     with open_store(url) as store:
         _, timings = store.latest_timings([cid]).get(cid, ("", []))
     rows = table("vs", "speedup", "in words", right=("speedup",), wrap=("in words",), show_header=False)
-    for b in sorted(BACKENDS, key=lambda b: b != "sdpa_default"):
+    for b in sorted(SDPA_BACKENDS, key=lambda b: b != DEFAULT_BASELINE):
         try:
             x = score(timings, b, cases)
         except EvoError:  # not timed against this backend (e.g. a recording without it)
@@ -177,7 +173,7 @@ def _print_next(s: RunSummary, url: str) -> None:
 @cli.command("insights")
 @click.option("--study", metavar="NAME", help="one study (default: every edge in the database)")
 @db_option()
-@click.option("--baseline", type=click.Choice(BACKENDS), default="sdpa_default", show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="speedups against this SDPA backend")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N", help="rows per table")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (every row, not --top)")
@@ -211,7 +207,7 @@ def _show_insights(r: insights_mod.Report, top: int) -> None:
     t = table("family", "param=value", "built", "spills", "smem over", "rate",
               right=("built", "spills", "smem over", "rate"), title="resources (over built candidates)")
     for x in r.resources[:top]:
-        t.add_row(x.family, f"{x.param}={x.value}", str(x.built), str(x.spills), str(x.smem_over), f"{x.rate:.0%}")
+        t.add_row(x.family, assignment_text(x.param, x.value), str(x.built), str(x.spills), str(x.smem_over), f"{x.rate:.0%}")
     console.print(t)
     for imp in r.importances:
         if imp.skipped:

@@ -13,7 +13,7 @@ and failures by reason. Reading is all it does to the database. Modules:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,12 @@ from evo.results import Status
 from evo.search.study import study_cases
 from evo.store import Store
 from evo.store.engine import safe_url
+from evo.vocab import DEFAULT_BASELINE
 
 TOP_ROWS = 30  # rows of the moves and resources tables
 
 
-def build(store: Store, *, study: str | None = None, baseline: str = "sdpa_default",
+def build(store: Store, *, study: str | None = None, baseline: str = DEFAULT_BASELINE,
           bench: Sequence[Path] = (), same_gpu: bool = False, sampler_benchmark: Path | None = None) -> str:
     """The report's HTML for ``study`` (every candidate and study when None). ``bench``: evo
     bench records to draw too (only those of the database's GPU when ``same_gpu``)."""
@@ -64,7 +65,7 @@ def build(store: Store, *, study: str | None = None, baseline: str = "sdpa_defau
     runs = [r for r in (store.get_run(i) for i in run_ids) if r is not None]
     context: dict[str, Any] = {
         "title": f"evo report: {study or 'every study'}",
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "evo_version": __version__, "git_sha": (paths.git_sha() or "unknown")[:12],
         "db": shown_url(store.url), "study": study, "baseline": baseline,
         "counts": data.status_counts(store, lin.nodes), "candidates": len(lin.nodes), "edges": len(graph["edges"]),

@@ -25,7 +25,6 @@ import json
 import math
 import re
 import statistics
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,16 +32,17 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import inspect
 
 from evo import insights as insights_mod
 from evo.errors import EvoError
 from evo.jsondoc import insights_doc
 from evo.lineage import Lineage
-from evo.results import Shape, Status, Timing
-from evo.scoring import CANDIDATE, geomean, latest
+from evo.results import Status, Timing
+from evo.scoring import geomean, latest
 from evo.search.bench.stats import quartiles
+from evo.search.study import read_storage
 from evo.store import Store, short_id
+from evo.vocab import EVO
 
 TOLERANCE = 0.02   # "within 2% of the best": how near a study must come to count as reaching it
 HEATMAP_ROWS = 20  # candidates in the speedup heatmap
@@ -57,11 +57,7 @@ _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?(?![A-Za-z0-9_])")
 def optuna_storage(store: Store) -> optuna.storages.RDBStorage | None:
     """Optuna's storage on the same database, opened read-only in effect (no table is created);
     None when the database holds no Optuna tables (e.g. only ``evo build`` ever wrote to it)."""
-    if not inspect(store.engine).has_table("studies"):
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return optuna.storages.RDBStorage(store.url, skip_compatibility_check=True, skip_table_creation=True)
+    return read_storage(store.url)
 
 
 def study_trials(storage: optuna.storages.RDBStorage | None, study: str | None) -> dict[str, list[FrozenTrial]]:
@@ -181,7 +177,7 @@ def main_device(timed: Mapping[str, tuple[str, list[Timing]]]) -> str | None:
 def case_entry(cid: str, label: str, timings: Iterable[Timing], tag: str) -> dict[str, Any] | None:
     """One candidate on one case: its timing and every backend's, measured beside it."""
     by = latest(timings)
-    if (tag, CANDIDATE) not in by:
+    if (tag, EVO) not in by:
         return None
     return {"tag": tag, "candidate": cid, "short": short_id(cid), "label": label,
             "backends": {b: stats(t) for (tg, b), t in by.items() if tg == tag}}
@@ -189,7 +185,7 @@ def case_entry(cid: str, label: str, timings: Iterable[Timing], tag: str) -> dic
 
 def speedup_on(timings: Iterable[Timing], tag: str, baseline: str) -> float | None:
     by = latest(timings)
-    evo, base = by.get((tag, CANDIDATE)), by.get((tag, baseline))
+    evo, base = by.get((tag, EVO)), by.get((tag, baseline))
     return base.median_us / evo.median_us if evo and base and evo.median_us > 0 else None
 
 
@@ -199,7 +195,7 @@ def cases(store: Store, lin: Lineage, timed: Mapping[str, tuple[str, list[Timing
     every backend timed beside each; the top candidates' speedups per case (heatmap)."""
     device = main_device(timed)
     here = {cid: ts for cid, (dev, ts) in timed.items() if dev == device}
-    tags = sorted({t.shape.tag for ts in here.values() for t in ts if t.backend == CANDIDATE}, key=case_key)
+    tags = sorted({t.shape.tag for ts in here.values() for t in ts if t.backend == EVO}, key=case_key)
     scored = sorted((n for n in lin.nodes.values() if n.score is not None and n.id in here),
                     key=lambda n: n.score or 0.0, reverse=True)
     best = scored[0] if scored else None
@@ -282,7 +278,7 @@ def insights(store: Store, study: str | None, baseline: str, storage: optuna.sto
             report.importances += found
             owners += [name] * len(found)
     doc = insights_doc(report, study, baseline)
-    doc["importances"] = [imp | {"study": owner} for imp, owner in zip(doc["importances"], owners)]
+    doc["importances"] = [imp | {"study": owner} for imp, owner in zip(doc["importances"], owners, strict=True)]
     return doc
 
 
@@ -291,6 +287,8 @@ def insights(store: Store, study: str | None, baseline: str, storage: optuna.sto
 
 @dataclass(frozen=True)
 class BenchRecord:
+    """One ``benchmarks/*.json`` record, by file name, for the report's benchmark figures."""
+
     name: str
     record: dict[str, Any]
 
@@ -364,11 +362,6 @@ def _sampler_section(sec: Mapping[str, Any]) -> dict[str, Any]:
 
 def _count(x: float) -> str:
     return "> budget" if math.isinf(x) else f"{x:.0f}"
-
-
-def shape_of(case: Mapping[str, Any]) -> Shape:
-    return Shape(str(case["case"]), int(case["B"]), int(case["H"]), int(case["L"]), int(case["D"]),
-                 bool(case["causal"]), str(case.get("dtype", "fp16")))
 
 
 def status_counts(store: Store, ids: Iterable[str]) -> dict[str, int]:

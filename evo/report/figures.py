@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evo.scoring import CANDIDATE
+from evo.vocab import EVO
 
 Figure = dict[str, Any]
 
@@ -21,7 +21,7 @@ STATUS_COLORS = {
     "timeout": "#8e0152", "compile_failed": "#f46d43", "resource_rejected": "#e6a117", "invalid": "#9e9e9e",
 }
 CANDIDATE_COLOR = "#111111"
-BACKEND_COLORS = {CANDIDATE: CANDIDATE_COLOR, "sdpa_default": "#1f77b4", "sdpa_flash": "#ff7f0e",
+BACKEND_COLORS = {EVO: CANDIDATE_COLOR, "sdpa_default": "#1f77b4", "sdpa_flash": "#ff7f0e",
                   "sdpa_cudnn": "#2ca02c", "sdpa_efficient": "#9467bd"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f")
@@ -87,7 +87,7 @@ def sampler_reach(bench: Mapping[str, Any] | None) -> Figure | None:
         return None
     views = [(sec, mode) for sec in bench["sections"] for mode in sec["modes"]]
     names = list(dict.fromkeys(r["sampler"] for sec in bench["sections"] for r in sec["runs"]))
-    colors = {n: CANDIDATE_COLOR if n == "evo" else PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    colors = {n: CANDIDATE_COLOR if n == EVO else PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
     data, owner = [], []
     for v, (sec, mode) in enumerate(views):
         budget = int(sec["size"])
@@ -123,7 +123,7 @@ def sampler_reach(bench: Mapping[str, Any] | None) -> Figure | None:
 def _speedup_trace(entries: Sequence[Mapping[str, Any]], backend: str, i: int, visible: bool) -> dict[str, Any]:
     xs, ys, hi, lo, text = [], [], [], [], []
     for e in entries:
-        evo, base = e["backends"].get(CANDIDATE), e["backends"].get(backend)
+        evo, base = e["backends"].get(EVO), e["backends"].get(backend)
         if not evo or not base or not evo["median_us"]:
             continue
         y = base["median_us"] / evo["median_us"]
@@ -140,7 +140,7 @@ def _speedup_trace(entries: Sequence[Mapping[str, Any]], backend: str, i: int, v
 
 
 def _backends(entries: Sequence[Mapping[str, Any]]) -> list[str]:
-    names = {b for e in entries for b in e["backends"] if b != CANDIDATE}
+    names = {b for e in entries for b in e["backends"] if b != EVO}
     known = [b for b in BACKEND_COLORS if b in names]
     return known + sorted(names - set(known))
 
@@ -228,12 +228,12 @@ def roofline(cases: Mapping[str, Any], bench: Sequence[Any], case_key: Any) -> F
         ordered = [b for b in BACKEND_COLORS if b in names] + sorted(names - set(BACKEND_COLORS))
         for i, b in enumerate(ordered):
             pts = [(t, view["per"][t][b]) for t in tags if b in view["per"][t] and view["per"][t][b][0]]
-            data.append({"type": "scatter", "mode": "markers+lines" if b == CANDIDATE else "markers",
-                         "name": "evo" if b == CANDIDATE else b, "visible": v == 0,
+            data.append({"type": "scatter", "mode": "markers+lines" if b == EVO else "markers",
+                         "name": b, "visible": v == 0,
                          "x": [t for t, _ in pts], "y": [p[0] for _, p in pts],
                          "text": [p[1] for _, p in pts],
-                         "marker": {"size": 10 if b == CANDIDATE else 8, "color": _backend_color(b, i),
-                                    "symbol": "star" if b == CANDIDATE else i % 5},
+                         "marker": {"size": 10 if b == EVO else 8, "color": _backend_color(b, i),
+                                    "symbol": "star" if b == EVO else i % 5},
                          "line": {"width": 1, "color": _backend_color(b, i)},
                          "hovertemplate": "%{x}: %{y:.1f} TFLOP/s<br>%{text}<extra>" + b + "</extra>"})
             owner.append(v)

@@ -18,7 +18,7 @@ from evo.lineage import Lineage, mutation_text
 from evo.render import render
 from evo.report.graph import layout
 from evo.results import Status
-from evo.scoring import CANDIDATE
+from evo.vocab import EVO
 from evo.space import make_candidate
 from evo.store import Store, short_id
 from evo.store.views import CandidateView
@@ -85,9 +85,9 @@ def case_rows(timings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for t in timings:
         row = rows.setdefault(t["tag"], {k: t[k] for k in ("tag", "B", "H", "L", "D")} | {"us": {}, "flagged": ""})
         row["us"][t["backend"]] = [t["median_us"], t["p20_us"], t["p80_us"]]
-        if t["backend"] == CANDIDATE:
+        if t["backend"] == EVO:
             row["tflops"], row["flagged"] = t["tflops"], t["flagged"]
-    return [r for r in rows.values() if CANDIDATE in r["us"]]
+    return [r for r in rows.values() if EVO in r["us"]]
 
 
 def rounded(x: Any) -> Any:

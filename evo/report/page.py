@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from evo import paths
 from evo.errors import EvoError
+from evo.vocab import value_text
 
 TEMPLATE = "report.html.j2"
 
@@ -39,11 +40,6 @@ def inline_code(text: str, what: str) -> Markup:
     if "</script" in text.lower() or "</style" in text.lower():
         raise EvoError(f"{what} contains a closing tag and cannot be inlined")
     return Markup(text)
-
-
-def value_text(x: Any) -> str:
-    """A parameter value as evo writes it everywhere else (booleans lower case)."""
-    return str(x).lower() if isinstance(x, bool) else str(x)
 
 
 def render_page(context: Mapping[str, Any], figures: Mapping[str, Any], graph: Mapping[str, Any]) -> str:

@@ -37,7 +37,7 @@ from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, s
 from evo.store import Store, open_store
 from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
 from evo.suites import fast_cases
-from evo.worker import gpu_count
+from evo.worker import DEFAULT_TARGET, gpu_count
 
 DEFAULT_STUDY = {"gpu": "evo", "replay": "evo-replay", "build-only": "evo-build-only"}
 FLAGS = {"source": "a measurement source", "families": "--families", "cases": "--cases",
@@ -65,14 +65,18 @@ class RunOptions:
     heartbeat_s: int = HEARTBEAT_S
     grace_s: int = GRACE_S
     gpu: int | None = None      # the GPU this worker evaluates on (None: the first visible one)
+    target: str | None = None   # the worker process's "module:function" (None: the GPU worker, if a GPU is visible)
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
     """The measurement source for this run (see module docstring)."""
     if opts.replay is not None:
+        if opts.target is not None:
+            raise EvoError("a worker target measures; --replay measures nothing (leave one out)")
         return ReplayEvaluator(_replay(opts.replay, opts.arch))
-    if gpu_count() > 0:
-        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0], options={"quick": True})
+    if opts.target is not None or gpu_count() > 0:
+        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0], options={"quick": True},
+                            target=opts.target or DEFAULT_TARGET)
     found = newest_recording(paths.root() / "data")
     if found is not None:
         rec = _replay(found, opts.arch)
@@ -151,8 +155,10 @@ def settle(opts: RunOptions, ev: Evaluator, rdb: optuna.storages.BaseStorage
 
 def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None = None,
         store: Store | None = None) -> RunSummary:
-    """Run (or continue) a search; the run is recorded as done, interrupted or failed. Ctrl-C
-    returns the summary so far with ``interrupted`` set (open trials are re-queued)."""
+    """Run (or continue) a search; the run is recorded as done, interrupted or failed
+    (:meth:`Store.recording <evo.store.Store.recording>`). Ctrl-C returns the summary so far
+    with ``interrupted`` set (open trials are re-queued). ``store``: an open store on the same
+    database to record in (left open); by default one is opened and closed here."""
     note = note or reporter.note
     if opts.trials < 1:
         raise EvoError("--trials must be at least 1")
@@ -162,35 +168,36 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
     url = normalize_url(opts.db or paths.default_db_url())
     ev = choose_evaluator(opts, note)
     ask_lock = ProcessLock(url, "ask")
+    owned: Store | None = None
     try:
         retry = Retry()
         with schema_lock(url):  # workers starting together set the database and study up in turn
-            store = store or open_store(url)
+            if store is None:
+                store = owned = open_store(url)
             rdb = storage(url, opts.heartbeat_s, opts.grace_s, retry)
             name, settings, families, cases = settle(opts, ev, rdb)
             kind = settings["objective"]
             study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
                                ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
         check_compatible(study, families)
-        run_id = store.start_run("evo run", study=name, device={"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()},
-                                 options={"trials": opts.trials, "time_budget_s": opts.time_budget_s,
-                                          "sampler": opts.sampler, "seed": opts.seed, "batch": opts.batch,
-                                          **settings})
-        search = Search(study, store, ev, families, cases, settings["baseline"], kind, run_id,
-                        storage=rdb, retry=retry, batch=opts.batch, reporter=reporter, ask_lock=ask_lock)
+        device = {"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()}
+        options = {"trials": opts.trials, "time_budget_s": opts.time_budget_s, "sampler": opts.sampler,
+                   "seed": opts.seed, "batch": opts.batch, **settings}
+        search: Search | None = None
         try:
-            summary = search.run(opts.trials, opts.time_budget_s)
+            with store.recording("evo run", study=name, device=device, options=options) as run_id:
+                search = Search(study, store, ev, families, cases, settings["baseline"], kind, run_id,
+                                storage=rdb, retry=retry, batch=opts.batch, reporter=reporter, ask_lock=ask_lock)
+                return search.run(opts.trials, opts.time_budget_s)
         except KeyboardInterrupt:
-            store.finish_run(run_id, "interrupted")
+            if search is None:
+                raise
             search.summary.interrupted = True
             return search.summary
-        except BaseException:
-            store.finish_run(run_id, "failed")
-            raise
-        store.finish_run(run_id, "done")
-        return summary
     except optuna.exceptions.StorageInternalError as exc:  # e.g. an SQLite file locked for too long
         raise EvoError(f"database error in {safe_url(url)}: {describe(exc)}") from None
     finally:
         ask_lock.close()
         ev.close()
+        if owned is not None:
+            owned.close()

@@ -36,12 +36,14 @@ class Encoder:
             for name, spec in fam.params.items():
                 vals = list(spec.values)
                 start = len(self.columns)
+                table: dict[Value, list[float]]
                 if len(vals) < 2:
                     table = {v: [] for v in vals}
                 elif _numeric(vals):
-                    xs = [math.log2(v) for v in vals] if min(vals) > 0 else [float(v) for v in vals]  # type: ignore[arg-type]
+                    nums = [float(v) for v in vals]
+                    xs = [math.log2(x) for x in nums] if min(nums) > 0 else nums
                     lo, hi = min(xs), max(xs)
-                    table = {v: [(x - lo) / (hi - lo)] for v, x in zip(vals, xs)}
+                    table = {v: [(x - lo) / (hi - lo)] for v, x in zip(vals, xs, strict=True)}
                     self.columns.append(f"{fam.name}.{name}")
                 elif len(vals) == 2:
                     table = {v: [float(i)] for i, v in enumerate(vals)}

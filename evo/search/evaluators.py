@@ -31,6 +31,7 @@ from evo.manifest import load_family
 from evo.render import Rendered
 from evo.replay import Record, Recording
 from evo.results import BuildResult, Evaluation, Shape, Status
+from evo.vocab import BUILD_FAILED
 from evo.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
 
 
@@ -53,6 +54,13 @@ class Job:
 
 
 class Evaluator(abc.ABC):
+    """Where a search's measurements come from: builds a batch of rendered candidates, then gates
+    and times the built ones (see the module docstring for the three kinds).
+
+    An extension point: a new measurement source subclasses this, sets ``name`` (the study's
+    source), ``device`` (stored evaluations are reused only on the same device) and ``arch``, and
+    implements :meth:`build` and :meth:`evaluate`, one result per input, in order."""
+
     name: str = ""
     device: str = ""
     arch: str = ""
@@ -70,8 +78,8 @@ class Evaluator(abc.ABC):
     def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
         """One result per job, in order (nothing when ``not_evaluated``)."""
 
-    def close(self) -> None:
-        """Release workers (no-op by default)."""
+    def close(self) -> None:  # noqa: B027 - optional: most evaluators hold nothing to release
+        """Release workers (nothing to release by default)."""
 
 
 def gpu_name(index: int = 0) -> str:
@@ -101,11 +109,13 @@ class GpuEvaluator(Evaluator):
     def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
         # A fresh salt per request: every candidate is gated on inputs of its own, so no kernel
         # can pass by matching inputs it has seen (the salt is kept in the evaluation's device info).
-        requests = [EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries,
-                                j.green, j.cases, self.options | {"salt": secrets.randbelow(2**31)})
-                    for j in jobs]
-        if requests and self.gemm_pending:
-            requests[0].options["gemm"], self.gemm_pending = True, False
+        requests = []
+        for j in jobs:
+            options = self.options | {"salt": secrets.randbelow(2**31)}
+            if self.gemm_pending:
+                options["gemm"], self.gemm_pending = True, False
+            requests.append(EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries, j.green,
+                                        j.cases, options))
         for ev in self.pool.map(requests, self.timeout_s):  # which GPU of which host measured it
             ev.device.update(self.where)
             yield ev
@@ -169,7 +179,7 @@ class ReplayEvaluator(Evaluator):
             if isinstance(rec, Unmeasured):
                 out.append(rec)
                 continue
-            built = rec.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
+            built = rec.status in BUILD_FAILED
             out.append(BuildResult(
                 self.build_id(item), item.source_hash, self.arch,
                 compile_flags(load_family(item.candidate.family)),

@@ -132,7 +132,7 @@ def run_workers(opts: RunOptions, devices: Sequence[int], reporter: Reporter) ->
     names = tags(devices)
     level = optuna.logging.get_verbosity()
     procs = {tag: ctx.Process(target=_worker, args=(o, tag, events, level), name=f"evo-run-{tag}")
-             for tag, o in zip(names, worker_options(opts, devices))}
+             for tag, o in zip(names, worker_options(opts, devices), strict=True)}
     for p in procs.values():
         p.start()
     summaries: dict[str, RunSummary] = {}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from evo.manifest import Family, Value
 from evo.render import Rendered, render
 from evo.replay import record_key
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.scoring import speedups
+from evo.scoring import geomean, speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.params import from_trial_params, suggest
@@ -52,6 +51,7 @@ from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, re
 from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
 from evo.space import Candidate, all_candidates, diff, make_candidate
+from evo.vocab import FAILED, PASSED
 
 CANDIDATE = "candidate"
 LABEL = "label"
@@ -75,7 +75,10 @@ class Outcome:
 
 @dataclass
 class Pending:
+    """A trial asked and not yet told: its candidate as drawn, rendered, and its parents."""
+
     trial: optuna.Trial
+    trial_id: int                      # the trial's id in the storage (heartbeats, claims)
     family: Family
     raw: dict[str, Value]
     candidate: Candidate | None = None
@@ -87,6 +90,8 @@ class Pending:
 
 @dataclass
 class Best:
+    """The best trial so far: its candidate and objective values (``score``: their geometric mean)."""
+
     number: int
     candidate_id: str
     label: str
@@ -94,11 +99,14 @@ class Best:
 
     @property
     def score(self) -> float:
-        return math.exp(sum(math.log(v) for v in self.values) / len(self.values))
+        return geomean(self.values)
 
 
 @dataclass
 class RunSummary:
+    """What one ``evo run`` (or :func:`evo.run`) did: trials told by status, trials answered from
+    the store or recovered from dead workers, why it stopped, and the best candidate."""
+
     study: str
     source: str
     run_id: Any
@@ -118,12 +126,19 @@ class RunSummary:
 
 
 class Reporter(Protocol):
+    """What a search tells about its progress (an extension point: the CLI's progress bar, the
+    forwarder of a worker process, :class:`NullReporter`): ``start`` once with the study's
+    target and the trials already counted, ``advance`` per trial told, ``note`` for a line of
+    news (a recovered trial, failing heartbeats)."""
+
     def start(self, total: int, done: int) -> None: ...
     def advance(self, number: int, outcome: Outcome, best: Best | None) -> None: ...
     def note(self, text: str) -> None: ...
 
 
 class NullReporter:
+    """A :class:`Reporter` that says nothing (the API's default)."""
+
     def start(self, total: int, done: int) -> None:
         pass
 
@@ -163,7 +178,8 @@ class Search:
         self.rdb, self.retry = storage, retry
         self.ask_lock = ask_lock or contextlib.nullcontext()
         self.reporter: Reporter = reporter or NullReporter()
-        self.heartbeat = Heartbeat(study._storage, storage.get_heartbeat_interval() or 30)
+        self.heartbeat = Heartbeat(storage, storage.get_heartbeat_interval() or 30)
+        self.study_id = storage.get_study_id_from_name(study.study_name)
         self.valid_keys = {record_key(c.family, c.p) for f in families for c in all_candidates(f)}
         self.in_study: set[str] = set()
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
@@ -196,7 +212,7 @@ class Search:
                     continue
                 self._batch(pending)
         except BaseException as exc:
-            n = self._mirror_abandoned(release(self.study, self.heartbeat.owned(),
+            n = self._mirror_abandoned(release(self.study, self.rdb, self.heartbeat.owned(),
                                                f"run stopped: {type(exc).__name__}"), dead_runs=False)
             s.stopped = f"interrupted ({n} open trial(s) re-queued)"
             raise
@@ -221,7 +237,10 @@ class Search:
         return len(abandoned)
 
     def _recover(self) -> None:
-        """Fail stale trials of dead workers and re-queue them (Optuna's heartbeat check)."""
+        """Fail stale trials of dead workers and re-queue them (Optuna's heartbeat check); say
+        so when this worker's own heartbeats are failing."""
+        if (why := self.heartbeat.failing()) is not None:
+            self.reporter.note(why)
         n = self._mirror_abandoned(recover(self.study, self.rdb, self.retry), dead_runs=True)
         if n:
             self.summary.recovered += n
@@ -274,14 +293,14 @@ class Search:
         mine: dict[str, list[Pending]] = {}
         others: dict[str, list[Pending]] = {}
         for bid, ps in groups.items():
-            (mine if self._claim(bid, ps[0].trial) else others)[bid] = ps
+            (mine if self._claim(bid, ps[0]) else others)[bid] = ps
         return mine, others
 
-    def _claim(self, bid: str, trial: optuna.Trial) -> bool:
-        """Take the claim on (bid, this device) for ``trial``: free, or held by a trial that is no
-        longer running (finished, or failed by the heartbeat check)."""
-        dev, name, tid = self.evaluator.device, self.study.study_name, trial._trial_id
-        holder, holder_study = self.store.claim(bid, dev, tid, name, trial.number)
+    def _claim(self, bid: str, p: Pending) -> bool:
+        """Take the claim on (bid, this device) for ``p``'s trial: free, or held by a trial that is
+        no longer running (finished, or failed by the heartbeat check)."""
+        dev, name, tid, number = self.evaluator.device, self.study.study_name, p.trial_id, p.trial.number
+        holder, holder_study = self.store.claim(bid, dev, tid, name, number)
         if holder == tid:
             return True
         running = self._running(holder)
@@ -290,7 +309,7 @@ class Search:
             other = optuna.load_study(study_name=holder_study, storage=self.rdb)
             self._mirror_abandoned(recover(other, self.rdb, self.retry), dead_runs=True, study=holder_study)
             running = self._running(holder)
-        return not running and self.store.take_over(bid, dev, holder, tid, name, trial.number)
+        return not running and self.store.take_over(bid, dev, holder, tid, name, number)
 
     def _running(self, trial_id: int) -> bool:
         try:
@@ -334,14 +353,15 @@ class Search:
             with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                 trial = self.study.ask()
-            self.heartbeat.add(trial._trial_id)
+            tid = self.rdb.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+            self.heartbeat.add(tid)
             try:
-                trial.storage.set_trial_system_attr(trial._trial_id, RUN, str(self.run_id))
+                self.rdb.set_trial_system_attr(tid, RUN, str(self.run_id))
                 fam, raw = suggest(trial, list(self.families.values()))
                 break
             except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
-                self.heartbeat.discard(trial._trial_id)
-        p = Pending(trial, fam, raw)
+                self.heartbeat.discard(tid)
+        p = Pending(trial, tid, fam, raw)
         try:
             p.candidate = make_candidate(fam, raw)
         except InvalidCandidate as exc:
@@ -392,10 +412,9 @@ class Search:
         """A final outcome from the store, or None when the candidate still needs work."""
         if known is None:
             return None
-        if known.status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED, Status.RED,
-                            Status.CRASHED, Status.TIMEOUT):
+        if known.status in FAILED:
             return Outcome(known.status.value, known.reason, candidate_id=known.candidate_id, reused=True)
-        if known.status in (Status.GREEN, Status.FAST) and not objective.missing_cases(
+        if known.status in PASSED and not objective.missing_cases(
                 known.timings, self.baseline, self.cases):
             return self._scored(known.candidate_id, known.timings, reused=True)
         return None
@@ -414,7 +433,7 @@ class Search:
         bids = list(groups)
         builds = self.evaluator.build([groups[b][0].rendered for b in bids])  # type: ignore[misc]
         jobs: list[tuple[Job, str, list[Timing]]] = []
-        for bid, res in zip(bids, builds):
+        for bid, res in zip(bids, builds, strict=True):
             ps = groups[bid]
             if isinstance(res, Unmeasured):
                 self._finish_all(ps, Outcome(UNMEASURED, res.reason))
@@ -427,14 +446,14 @@ class Search:
                 self._finish_all(ps, Outcome(NOT_EVALUATED, self.evaluator.not_evaluated, candidate_id=cid))
                 continue
             k = known[bid]
-            passed = k is not None and k.status in (Status.GREEN, Status.FAST)
+            passed = k is not None and k.status in PASSED
             prior = k.timings if passed and k is not None else []
             need = objective.missing_cases(prior, self.baseline, self.cases) if passed else self.cases
             jobs.append((Job(ps[0].rendered, res, not passed, tuple(need)), cid, list(prior)))  # type: ignore[arg-type]
         if not jobs:
             return
         results = self.evaluator.evaluate([j for j, _, _ in jobs])
-        for (job, cid, prior), ev in zip(jobs, results):
+        for (job, cid, prior), ev in zip(jobs, results, strict=True):
             self._finish_all(groups[job.build.build_id], self._evaluated(cid, ev, prior))
 
     def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: list[Timing]) -> Outcome:
@@ -487,12 +506,12 @@ class Search:
             else:
                 self.study.tell(trial, state=TrialState.FAIL)
         except (UpdateFinishedTrialError, ValueError):  # ValueError: "Cannot tell a FAIL trial"
-            if self._running(trial._trial_id):
+            if self._running(p.trial_id):
                 raise
             self._lost(p, cid)
             return
         finally:
-            self.heartbeat.discard(trial._trial_id)
+            self.heartbeat.discard(p.trial_id)
         s = self.summary
         s.finished += 1
         s.counts[outcome.status] += 1

@@ -9,7 +9,7 @@ only holds the parameters of the family it picked.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import optuna
 
@@ -28,7 +28,7 @@ def suggest(trial: optuna.Trial, families: Sequence[Family]) -> tuple[Family, di
     """Ask the trial for a family, then for each of its parameters (not yet validated)."""
     by_name = {f.name: f for f in families}
     fam = by_name[trial.suggest_categorical(FAMILY, list(by_name))]
-    params = {n: trial.suggest_categorical(param_name(fam.name, n), list(p.values))
+    params = {n: cast(Value, trial.suggest_categorical(param_name(fam.name, n), list(p.values)))
               for n, p in fam.params.items()}
     return fam, params
 

@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from evo.manifest import Family, Value
 from evo.replay import record_key
+from evo.search.internals import enqueued_params, is_enqueued, set_trial_system_attr
 from evo.search.params import FAMILY, from_trial_params, param_name
 from evo.space import Candidate, all_candidates, make_candidate
 
@@ -45,7 +46,7 @@ class Proposal:
 
 def trial_key(t: FrozenTrial) -> str | None:
     """Record key of a trial's candidate (from its params, or its fixed params if waiting)."""
-    params = t.params if t.params else t.system_attrs.get("fixed_params", {})
+    params = enqueued_params(t)
     got = from_trial_params(params)
     return record_key(*got) if got else None
 
@@ -94,13 +95,13 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         return None
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if "fixed_params" in trial.system_attrs:
+        if is_enqueued(trial):
             return
         prop = self.propose(study, study.get_trials(deepcopy=False))
         if prop is not None:
             data = prop.to_json()
-            study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL, data)
-            self._proposals[trial._trial_id] = data
+            set_trial_system_attr(study, trial, PROPOSAL, data)
+            self._proposals[trial.number] = data
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return {}
@@ -111,7 +112,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name_: str,
                            param_distribution: BaseDistribution) -> Any:
-        prop = self._proposals.get(trial._trial_id) or trial.system_attrs.get(PROPOSAL)
+        prop = self._proposals.get(trial.number) or trial.system_attrs.get(PROPOSAL)
         if prop is not None:
             if param_name_ == FAMILY:
                 return prop["family"]
@@ -122,7 +123,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
-        self._proposals.pop(trial._trial_id, None)
+        self._proposals.pop(trial.number, None)
 
 
 class SweepSampler(ProposalSampler):

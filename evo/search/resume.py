@@ -24,6 +24,7 @@ trials that were retried, do not count toward ``--trials`` (:func:`counted`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
@@ -31,12 +32,12 @@ from collections.abc import Iterable, Sequence
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
-from optuna.storages._rdb import models as rdb_models
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
+from evo.search.internals import enqueued_params, unbeaten
 from evo.search.proposal import RETRY_OF
+
+log = logging.getLogger("evo")
 
 RUN = "evo:run"
 RETRIES = "evo:retries"
@@ -65,7 +66,7 @@ def requeue(study: optuna.Study, t: FrozenTrial, max_retry: int = MAX_RETRY) -> 
     """Enqueue a failed trial's candidate again: its params, or those it was enqueued with (a
     retry that died before drawing them). False when it had proposed nothing yet, or when its
     chain of retries is ``max_retry`` long already."""
-    params = t.params or t.system_attrs.get("fixed_params")
+    params = enqueued_params(t)
     chain = [*t.user_attrs.get(RETRIES, ()), t.number]
     if not params or len(chain) > max_retry:
         return False
@@ -100,21 +101,11 @@ class Retry:
         return out
 
 
-def unbeaten(storage: RDBStorage, study_id: int) -> list[int]:
-    """Ids of the study's RUNNING trials without any heartbeat row."""
-    trials, beats = rdb_models.TrialModel, rdb_models.TrialHeartbeatModel
-    with Session(storage.engine) as s:
-        q = (select(trials.trial_id).outerjoin(beats, beats.trial_id == trials.trial_id)
-             .where(trials.study_id == study_id, trials.state == TrialState.RUNNING,
-                    beats.trial_id.is_(None)))
-        return list(s.scalars(q))
-
-
 def recover(study: optuna.Study, storage: RDBStorage, retry: Retry) -> list[FrozenTrial]:
     """Fail the study's stale trials (Optuna's heartbeat check) and enqueue their candidates
     again; returns the trials this call failed. A RUNNING trial with no heartbeat at all gets
     one now, so that it goes stale after the grace period if nobody else beats for it."""
-    for tid in unbeaten(storage, study._study_id):
+    for tid in unbeaten(storage, storage.get_study_id_from_name(study.study_name)):
         storage.record_heartbeat(tid)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -123,7 +114,12 @@ def recover(study: optuna.Study, storage: RDBStorage, retry: Retry) -> list[Froz
 
 
 class Heartbeat:
-    """Records an Optuna heartbeat for this process's running trials every ``interval_s``."""
+    """Records an Optuna heartbeat for this process's running trials every ``interval_s``.
+
+    A beat that fails (the storage is unreachable or locked) is logged on the ``evo`` logger and
+    retried at the next interval; while beats keep failing, :meth:`failing` says so, and the
+    search reports it (its trials may meanwhile be failed as stale by another worker, which
+    retries them: nothing is lost, but the run should not look healthy)."""
 
     def __init__(self, storage: optuna.storages.BaseStorage, interval_s: float) -> None:
         self.storage, self.interval_s = storage, interval_s
@@ -131,6 +127,8 @@ class Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="evo-heartbeat", daemon=True)
+        self._failures = 0            # beats failed in a row
+        self._error: str | None = None
 
     def start(self) -> Heartbeat:
         self._thread.start()
@@ -152,23 +150,40 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            for tid in self.owned():
-                try:
-                    self.storage.record_heartbeat(tid)  # type: ignore[attr-defined]
-                except Exception:  # noqa: BLE001 - a missed beat is retried next interval
-                    pass
+            self.beat()
+
+    def beat(self) -> None:
+        """One beat for every owned trial (the thread's step; callable directly)."""
+        for tid in self.owned():
+            try:
+                self.storage.record_heartbeat(tid)  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 - any storage error: logged, surfaced, retried
+                with self._lock:
+                    self._failures += 1
+                    self._error = f"{type(exc).__name__}: {exc}"
+                log.warning("heartbeat for trial %s failed (%d in a row): %s", tid, self._failures, self._error)
+            else:
+                with self._lock:
+                    self._failures, self._error = 0, None
+
+    def failing(self) -> str | None:
+        """Why heartbeats are failing now (None while they succeed)."""
+        with self._lock:
+            if not self._failures:
+                return None
+            return (f"{self._failures} heartbeat(s) in a row failed ({self._error}); if this lasts past the "
+                    "grace period, other workers fail and retry this worker's trials")
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
 
 
-def release(study: optuna.Study, trial_ids: Iterable[int], why: str,
+def release(study: optuna.Study, storage: optuna.storages.BaseStorage, trial_ids: Iterable[int], why: str,
             max_retry: int = MAX_RETRY) -> list[FrozenTrial]:
     """Give up this process's own unfinished trials (Ctrl-C, an error): FAIL, status
     ``abandoned`` with ``why``, candidate enqueued again. Returns the trials released."""
     out = []
-    storage = study._storage
     for tid in trial_ids:
         t = storage.get_trial(tid)
         if t.state != TrialState.RUNNING:

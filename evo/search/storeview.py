@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 from evo.results import Status, Timing
 from evo.store import Store
+from evo.vocab import BUILD_FAILED, PASSED
 
-BUILD_FAILURES = (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
 
 
 @dataclass(frozen=True)
 class Known:
+    """What the store already holds for a build on a device: its status, why, and its timings."""
+
     candidate_id: str
     status: Status
     reason: str = ""
@@ -29,11 +31,11 @@ def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
     status = store.statuses([build_id]).get(build_id)
     if status is None:
         return None
-    if status in BUILD_FAILURES:
+    if status in BUILD_FAILED:
         return Known(build_id, status, store.get(build_id).candidate.reason)
     evaluations = store.evaluations(build_id, device)
     if not evaluations:
         return None
     last = evaluations[-1]
-    timings = store.timings_for(build_id, device) if last.status in (Status.GREEN, Status.FAST) else []
+    timings = store.timings_for(build_id, device) if last.status in PASSED else []
     return Known(build_id, last.status, last.reason, timings)

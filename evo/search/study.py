@@ -19,12 +19,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
-from sqlalchemy import event
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.exc import SQLAlchemyError
 
 from evo.errors import EvoError
 from evo.results import Shape
 from evo.search.resume import Retry
-from evo.store.engine import BUSY_TIMEOUT_MS, is_sqlite
+from evo.paths import sqlite_file
+from evo.store.engine import BUSY_TIMEOUT_MS, describe, is_sqlite, safe_url
 from evo.suites import fast_cases
 
 SETTINGS = "evo:settings"
@@ -81,13 +83,32 @@ def stored_settings(store: optuna.storages.BaseStorage, name: str) -> dict[str, 
     return dict(store.get_study_user_attrs(sid).get(SETTINGS, {}))
 
 
+def read_storage(url: str) -> optuna.storages.RDBStorage | None:
+    """Optuna's storage on ``url`` for reading: None when the database holds no Optuna tables
+    (nothing but ``evo build`` or ``evo eval`` ever wrote to it), and never creating them, so a
+    command that only reads leaves the database as it was. Any other failure to open it is an
+    EvoError naming the database."""
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        return None
+    engine = create_engine(url)
+    try:
+        if not inspect(engine).has_table("studies"):
+            return None
+    except SQLAlchemyError as exc:
+        raise EvoError(f"cannot read the studies in {safe_url(url)}: {describe(exc)}") from None
+    finally:
+        engine.dispose()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, skip_compatibility_check=True, skip_table_creation=True)
+
+
 def study_cases(url: str, name: str) -> list[Shape] | None:
     """The FAST cases a study scores (its stored settings), so that a study's lineage shows the
     scores its search optimized; None when there is no such study or it names no cases."""
-    try:
-        settings = stored_settings(optuna.storages.RDBStorage(url, skip_table_creation=True), name)
-    except Exception:  # no Optuna tables yet (a database that never ran a search)
-        return None
+    rdb = read_storage(url)
+    settings = stored_settings(rdb, name) if rdb is not None else None
     if not settings or not settings.get("cases"):
         return None
     known = {s.tag: s for dtype in ("fp16", "bf16") for s in fast_cases(dtype=dtype)}
@@ -117,7 +138,8 @@ def open_study(store: optuna.storages.RDBStorage, name: str, sampler: optuna.sam
                settings: Mapping[str, Any], directions: Sequence[str], metric_names: Sequence[str]) -> optuna.Study:
     """Create or load the study; a new one records ``settings`` and its metric names."""
     study = optuna.create_study(storage=store, study_name=name, sampler=sampler,
-                                directions=list(directions), load_if_exists=True)
+                                directions=[optuna.study.StudyDirection[d.upper()] for d in directions],
+                                load_if_exists=True)
     if SETTINGS not in study.user_attrs:
         study.set_user_attr(SETTINGS, dict(settings))
         with warnings.catch_warnings():

@@ -18,6 +18,7 @@ creating a study) between processes that start together.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import sys
@@ -185,10 +186,8 @@ class ProcessLock:
     def close(self) -> None:
         """Drop the connection a PostgreSQL lock keeps (between uses it holds no lock)."""
         if self._conn is not None:
-            try:
+            with contextlib.suppress(SQLAlchemyError):  # a dead connection: nothing left to release
                 self._conn.close()
-            except SQLAlchemyError:
-                pass
         if self._engine is not None:
             self._engine.dispose()
         self._conn = self._engine = None

@@ -2,13 +2,13 @@
 
 Every table is prefixed ``evo_`` and Alembic's version table is ``evo_alembic_version``,
 because Optuna keeps its own tables (``studies``, ``trials``, ...) and its own
-``alembic_version`` in the same database (DESIGN.md, Storage). A candidate row is keyed by
+``alembic_version`` in the same database (docs/design.md, Storage). A candidate row is keyed by
 its build id (rendered source + flags + arch); everything measured about it hangs off it.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
@@ -19,10 +19,12 @@ PREFIX = "evo_"
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
+    """The declarative base of evo's tables (``evo_*``), with constraint names fixed for Alembic."""
+
     metadata = MetaData(naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",

@@ -32,9 +32,9 @@ from evo.store.models import (Base, Build, Candidate, Check, Claim, Edge, Evalua
                               Trial, utcnow)
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
                              RunView, TrialView)
+from evo.vocab import DEFAULT_BASELINE, EVALUATED
 
 EDGE_KINDS = ("mutation", "crossover", "nearest")
-EVALUATED = frozenset({Status.CRASHED, Status.TIMEOUT, Status.RED, Status.GREEN, Status.FAST})
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 
 
@@ -106,6 +106,23 @@ class Store:
             if run is None:
                 raise EvoError(f"no run {run_id}")
             run.status, run.finished = status, utcnow()
+
+    @contextmanager
+    def recording(self, command: str, *, study: str | None = None, options: Mapping[str, Any] | None = None,
+                  device: Mapping[str, Any] | None = None) -> Iterator[int]:
+        """Record one command as a run around the block (the one run-bookkeeping path of every
+        command that writes): ``done`` when the block ends, ``interrupted`` on Ctrl-C
+        (KeyboardInterrupt), ``failed`` on any other exception, which goes on up."""
+        run_id = self.start_run(command, study=study, options=options, device=device)
+        status = "failed"
+        try:
+            yield run_id
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            self.finish_run(run_id, status)
 
     def get_run(self, run_id: int) -> RunView | None:
         with self._read() as s:
@@ -214,10 +231,10 @@ class Store:
                                 reason=evaluation.reason, green_seconds=evaluation.green_seconds,
                                 fast_seconds=evaluation.fast_seconds)
             s.add(row)
-            row.checks = [Check(**_shape_cols(c.shape), seed=c.seed, passed=c.passed,
+            row.checks = [Check(**c.shape.as_dict(), seed=c.seed, passed=c.passed,
                                 max_abs_err=_num(c.max_abs_err), ref_err=_num(c.ref_err),
                                 tolerance=_num(c.tolerance), reason=c.reason) for c in evaluation.checks]
-            row.timings = [TimingRow(**_shape_cols(t.shape), backend=t.backend, median_us=t.median_us,
+            row.timings = [TimingRow(**t.shape.as_dict(), backend=t.backend, median_us=t.median_us,
                                      p20_us=t.p20_us, p80_us=t.p80_us, samples_us=list(t.samples_us),
                                      tflops=t.tflops if t.median_us > 0 else 0.0, flagged=t.flagged)
                            for t in evaluation.timings]
@@ -338,7 +355,7 @@ class Store:
         with self._read() as s:
             return [_edge_view(e) for e in s.scalars(q)]
 
-    def best(self, n: int = 10, *, baseline: str = "sdpa_default", cases: Sequence[Shape] | None = None,
+    def best(self, n: int = 10, *, baseline: str = DEFAULT_BASELINE, cases: Sequence[Shape] | None = None,
              family: str | None = None, study: str | None = None,
              device: str | None = None) -> list[tuple[CandidateView, float]]:
         """The ``n`` FAST candidates with the highest score (those lacking a selected case's
@@ -406,11 +423,6 @@ def _num(x: float) -> float | None:
 
 def _asdict(r: Resources) -> dict[str, int]:
     return {k: getattr(r, k) for k in Resources.__dataclass_fields__}
-
-
-def _shape_cols(shape: Shape) -> dict[str, Any]:
-    return {"case": shape.case, "B": shape.B, "H": shape.H, "L": shape.L, "D": shape.D,
-            "causal": shape.causal, "dtype": shape.dtype}
 
 
 def _shape(row: Check | TimingRow) -> Shape:

@@ -15,6 +15,9 @@ from evo.results import CheckResult, Resources, Status, Timing
 
 @dataclass(frozen=True)
 class RunView:
+    """One command that wrote (``evo_runs``): what ran, with which options, where, at which git
+    sha, and how it ended (running, done, failed, interrupted)."""
+
     id: int
     study: str | None
     started: datetime
@@ -47,6 +50,8 @@ class CandidateView:
 
 @dataclass(frozen=True)
 class BuildView:
+    """One build of a candidate: status, reason, seconds, ptxas report per entry, cubin path."""
+
     id: int
     run_id: int | None
     status: Status
@@ -73,6 +78,8 @@ class EdgeView:
 
 @dataclass(frozen=True)
 class TrialView:
+    """One Optuna trial of a study as the store mirrors it: its candidate, state and value."""
+
     study: str
     number: int
     candidate_id: str | None
@@ -83,6 +90,8 @@ class TrialView:
 
 @dataclass(frozen=True)
 class EvaluationView:
+    """One evaluation of a candidate on one device: status, GREEN checks, FAST timings."""
+
     id: int
     candidate_id: str
     run_id: int | None
@@ -111,6 +120,8 @@ class CandidateRecord:
 
 @dataclass(frozen=True)
 class InsightView:
+    """One stored insight (a move's effect, a resource failure rate) with its support."""
+
     id: int
     study: str | None
     kind: str

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evo.errors import EvoError
-from evo.replay import git_sha
+from evo.paths import git_sha
 from evo.results import Shape
 from evo.search.bench import plot as plot_mod
 from evo.search.bench.entrants import DEFAULT, resolve
@@ -90,12 +90,12 @@ def write(opts: Options, note: Callable[[str], None],
     if not entrants:
         raise EvoError("no sampler to benchmark")
     seeds = list(range(opts.seeds))
-    sha = git_sha()
+    sha = git_sha() or "unknown"
     why_no_plot = plot_mod.available() if opts.plot is not None else "no --plot"
     if why_no_plot and opts.plot is not None:
         note(f"no plot: {why_no_plot}")
     sections, panels, dump = [], [], []
-    for spec, problem in zip(specs, problems):
+    for spec, problem in zip(specs, problems, strict=True):
         runs, seconds = benchmark(spec, entrants, opts.modes, seeds, batch=opts.batch, jobs=opts.jobs,
                                   progress=progress)
         panels.append((problem, entrants, runs))

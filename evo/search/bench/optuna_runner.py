@@ -58,7 +58,7 @@ def run_optuna(problem: Problem, make: SamplerFactory, seed: int, warm: bool, *,
             for d in problem.defaults:
                 study.enqueue_trial(trial_params(d))
     trace = Trace(Tally(problem, budget))
-    tally, tried = trace.tally, set()
+    tally, tried = trace.tally, set[object]()
     while True:
         if stop_at_target and tally.reached is not None:
             trace.stopped = "reached"

@@ -50,7 +50,7 @@ def draw(panels: Sequence[tuple[Problem, Sequence[Entrant], Sequence[RunResult]]
 
     lines = [(p, e, r, m) for p, e, r in panels for m in ("cold", "warm") if any(x.mode == m for x in r)]
     fig, axes = plt.subplots(len(lines), 2, figsize=(12, 4 * len(lines)), squeeze=False)
-    for row, (problem, entrants, runs, mode) in zip(axes, lines):
+    for row, (problem, entrants, runs, mode) in zip(axes, lines, strict=True):
         table = rows(problem, entrants, runs, mode)
         hero = [t for t in table if t.name == HERO]
         peers = sorted((t for t in table if t.name != HERO), key=lambda t: t.key())[:SHOWN_PEERS]
@@ -61,7 +61,7 @@ def draw(panels: Sequence[tuple[Problem, Sequence[Entrant], Sequence[RunResult]]
             row[0].plot(xs, best_so_far(t.runs, n, problem.best), label=t.name, **style)
             row[1].plot(xs, reached_share(t.runs, n), label=t.name, **style)
         title = f"{problem.recording.name} ({', '.join(f.name for f in problem.families)}), {mode} start"
-        for ax, ylabel in zip(row, ("median best so far / recording's best", "share of runs at the best point")):
+        for ax, ylabel in zip(row, ("median best so far / recording's best", "share of runs at the best point"), strict=True):
             ax.set_xscale("log")
             ax.set_xlim(1, n)
             ax.set_xlabel("evaluations (distinct valid points)")

@@ -1,0 +1,461 @@
+"""evo's Python API: every workflow of the CLI as a plain function (docs/api.md).
+
+The ``evo`` commands parse options, call these functions and print what they return; a
+notebook or a script calls them directly::
+
+    import evo
+    db = evo.open_db("study.sqlite")
+    summary = evo.run(db, families=["flash_mma"], cases=["F1", "F2"], trials=24)
+    graph = evo.lineage_graph(db, summary.study)
+    package = evo.promote_winners("attn", "dist", db=db, study=summary.study)
+
+The names say what each does and stay clear of evo's modules of the same stem (``evo.build``,
+``evo.evaluate``, ``evo.bench``, ``evo.promote`` and ``evo.lineage`` are modules, so a
+function of that name on the package would be replaced by the module as soon as it is
+imported).
+
+- Databases: every function takes ``db``, an open :class:`~evo.store.Store` (from
+  :func:`open_db`, left open), a SQLite file path or a SQLAlchemy URL (opened and closed
+  around the call), or None for the default (``$EVO_DB``, else ``<EVO_HOME>/db/evo.sqlite``).
+  Functions that only read refuse a SQLite file that does not exist.
+- Workers: GREEN and FAST run in a crash-isolated worker process (:mod:`evo.worker`).
+  ``target`` names what that process runs, as ``"module:function"``; None is the GPU worker
+  (:data:`evo.worker.DEFAULT_TARGET`) and needs a visible CUDA GPU. Another target (the CPU
+  stand-ins of ``tests/fixtures/worker/``, for example) drives the same workflow without one.
+- Runs: every function that writes records one run in ``evo_runs`` (:meth:`Store.recording
+  <evo.store.Store.recording>`): ``done``, ``failed``, or ``interrupted`` on Ctrl-C.
+- Errors: bad input is an :class:`~evo.errors.EvoError` with a one-line message, raised before
+  anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import random as _random
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from evo import paths
+from evo.errors import EvoError
+from evo.manifest import Family, Value, list_families, load_family
+from evo.render import Rendered, render
+from evo.results import BuildResult, Evaluation, Shape, Status
+from evo.space import Candidate, all_candidates, make_candidate, parse_assignments
+from evo.store import Store, open_store
+from evo.vocab import DEFAULT_BASELINE
+
+if TYPE_CHECKING:  # the search, lineage and promote modules load when their function is called
+    from evo.lineage import Lineage
+    from evo.promote import Promoted
+    from evo.search.loop import Reporter, RunSummary
+
+DB = Store | str | os.PathLike[str] | None
+Params = Mapping[str, Value] | Sequence[str] | None
+POSTGRES_EXTRA = "pip install 'evo-kernels[postgres]'"
+
+
+# ----------------------------------------------------------------------------- databases
+
+
+def check_driver(url: str) -> None:
+    """EvoError unless SQLAlchemy knows the URL's dialect and its Python driver is installed."""
+    try:
+        dialect = make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise EvoError(f"cannot use database URL {url!r}: {exc}") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        hint = POSTGRES_EXTRA if dialect.name == "postgresql" else f"install the {dialect.driver} driver"
+        raise EvoError(f"the {dialect.name} driver {exc.name or dialect.driver!r} is not installed: {hint}") from None
+
+
+def require_database(url: str) -> str:
+    """``url`` if its database exists; read-only workflows call this so that a mistyped path is
+    an error instead of a new, empty database."""
+    path = paths.sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise EvoError(f"no database at {path}: `evo run` creates one; --db or $EVO_DB names another")
+    return url
+
+
+def database_url(db: str | os.PathLike[str] | None = None) -> str:
+    """A file path or URL as a SQLAlchemy URL, its driver checked (None: ``$EVO_DB``, else
+    ``<EVO_HOME>/db/evo.sqlite``)."""
+    url = paths.db_url(os.fspath(db)) if db is not None else paths.default_db_url()
+    check_driver(url)
+    return url
+
+
+def open_db(db: DB = None, *, create: bool = True) -> Store:
+    """Open the lineage database, migrating it to the current schema.
+
+    ``db``: a SQLite file path, a SQLAlchemy URL, or None for the default. With ``create`` a
+    missing SQLite file is created (its folder must exist, unless it is the default one);
+    without, a missing file is an EvoError. A :class:`~evo.store.Store` is returned as it is.
+    The store is a context manager; ``close()`` releases its connections.
+    """
+    if isinstance(db, Store):
+        return db
+    url = database_url(db)
+    path = paths.sqlite_file(url)
+    if not create:
+        require_database(url)
+    elif db is not None and path is not None and not path.parent.is_dir():
+        raise EvoError(f"folder {path.parent} does not exist (evo creates the database file, not its folder)")
+    return open_store(url)
+
+
+@contextmanager
+def _opened(db: DB, create: bool = True) -> Iterator[Store]:
+    """The store for one call: ``db`` itself when it is open, else one opened and closed here."""
+    if isinstance(db, Store):
+        yield db
+        return
+    with open_db(db, create=create) as store:
+        yield store
+
+
+def _url(db: DB) -> str:
+    return db.url if isinstance(db, Store) else database_url(db)
+
+
+# ----------------------------------------------------------------------------- candidates
+
+
+def _assignments(fam: Family, params: Params) -> dict[str, Value]:
+    """Parameter values checked against ``fam``'s domains: ``KEY=VALUE`` strings as the CLI
+    takes them, or a mapping (a value may also be its text, as ``"true"`` for True)."""
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        out: dict[str, Value] = {}
+        for key, value in params.items():
+            if key not in fam.params:
+                raise EvoError(f"unknown parameter {key!r} for family {fam.name}; "
+                               f"parameters: {', '.join(fam.params)}")
+            out[key] = fam.params[key].parse(str(value))
+        return out
+    return parse_assignments(fam, list(params))
+
+
+def candidate(family: str, params: Params = None) -> Rendered:
+    """One candidate of ``family`` (the manifest's defaults fill what ``params`` leaves out),
+    validated and rendered to source."""
+    fam = load_family(family)
+    return render(make_candidate(fam, _assignments(fam, params)), fam)
+
+
+def _points(fam: Family, fixed: dict[str, Value], count: int | None, rng: _random.Random) -> list[Candidate]:
+    """The given point (defaults fill the rest), or ``count`` random valid points that keep ``fixed``."""
+    if count is None:
+        return [make_candidate(fam, fixed)]
+    pool = [c for c in all_candidates(fam) if all(c.p[k] == v for k, v in fixed.items())]
+    if not pool:
+        shown = ", ".join(f"{k}={v}" for k, v in fixed.items())
+        raise EvoError(f"no valid candidate of {fam.name} has {shown}")
+    return rng.sample(pool, min(count, len(pool)))
+
+
+# ----------------------------------------------------------------------------- build
+
+
+@dataclass(frozen=True)
+class Built:
+    """What :func:`build_candidates` compiled: one result per distinct build, in order."""
+
+    arch: str
+    jobs: int
+    run_id: int
+    results: list[BuildResult]
+    rendered: dict[str, Rendered]  # build id -> the candidate it compiles
+    seconds: float                 # wall time of the batch
+
+    @property
+    def compiled(self) -> list[BuildResult]:
+        """The builds nvcc ran for (not answered from the cache)."""
+        return [r for r in self.results if not r.cached]
+
+
+def build_candidates(families: Sequence[str] = (), params: Params = None, *, random: int | None = None,
+                     seed: int = 0, arch: str | None = None, jobs: int | None = None, db: DB = None,
+                     on_start: Callable[[int], None] | None = None,
+                     on_done: Callable[[BuildResult], None] | None = None) -> Built:
+    """Compile candidates with nvcc (cached by content) and store their ptxas reports.
+
+    One candidate per family of ``families`` (default: every family) with ``params`` (the
+    manifest's defaults fill the rest), or ``random`` valid points per family that keep
+    ``params``, drawn with ``seed``. ``arch``: default the visible GPU's, else sm_90a.
+    ``on_start(n)`` is told how many distinct builds there are, once the input is checked;
+    ``on_done(result)`` is called as each one is known (cache hits first).
+    """
+    from evo import build
+
+    names = list(families) or list_families()
+    if not names:
+        raise EvoError("no kernel families found")
+    arch = arch or build.default_arch()
+    build.smem_limit(arch)
+    rng = _random.Random(seed)
+    items: list[Rendered] = []
+    for name in names:
+        fam = load_family(name)
+        if arch not in fam.arches:
+            raise EvoError(f"family {fam.name} does not support {arch}; it supports {', '.join(fam.arches)}")
+        items += [render(c, fam) for c in _points(fam, _assignments(fam, params), random, rng)]
+    build.nvcc_path()
+    jobs = jobs or os.cpu_count() or 1
+    by_id = {build.build_id_for(r, arch): r for r in items}
+    shown = params if params is None or isinstance(params, Mapping) else list(params)
+    options = {"families": names, "params": _jsonable(shown), "random": random, "seed": seed, "arch": arch,
+               "jobs": jobs}
+    with _opened(db) as store, store.recording("evo build", options=options) as run_id:
+        if on_start is not None:
+            on_start(len(by_id))
+
+        def done(result: BuildResult) -> None:
+            store.record_build(by_id[result.build_id], result, run_id)
+            if on_done is not None:
+                on_done(result)
+
+        start = time.perf_counter()
+        results = build.build_batch(items, arch=arch, jobs=jobs, on_done=done)
+        wall = time.perf_counter() - start
+    distinct = list({r.build_id: r for r in results}.values())
+    return Built(arch, jobs, run_id, distinct, by_id, wall)
+
+
+def _jsonable(params: Any) -> Any:
+    return None if params is None else {k: v for k, v in params.items()} if isinstance(params, Mapping) else params
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One candidate gated and timed by :func:`evaluate_candidate`, as stored."""
+
+    rendered: Rendered
+    build: BuildResult
+    evaluation: Evaluation
+    run_id: int
+    asked: str | None = None  # the stored id asked for, when today's build of it has another id
+
+    @property
+    def candidate_id(self) -> str:
+        return self.build.build_id
+
+
+def fast_shapes(cases: str | Sequence[str] | None = None, dtype: str = "fp16") -> tuple[Shape, ...]:
+    """FAST cases by name (``"F1,F3c,F5-F8"`` or a list of such names; None: the whole suite)."""
+    from evo.suites import fast_cases
+
+    select = [cases] if isinstance(cases, str) else list(cases) if cases is not None else None
+    return tuple(fast_cases(select, dtype))
+
+
+def _target(target: str | None) -> str:
+    """The worker target to run: ``target``, else the GPU worker, which needs a visible GPU."""
+    from evo.worker import DEFAULT_TARGET, require_gpu
+
+    if target is None:
+        require_gpu()
+        return DEFAULT_TARGET
+    return target
+
+
+def _stored(store: Store, cid: str) -> tuple[str, Rendered, str]:
+    """(full id, rendered source, arch) of a stored candidate, rendered from today's templates."""
+    view = store.get(cid).candidate
+    if view.arch is None:
+        raise EvoError(f"candidate {view.id[:12]} was never built ({view.status.value}: {view.reason})")
+    return view.id, render(make_candidate(view.family, view.params)), view.arch
+
+
+def new_id_note(old: str, new: str) -> str:
+    """Why a stored candidate is evaluated under a new build id."""
+    return (f"note: {old[:12]} builds under a new id today (templates, launch config, compiler or headers changed, "
+            f"or it predates build key v2); evaluating the new build {new[:12]}")
+
+
+def evaluate_candidate(family: str | None = None, params: Params = None, *, candidate_id: str | None = None,
+                       cases: str | Sequence[str] | None = None, dtype: str = "fp16", db: DB = None,
+                       arch: str | None = None, timeout_s: float = 1800.0, target: str | None = None,
+                       device: int = 0, note: Callable[[str], None] | None = None) -> Evaluated:
+    """Gate (GREEN) and time (FAST) one candidate in a worker process, and store the result.
+
+    The candidate is ``family`` with ``params``, or the stored ``candidate_id`` (an id or a
+    unique prefix), rendered from today's templates and built (or taken from the build cache);
+    a candidate that does not build is an EvoError. FAST times ``cases`` (default: the whole
+    suite) interleaved with every SDPA backend. ``note`` hears what is about to be measured
+    before the worker starts. The evaluation's status is in ``result.evaluation.status``
+    (``fast`` when it passed GREEN and was timed).
+    """
+    from evo.build import build_batch, default_arch
+    from evo.worker import EvalRequest, Worker
+
+    if (family is None) == (candidate_id is None):
+        raise EvoError("give a FAMILY (with -p KEY=VALUE ...) or --id ID, not both" if family
+                       else "give a FAMILY (with -p KEY=VALUE ...) or --id ID")
+    if candidate_id is not None and params:
+        raise EvoError("-p applies to a FAMILY; --id evaluates a stored candidate as it is")
+    shapes = fast_shapes(cases, dtype)
+    worker_target = _target(target)
+    say = note or (lambda _text: None)
+    with _opened(db, create=family is not None) as store:
+        if family is not None:
+            rendered, old_id, arch = candidate(family, params), None, arch or default_arch()
+        else:
+            old_id, rendered, stored_arch = _stored(store, candidate_id or "")
+            arch = arch or stored_arch
+        salt = secrets.randbelow(2**31)
+        options = {"cases": [s.tag for s in shapes], "arch": arch, "salt": salt, "target": worker_target}
+        with store.recording("evo eval", options=options) as run_id:
+            (built,) = build_batch([rendered], arch=arch)
+            store.record_build(rendered, built, run_id)
+            if built.status is not Status.BUILT:
+                raise EvoError(f"{rendered.candidate.label()} ({built.build_id[:12]}): "
+                               f"{built.status.value}: {built.reason}")
+            if old_id is not None and built.build_id != old_id:
+                say(new_id_note(old_id, built.build_id))
+            say(f"{rendered.candidate.label()}  {built.build_id[:12]} {arch}{' (cached)' if built.cached else ''}")
+            request = EvalRequest(built.build_id, built.cubin_path or "", rendered.entries, green=True,
+                                  fast_cases=shapes, options={"interleave": True, "salt": salt})
+            with Worker(device, worker_target) as worker:
+                ev = worker.evaluate(request, timeout_s)
+            store.record_evaluation(ev, run_id)
+    return Evaluated(rendered, built, ev, run_id, old_id if old_id != built.build_id else None)
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+@dataclass(frozen=True)
+class Benchmarked:
+    """What :func:`benchmark` wrote: the record's path, the record, and one line per target
+    that failed (the others are in the record)."""
+
+    path: Path
+    record: dict[str, Any]
+    problems: list[str]
+
+
+def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, package: str | None = None,
+              cases: str | Sequence[str] | None = None, dtype: str = "fp16", out: str | os.PathLike[str] | None = None,
+              db: DB = None, timeout_s: float = 1800.0, target: str | None = None, device: int = 0) -> Benchmarked:
+    """Time stored candidates (``candidate_ids``, else the ``best`` N FAST ones, default 1) or an
+    installed promoted ``package`` on the FAST ``cases`` against every SDPA backend, with the
+    profiler's fidelity check; writes ``benchmarks/<gpu>-<day>-<sha>.json`` under ``out``
+    (default ``<EVO_HOME>/benchmarks``) and BENCHMARKS.md beside it. A stored candidate is
+    rebuilt from today's templates and must build under its stored id."""
+    from evo.bench import run_bench
+    from evo.build import build_batch
+    from evo.worker import EvalRequest
+
+    if package and (candidate_ids or best):
+        raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
+    if candidate_ids and best:
+        raise EvoError("give --id or --best, not both")
+    shapes = fast_shapes(cases, dtype)
+    out_dir = Path(out) if out is not None else paths.home() / "benchmarks"
+    worker_target = _target(target)
+    targets: list[tuple[str | None, EvalRequest]] = []
+    if package:
+        targets.append((None, EvalRequest(f"package:{package}", "", (), green=False, fast_cases=shapes,
+                                          options={"package": package})))
+    else:
+        with _opened(db, create=False) as store:
+            chosen = [store.resolve(i) for i in candidate_ids] or [c.id for c, _ in store.best(best or 1)]
+            if not chosen:
+                raise EvoError(f"no FAST candidates in {store.url}; run `evo run` or `evo eval` first")
+            for cid in chosen:
+                full, rendered, arch = _stored(store, cid)
+                (built,) = build_batch([rendered], arch=arch)
+                if built.build_id != full:
+                    raise EvoError(f"{full[:12]} builds under a new id today (templates, launch config, compiler "
+                                   f"or headers changed, or it predates build key v2; now "
+                                   f"{built.build_id[:12]}); `evo eval --id {full[:12]}` evaluates the new build")
+                if built.status is not Status.BUILT:
+                    raise EvoError(f"{full[:12]}: {built.status.value}: {built.reason}")
+                targets.append((full, EvalRequest(full, built.cubin_path or "", rendered.entries, green=False,
+                                                  fast_cases=shapes)))
+    path, record, problems = run_bench(targets, out_dir=out_dir, package=package, timeout_s=timeout_s,
+                                       device=device, target=worker_target)
+    return Benchmarked(path, record, problems)
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = None,
+        cases: Sequence[str] | None = None, sampler: str = "evo", seed: int | None = None,
+        study: str | None = None, replay: str | os.PathLike[str] | None = None, batch: int = 8,
+        arch: str | None = None, baseline: str | None = None, objective: str | None = None,
+        jobs: int | None = None, gpus: str | None = None, heartbeat_s: int | None = None,
+        grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
+        reporter: Reporter | None = None) -> RunSummary:
+    """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
+
+    Measurements come from ``replay`` (a recorded sweep), else the worker ``target`` when one is
+    given, else the visible GPU(s) (``gpus``: ``all`` or indices like ``0,1``; one worker process
+    each), else the newest recording under ``data/``, else builds only. The study (``study``,
+    default by source) keeps the families, FAST cases, baseline and objective it was created
+    with; a later run continues it up to ``trials``. ``reporter`` hears progress
+    (:class:`~evo.search.loop.Reporter`; default: silent). Ctrl-C stops the search: open trials
+    are re-queued, the run is recorded ``interrupted``, and the summary so far comes back with
+    ``interrupted`` set.
+    """
+    from evo.search.driver import RunOptions
+    from evo.search.fanout import start
+    from evo.search.loop import NullReporter
+    from evo.search.study import GRACE_S, HEARTBEAT_S
+
+    if gpus is not None and target is not None:
+        raise EvoError("gpus chooses GPU workers; a target names another worker (leave one out)")
+    opts = RunOptions(trials=trials, time_budget_s=time_budget_s, families=list(families) if families else None,
+                      cases=list(cases) if cases else None, sampler=sampler, seed=seed, db=_url(db),
+                      study=study, replay=Path(replay) if replay is not None else None, batch=batch, arch=arch,
+                      baseline=baseline, objective=objective, jobs=jobs,
+                      heartbeat_s=HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
+                      grace_s=GRACE_S if grace_s is None else grace_s, target=target)
+    return start(opts, gpus, reporter or NullReporter())
+
+
+def lineage_graph(db: DB = None, study: str | None = None, baseline: str = DEFAULT_BASELINE) -> Lineage:
+    """The search tree of ``study`` (every candidate when None) as an :class:`evo.lineage.Lineage`:
+    ``nodes`` (id -> label, status, score against ``baseline``) and ``links`` (parent, child,
+    the move, its effect). A study is scored on the FAST cases it was created with."""
+    from evo.lineage import build_lineage
+    from evo.search.study import study_cases
+
+    with _opened(db, create=False) as store:
+        cases = study_cases(store.url, study) if study else None
+        return build_lineage(store, study, baseline, cases)
+
+
+# ----------------------------------------------------------------------------- promote
+
+
+def promote_winners(name: str, out: str | os.PathLike[str], *, db: DB = None, study: str | None = None,
+                    candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
+                    min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
+                    verify: bool = True) -> Promoted:
+    """Write the pip package ``out/name`` from the per-bucket winners (``evo promote``); returns
+    :class:`evo.promote.Promoted`. The winners are first verified on the GPU over every bucket
+    they serve and the package's tests run there; ``verify=False`` skips both (for a machine
+    without a GPU) and the package's PROVENANCE.json says so."""
+    from evo.promote import promote
+
+    url = require_database(_url(db))
+    return promote(name, Path(out), db_url=url, study=study, candidate_ids=list(candidate_ids),
+                   baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force,
+                   verify=verify)

@@ -1,0 +1,79 @@
+"""evo's vocabulary, defined once: statuses and their subsets, backend names, how values are
+written, and the names of GPUs and commits that provenance records.
+
+Every module imports these instead of spelling its own, so that a status set, a backend name or
+the way a boolean is printed cannot differ between two tables (docs/design.md, status
+taxonomy). It imports nothing from evo, so any module may import it. (The speedup arithmetic,
+geometric means included, lives in :mod:`evo.scoring`.)
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+# ----------------------------------------------------------------------------- statuses
+
+
+class Status(enum.StrEnum):
+    """The one status column of a candidate (docs/design.md, status taxonomy)."""
+
+    INVALID = "invalid"                      # violates manifest or constraints, never rendered
+    COMPILE_FAILED = "compile_failed"
+    RESOURCE_REJECTED = "resource_rejected"  # spills / shared memory / registers over limit
+    BUILT = "built"                          # compiled and resource-checked, not yet evaluated
+    CRASHED = "crashed"                      # CUDA fault in the worker
+    TIMEOUT = "timeout"
+    RED = "red"                              # ran, failed GREEN
+    GREEN = "green"                          # passed GREEN, not yet timed
+    FAST = "fast"                            # GREEN and timed
+
+    @property
+    def failed(self) -> bool:
+        """A final failure (:data:`FAILED`): the candidate will never be timed."""
+        return self in FAILED
+
+
+PASSED = frozenset({Status.GREEN, Status.FAST})                        # passed GREEN (what promote ships)
+BUILD_FAILED = frozenset({Status.COMPILE_FAILED, Status.RESOURCE_REJECTED})  # nvcc or the resource check said no
+WORKER_FAILED = frozenset({Status.CRASHED, Status.TIMEOUT})            # the worker process was lost on it
+EVALUATED = frozenset({Status.RED, *WORKER_FAILED, *PASSED})           # a GPU worker has seen it
+FAILED = frozenset({Status.INVALID, Status.RED, *BUILD_FAILED, *WORKER_FAILED})
+COMPILED = frozenset({Status.BUILT, Status.RESOURCE_REJECTED, *EVALUATED})  # nvcc produced a cubin
+
+# ----------------------------------------------------------------------------- backends
+
+EVO = "evo"  # the backend name of the candidate's own timings (Timing.backend), beside SDPA's
+SDPA_BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")  # PyTorch SDPA, timed alike
+DEFAULT_BASELINE = "sdpa_default"  # what a plain F.scaled_dot_product_attention call does
+KERNEL_BACKENDS = ("cuda", "triton")  # how a family's rendered source becomes a runnable kernel
+
+# ----------------------------------------------------------------------------- writing values
+
+
+def value_text(value: object) -> str:
+    """A parameter value as evo writes it everywhere: booleans lower case (``true``), as the
+    manifests and ``-p KEY=VALUE`` spell them; everything else as ``str``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def assignment_text(name: str, value: object) -> str:
+    """``NAME=value`` with :func:`value_text`."""
+    return f"{name}={value_text(value)}"
+
+
+# ----------------------------------------------------------------------------- provenance
+
+VENDOR_WORDS = ("nvidia", "geforce", "tesla")
+
+
+def gpu_slug(name: str) -> str:
+    """A GPU's name as a file-name part: ``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``
+    (recordings ``data/sweep-<slug>.json.gz``, benchmark records ``benchmarks/<slug>-...``)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in VENDOR_WORDS]
+    return "-".join(words) or "gpu"
+
+
+def short_sha(sha: str | None) -> str:
+    """A commit as file names and tables show it: 7 hex digits, ``unknown`` when not known."""
+    return sha[:7] if sha else "unknown"
