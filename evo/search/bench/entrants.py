@@ -25,12 +25,12 @@ from evo.search.bench import kt_runner
 from evo.search.bench.problem import Problem
 from evo.search.samplers import make_sampler
 
-EVO = ("evo", "evo-gp", "random")
+EVO_SAMPLERS = ("evo", "evo-gp", "random")
 OPTUNA = ("tpe", "gp", "optuna-random")
 # trial caps, as multiples of the number of valid points (None: a fixed number of trials)
 TRIAL_CAP_FACTOR = {"tpe": 2, "optuna-random": 4}
 GP_TRIALS = 48
-DEFAULT = EVO + OPTUNA
+DEFAULT = EVO_SAMPLERS + OPTUNA
 KT_PREFIX = "kt:"
 
 
@@ -87,7 +87,7 @@ def resolve(names: Sequence[str], kt_strategies: Sequence[str] | None, note) -> 
     None for the default set, empty for none); unavailable ones are skipped with a note."""
     out: list[Entrant] = []
     for n in names:
-        if n in EVO:
+        if n in EVO_SAMPLERS:
             if n == "evo-gp":
                 try:
                     surrogate.require()
