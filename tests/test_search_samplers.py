@@ -43,3 +43,9 @@ def test_evo_gp_without_scikit_learn_is_one_line_before_any_database_is_made(
     err = capsys.readouterr().err
     assert err.startswith("evo: error: the evo-gp sampler needs scikit-learn") and err.count("\n") == 1
     assert not db.exists()
+
+
+def test_optunas_gp_without_scipy_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    with pytest.raises(EvoError, match=r"needs scipy: pip install 'evo-kernels\[gp\]'"):
+        make_sampler("gp", [load_family("flash_scalar")])
