@@ -6,6 +6,7 @@ the code: run ``python scripts/gen_cli_md.py`` after changing a command's option
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -24,11 +25,17 @@ are re-queued). This page is generated from the commands' own help by `scripts/g
 """
 
 
+def click_version() -> str:
+    """The installed click's version (click 8.2 dropped ``click.__version__``)."""
+    return importlib.metadata.version("click")
+
+
 def render() -> str:
     """The page: ``evo -h``, then each command's help in the order ``evo -h`` lists them, as a
     terminal ``WIDTH`` columns wide shows them (the group's context settings: ``-h``/``--help``)."""
     root = click.Context(cli, info_name="evo", terminal_width=WIDTH, **cli.context_settings)
-    parts = [HEADER, "```text\n" + cli.get_help(root) + "\n```\n"]
+    made_with = f"Written with click {click_version()} (other click versions word some help lines differently).\n"
+    parts = [HEADER + made_with, "```text\n" + cli.get_help(root) + "\n```\n"]
     for name in cli.list_commands(root):
         command = cli.get_command(root, name)
         assert command is not None
