@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
-# Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds report save pack:NAME
+# Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds report
+#         profile fidelity save pack:NAME
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -87,6 +88,12 @@ for stage in "$@"; do
       log "report (HTML; make the screenshot where Chromium is: evo report ... --screenshot)"
       bench=(); [ -d "$OUT/benchmarks" ] && bench=(--bench "$OUT/benchmarks")
       $EVO report --study "${EVO_STUDY:-evo-gpu}" --out "$OUT/report-gpu.html" "${bench[@]}" 2>&1 | tail -3 ;;
+    profile)
+      log "where one search-time evaluation spends its time (${arg:-flash_wgmma})"
+      python3 scripts/profile_eval.py ${arg:-flash_wgmma} 2>&1 | tee "$OUT/profile.log" | grep -E "^===|GREEN|FAST" ;;
+    fidelity)
+      log "FAST vs the profiler, by clock state (${arg:-F1,F6,F8})"
+      python3 scripts/fidelity_probe.py "${arg:-F1,F6,F8}" 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
     save)
       log save
       python3 - <<'PY'
