@@ -86,7 +86,7 @@ def fidelity_rows(record: Mapping[str, Any]) -> list[tuple[str, str, dict[str, A
 
 
 def fidelity_summary(record: Mapping[str, Any], limit: float = FIDELITY_LIMIT) -> str:
-    """One line: how many timings FAST and the profiler agree on, and the worst."""
+    """One line: on how many timings FAST lies in the profiler's bracket (within the limit), and the worst."""
     rows = fidelity_rows(record)
     measured = [(tag, b, f["ratio"]) for tag, b, f in rows if f and f.get("ratio")]
     if not measured:
@@ -94,7 +94,7 @@ def fidelity_summary(record: Mapping[str, Any], limit: float = FIDELITY_LIMIT) -
     tag, b, worst = max(measured, key=lambda m: abs(m[2] - 1.0))
     agree = sum(abs(r - 1.0) <= limit for _, _, r in measured)
     missing = len(rows) - len(measured)
-    return (f"fidelity: FAST and the profiler agree within {limit:.0%} on {agree} of {len(measured)} timings"
+    return (f"fidelity: FAST within {limit:.0%} of the profiler's [busy, span] on {agree} of {len(measured)} timings"
             f"{f' ({missing} not profiled)' if missing else ''}; worst x{worst:.3f} ({tag} {b})")
 
 
@@ -209,10 +209,13 @@ def _fidelity_table(record: Mapping[str, Any]) -> str:
     if not any(f for _, _, f in rows):
         return ""
     lines = [f"\nFidelity: FAST (CUDA events around graph replays) against CUPTI kernel timestamps of "
-             f"replays of the same graphs (torch.profiler); they should agree within {FIDELITY_LIMIT:.0%}. "
-             "Busy: the kernels' own durations per launch (the gaps between launches excluded); events: "
-             "CUDA events around the profiled replays (the profiler's own cost shows there).\n",
-             "| case | backend | FAST us (p80-p20) | profiler us (p80-p20) | FAST / profiler | busy us | events us |",
+             "replays of the same graphs (torch.profiler), taken right after FAST's last samples of each "
+             "backend. Busy: the kernels' own durations per launch; span: first kernel start to last "
+             "kernel end per launch, with the gaps between kernels, which the profiler lengthens. A "
+             f"launch's true time lies between the two: FAST must too, within {FIDELITY_LIMIT:.0%} "
+             "(ratio: FAST over the nearest end of [busy, span], 1 inside it). Events: CUDA events "
+             "around the profiled replays (the profiler's own cost shows there).\n",
+             "| case | backend | FAST us (p80-p20) | span us (p80-p20) | FAST / [busy, span] | busy us | events us |",
              "|---|---|---|---|---|---|---|"]
     for tag, b, f in rows:
         if f is None:

@@ -273,7 +273,7 @@ def test_profiled_timings_carry_fidelity_and_disagreement_is_flagged(fake_gpu: t
     out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=2, fidelity=True).timings
     assert [t.fidelity for t in out] == [profiled["evo"], profiled["sdpa_flash"]]
     assert out[0].flagged == ""
-    assert out[1].flagged.startswith("FAST 9.00 us vs profiler 7.50 us (x1.200")
+    assert out[1].flagged == "FAST 9.00 us outside the profiler's 7.00 (kernels) to 7.50 us (span) by more than 5% (x1.200)"
 
 
 # ----------------------------------------------------------------------------- policies
@@ -306,6 +306,15 @@ def test_disagreement(profiled: float | None, flag: str) -> None:
     fid = None if profiled is None else Fidelity(profiled, profiled, profiled, profiled, 5)
     why = disagrees(Timing(F1, "evo", 10.0, 10.0, 10.0, fidelity=fid))
     assert (flag in why) if flag else why == ""
+
+
+@pytest.mark.parametrize(("fast", "flag"), [(10.0, ""), (8.1, ""), (12.3, ""), (7.9, "x0.940"), (12.5, "x1.059")])
+def test_a_two_kernel_launch_is_checked_against_the_bracket_of_busy_and_span(fast: float, flag: str) -> None:
+    """cuDNN's F1 on an H100: kernels busy 8.4 us, span 11.8 us under the profiler (each gap
+    lengthened), FAST 10.1 us. FAST must lie in [busy, span], 5% either side."""
+    fid = Fidelity(11.8, 11.7, 11.9, 8.4, 10, 11.8)
+    why = disagrees(Timing(F1, "sdpa_cudnn", fast, fast, fast, fidelity=fid))
+    assert (flag in why and "8.40 (kernels) to 11.80 us (span)" in why) if flag else why == ""
 
 
 # ----------------------------------------------------------------------------- graph timing on a virtual GPU
@@ -434,6 +443,33 @@ def test_sampling_warms_up_with_untimed_replays_first(gpu: VirtualGpu) -> None:
     assert gpu.replays - before == round(WARM_MS) + 50
     assert timer.affordable(100, budget_ms=10.5 * timer.replay_ms) == 10 and timer.affordable(100, budget_ms=0) == 3
     assert time_graph(lambda: gpu.work(0.002), reps=3) == pytest.approx([2.0] * 3)
+
+
+def _case_run(ops: dict[str, object]) -> object:
+    """A CaseRun over already-captured timers (the inputs of a real one need a GPU)."""
+    from evo.timing import CaseRun
+
+    run = CaseRun.__new__(CaseRun)
+    run.timers, run.fidelity = dict(ops), {}  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.mark.parametrize(("launch_ms", "ops", "expected"), [
+    (0.5, 2, 3 * (300 + 4 + 4) + (4 + 4)),  # long, interleaved: an op settles unless it ran just before
+                                            # (round 2 starts with the op that ended round 1)
+    (0.5, 1, (300 + 4 + 4) + (4 + 4)),  # long, alone: it settles once
+    (0.004, 2, 2 * 2 * (4 + 4)),        # short: the usual warm-up only
+])
+def test_a_long_case_times_each_op_in_its_own_steady_state(gpu: VirtualGpu, launch_ms: float, ops: int,
+                                                           expected: int) -> None:
+    from evo.timing import STEADY_WARM_MS, GraphTimer
+
+    assert STEADY_WARM_MS == 300.0
+    run = _case_run({f"op{i}": GraphTimer(lambda: gpu.work(launch_ms)) for i in range(ops)})
+    before = gpu.replays
+    got = run.sample(rounds=2, reps=4, budget_ms=1000.0)  # type: ignore[attr-defined]
+    assert gpu.replays - before == expected    # 1 ms replays: warm-ups counted in replays
+    assert all(len(s) == 8 for s in got.values())
 
 
 def test_a_rotation_cycles_the_input_sets_and_remembers_each_output() -> None:
