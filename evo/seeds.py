@@ -11,7 +11,7 @@ backends over the sweep grid in the same worker, and writes one JSON record unde
 
 The sweep is trimmed to fit a short GPU call (see SWEEP): every corner of the stated grid
 (batch 1 and 8, heads 12 and 24, D 64/128/256) at L = 512, 2048, 8192 and 16384, one round of
-3 CUDA-graph samples per backend (FAST uses 5 rounds of up to 10).
+3 CUDA-graph samples per backend (FAST uses 3 rounds of up to 10).
 """
 
 from __future__ import annotations

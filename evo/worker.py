@@ -18,7 +18,11 @@ request, so whatever the target does before that (importing torch, creating the 
 is start-up and never counts against a request's budget. While it works the child may report
 :func:`progress`; a request that runs out of budget is then told apart as *stuck* (nothing
 reported for at least half the budget: a launch that did not return) or *slow* (still
-reporting when the budget ran out). Tests swap in CPU stand-ins as targets.
+reporting when the budget ran out). A request that reports nothing for ``stall_s`` (default
+``STALL_S``) is stuck whatever budget is left: a deadlocked kernel never returns, and waiting
+out a search's five-minute budget for it stalled whole GPU searches (2026-11-23: one
+flash_wgmma candidate held an H100 search for its last four minutes). Tests swap in CPU
+stand-ins as targets.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ DEFAULT_TARGET = "evo.evaluate:serve"
 START_TIMEOUT_S = 300.0      # importing torch and creating a context on a busy host
 STOP_TIMEOUT_S = 5.0
 STUCK_FRACTION = 0.5         # of the budget without progress: a step that did not return
+STALL_S = 30.0               # this long without progress: stuck, whatever budget is left (the longest
+                             # step, a FAST case settling four SDPA baselines, takes about 10 s on an H100)
 _READY = "ready"
 _FAILED = "failed"
 
@@ -226,10 +232,11 @@ class Worker:
             conn.close()
         proc.close()
 
-    def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
+    def evaluate(self, request: EvalRequest, timeout_s: float, stall_s: float = STALL_S) -> Evaluation:
         """Run ``request`` in the child within ``timeout_s`` (counted from when the started child
-        receives it): RESOURCE_REJECTED, with no child involved, for a launch that cannot be set
-        up; CRASHED / TIMEOUT (and a fresh child) on failure."""
+        receives it) and with progress at least every ``stall_s``: RESOURCE_REJECTED, with no
+        child involved, for a launch that cannot be set up; CRASHED / TIMEOUT (and a fresh
+        child) on failure."""
         problems = launch_problems(request.build_id, request.entries)
         if problems:
             return Evaluation(request.build_id, Status.RESOURCE_REJECTED, "; ".join(problems))
@@ -242,9 +249,9 @@ class Worker:
             self._conn.send(request)
         except (OSError, BrokenPipeError):
             return self._lost(request, "worker died before the request")
-        start = time.monotonic()
+        start = heard = time.monotonic()
         reports, last = 0, None
-        while (left := start + timeout_s - time.monotonic()) > 0:
+        while (left := min(start + timeout_s, heard + stall_s) - time.monotonic()) > 0:
             ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], left)
             if not ready:
                 break
@@ -255,13 +262,20 @@ class Worker:
             except (EOFError, OSError):
                 return self._lost(request, "worker died")
             if isinstance(message, Progress):
-                reports, last = reports + 1, (time.monotonic() - start, message.note)
+                heard = time.monotonic()
+                reports, last = reports + 1, (heard - start, message.note)
                 continue
             if message.status is Status.CRASHED:  # the child exits after a CUDA fault
                 self._restart()
             return message
-        elapsed = time.monotonic() - start
+        now = time.monotonic()
+        elapsed = now - start
         self._restart()
+        if elapsed < timeout_s:  # the stall limit, not the budget, ran out
+            since = f", since {last[1]!r}" if last else ""
+            return Evaluation(request.build_id, Status.TIMEOUT,
+                              f"no progress for {now - heard:.0f} s on GPU {self.device} ({elapsed:.0f} s "
+                              f"into a {timeout_s:g} s budget); worker killed; stuck{since}: a step that did not return")
         return Evaluation(request.build_id, Status.TIMEOUT,
                           f"no answer within {timeout_s:g} s on GPU {self.device}; worker killed; "
                           + timeout_kind(timeout_s, elapsed, reports, last))

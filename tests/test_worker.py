@@ -89,6 +89,22 @@ def test_a_timeout_says_whether_the_work_was_stuck_or_slow(worker: Worker, act: 
     assert ("since 'step 1': a step that did not return" in ev.reason) is (act == "stall")
 
 
+@pytest.mark.parametrize("act", ["hang", "stall"])
+def test_no_progress_for_the_stall_limit_is_stuck_long_before_the_budget(worker: Worker, act: str) -> None:
+    t0 = time.monotonic()
+    ev = worker.evaluate(req("deadlock", act=act), timeout_s=300.0, stall_s=1.0)
+    assert time.monotonic() - t0 < 4.0
+    assert ev.status is Status.TIMEOUT and ev.reason.startswith("no progress for 1 s on GPU 0 (1 s into a 300 s budget)")
+    assert ev.reason.endswith("stuck, since 'step 1': a step that did not return" if act == "stall"
+                              else "stuck: a step that did not return")
+    assert worker.evaluate(req(), 30).status is Status.FAST
+
+
+def test_progress_keeps_a_long_request_alive_past_the_stall_limit(worker: Worker) -> None:
+    ev = worker.evaluate(req("slow", act="trickle"), timeout_s=2.0, stall_s=0.5)  # a report every 50 ms
+    assert ev.status is Status.TIMEOUT and "no answer within 2 s" in ev.reason and "slow: still progressing" in ev.reason
+
+
 def test_start_up_is_not_charged_to_the_first_request() -> None:
     with Worker(0, "standins:serve_slow_start", env={"STANDIN_START_S": "3"}) as w:
         ev = w.evaluate(req("first"), timeout_s=1.0)  # 3 s of start-up, then an instant answer
