@@ -148,6 +148,6 @@ def test_a_kernel_whose_time_jumps_is_measured_again_and_flagged(built: Built) -
 
     got = time_case(op, F1, (), rounds=2, reps=10, check=green_settings(), remeasure=1)
     (t,) = [t for t in got.timings if t.backend == EVO]
-    print(f"jitter: {t.flagged}")
+    print(f"jitter: {t.flagged}; samples {[round(x, 1) for x in t.samples_us]}")
     assert got.output_failure == ""                                       # right, only slow at times
     assert t.flagged.startswith("spread ") and "after 2 measurements" in t.flagged
