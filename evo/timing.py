@@ -29,7 +29,8 @@ What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
 - Fidelity (``evo bench``): in the last round, right after each op's samples (the same clock
   state), the same graph is replayed under torch.profiler and the CUPTI kernel timestamps give
   an independent per-launch time: the kernels' own durations (busy) and first start to last
-  end (span). FAST must lie in [busy, span] within ``FIDELITY_LIMIT`` or the timing is flagged.
+  end (span). FAST must lie in [busy, span] within ``FIDELITY_LIMIT``: a case where it does
+  not is measured again, like a wide one, and a timing still outside is flagged.
   Why a bracket and not span alone: the profiler lengthens every gap between kernels (by about
   0.8 us per kernel on an H100), which is a fifth of a 10 us two-kernel cuDNN launch; the
   kernels' own durations it does not change. A launch's true time is its kernels plus the
@@ -587,19 +588,35 @@ class CaseTiming:
 
 
 @dataclass
-class _Attempt:
+class Attempt:
+    """One measurement of a case: samples per op and, with fidelity, the profiler's per op."""
+
     samples: dict[str, list[float]]
     fidelity: dict[str, Fidelity | None]
 
 
+def unconfirmed(shape: Shape, samples: Mapping[str, Sequence[float]],
+                fidelity: Mapping[str, Fidelity | None]) -> list[str]:
+    """The ops whose FAST median the profiler does not confirm (:func:`disagrees`)."""
+    return [name for name, s in samples.items()
+            if disagrees(replace(make_timing(shape, name, s), fidelity=fidelity.get(name)))]
+
+
+def pick_attempt(shape: Shape, attempts: Sequence[Attempt]) -> int:
+    """The attempt to record: fewest ops the profiler does not confirm, then the narrowest."""
+    misses = [len(unconfirmed(shape, a.samples, a.fidelity)) for a in attempts]
+    fewest = [i for i, m in enumerate(misses) if m == min(misses)]
+    return fewest[narrowest([attempts[i].samples for i in fewest])]
+
+
 def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], seed: int, rounds: int,
               reps: int, warmup: int, budget_ms: float, check: GreenSettings | None, fidelity: bool,
-              remeasure: int, result: CaseTiming) -> tuple[_Attempt, int]:
-    """Measure the case until no op's spread is wide (``remeasure`` more times at most),
-    checking the candidate's timed outputs every time (counted into ``result``; a wrong one
-    ends it) and, with ``fidelity``, profiling every op. Returns the narrowest attempt and how
-    many were made."""
-    attempts: list[_Attempt] = []
+              remeasure: int, result: CaseTiming) -> tuple[Attempt, int]:
+    """Measure the case until no op's spread is wide and, with ``fidelity``, the profiler
+    confirms every op (``remeasure`` more times at most), checking the candidate's timed
+    outputs every time (counted into ``result``; a wrong one ends it). Returns the attempt
+    :func:`pick_attempt` picks and how many were made."""
+    attempts: list[Attempt] = []
     for _ in range(remeasure + 1):
         run = CaseRun(ops, shape, optional=optional, seed=seed, warmup=warmup)
         try:
@@ -609,13 +626,13 @@ def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], s
                 result.outputs_checked += checked
         finally:
             run.close()
-        attempts.append(_Attempt(samples, dict(run.fidelity)))
-        if result.output_failure or not too_wide(samples):
+        attempts.append(Attempt(samples, dict(run.fidelity)))
+        if result.output_failure or not (too_wide(samples) or unconfirmed(shape, samples, run.fidelity)):
             break
-    return attempts[narrowest([a.samples for a in attempts])], len(attempts)
+    return attempts[pick_attempt(shape, attempts)], len(attempts)
 
 
-def _timings(shape: Shape, attempt: _Attempt, tries: int) -> list[Timing]:
+def _timings(shape: Shape, attempt: Attempt, tries: int) -> list[Timing]:
     """Timings of one attempt: flagged where the spread stayed wide or the profiler disagrees."""
     wide = too_wide(attempt.samples)
     out = []
