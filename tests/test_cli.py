@@ -53,7 +53,7 @@ def test_an_installed_evo_is_tested_through_its_console_script() -> None:
         importlib.metadata.distribution("evo-kernels")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("evo runs from a source tree on PYTHONPATH: tested through python -m evo")
-    assert SCRIPT.is_file() and EVO == [str(SCRIPT)]
+    assert SCRIPT.is_file() and [str(SCRIPT)] == EVO
 
 
 NO_PSYCOPG = importlib.util.find_spec("psycopg") is None

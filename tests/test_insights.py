@@ -30,7 +30,7 @@ def add(store: Store, params: dict, status: Status = Status.FAST, reason: str = 
     built = status if status in (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED) else Status.BUILT
     store.record_build(r, BuildResult(bid, r.source_hash, "sm_90a", ("-O3",), built, reason))
     if built is Status.BUILT:
-        timings = [t for shape, u in zip((D64, D128), us) for t in
+        timings = [t for shape, u in zip((D64, D128), us, strict=True) for t in
                    (Timing(shape, "evo", u, u, u), Timing(shape, "sdpa_default", 10.0, 10.0, 10.0))]
         store.record_evaluation(Evaluation(bid, status, reason, device={"name": "NVIDIA H200"},
                                            timings=timings if status is Status.FAST else []))

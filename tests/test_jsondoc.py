@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 
 
 def test_clean_makes_any_record_json_safe() -> None:
-    when = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    when = datetime(2026, 1, 2, tzinfo=UTC)
     assert clean({"a": (1, math.nan), "s": Status.FAST, 3: when, "inf": math.inf}) == \
         {"a": [1, None], "s": "fast", "3": "2026-01-02T00:00:00+00:00", "inf": None}
     assert json.loads(dumps({"x": math.nan})) == {"x": None}

@@ -322,7 +322,7 @@ def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, d
     result = promote(NAME, tmp_path, db_url=db["url"], study="s")
     kernels = {cid: (cubin, entries, buckets) for cid, cubin, entries, buckets in fake_gpu_verify["kernels"]}
     assert set(kernels) == set(result.shipped) == {db["A"], db["B"]}
-    for cid, (cubin, entries, buckets) in kernels.items():
+    for cubin, entries, buckets in kernels.values():
         assert Path(cubin).is_file() and {(e.head_dim, e.dtype, e.causal) for e in entries} == {b[0] for b in buckets}
         assert all(lo <= top for _, lo, top in buckets)
     full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)

@@ -47,7 +47,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[
         results = build_batch(rendered, default_arch())
     for r in results:
         assert r.status is Status.BUILT and r.cubin_path, f"{r.reason}\n{r.log[-3000:]}"
-    yield {f: (str(r.cubin_path), x.entries) for f, r, x in zip(FAMILIES, results, rendered)}
+    yield {f: (str(r.cubin_path), x.entries) for f, r, x in zip(FAMILIES, results, rendered, strict=True)}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

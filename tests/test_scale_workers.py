@@ -98,7 +98,7 @@ def run_study(rec: Path, db: str, study: str, workers: int, logs: Path
     reader = Reader(db, study)
     try:
         run, left = kill_mid_trial(reader, procs[0])
-        for p, log in zip(procs[1:], paths[1:]):
+        for p, log in zip(procs[1:], paths[1:], strict=True):
             assert p.wait(timeout=240) == 0, log.read_text()[-3000:]
     finally:
         for p in procs:

@@ -56,7 +56,8 @@ def test_the_model_finds_a_top_point_sooner_than_random_search(problem: Problem)
 def test_genes_are_encoded_by_kind() -> None:
     mma, scalar = load_family("flash_mma"), load_family("flash_scalar")
     enc = Encoder([mma, scalar])
-    row = dict(zip(enc.columns, enc.row(make_candidate(mma, {"BLOCK_M": 64, "NUM_WARPS": 4, "SWIZZLE": "none"}))))
+    point = make_candidate(mma, {"BLOCK_M": 64, "NUM_WARPS": 4, "SWIZZLE": "none"})
+    row = dict(zip(enc.columns, enc.row(point), strict=True))
     assert row["family=flash_mma"] == 1 and row["family=flash_scalar"] == 0
     assert row["flash_mma.BLOCK_M"] == 0.5            # log2 64 halfway between 32 and 128
     assert row["flash_mma.SWIZZLE"] == 0.0 and row["flash_scalar.VEC"] == 0.0

@@ -110,7 +110,7 @@ def test_random_configs_compile(family: str, arch: str, tmp_path: Path, monkeypa
     cands = _sample(fam)[1:]
     assert len(cands) == min(RANDOM_CONFIGS, sum(1 for _ in _all(fam)) - 1)
     problems = []
-    for cand, result in zip(cands, _build(cands, fam, arch, tmp_path, monkeypatch)):
+    for cand, result in zip(cands, _build(cands, fam, arch, tmp_path, monkeypatch), strict=True):
         if result.status is Status.COMPILE_FAILED:
             problems.append(f"{cand.label()} {arch}: {result.log[-2000:]}")
         elif missing := _entries_missing(cand, fam, result):

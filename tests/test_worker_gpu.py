@@ -36,7 +36,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple
         rendered = [render(make_candidate(fam, {"FAULT": f}), fam) for f in FAULTS]
         built = build_batch(rendered, arch=default_arch())
         assert [b.status for b in built] == [Status.BUILT] * len(FAULTS), [b.reason for b in built]
-        yield {f: (r, b) for f, r, b in zip(FAULTS, rendered, built)}  # the cache stays set
+        yield {f: (r, b) for f, r, b in zip(FAULTS, rendered, built, strict=True)}  # the cache stays set
 
 
 def green(faulty: dict[str, tuple[Rendered, BuildResult]], fault: str, *, build_id: str | None = None,

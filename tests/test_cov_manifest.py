@@ -1,0 +1,62 @@
+"""Manifests that cannot be used are one-line errors naming the file and what is wrong, and so
+are constraint expressions that name an unknown parameter or fail when evaluated; an unknown
+backend name too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evo.backends import backend
+from evo.errors import EvoError
+from evo.expr import evaluate
+from evo.manifest import load_family_dir
+
+FAMILY = '[family]\nname = "x"\nversion = 1\ntemplate = "k.cu.j2"\n'
+LAUNCH = '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n'
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (FAMILY + LAUNCH + "[params.A]\nvalues = []\n", "parameter A has no values"),
+    (FAMILY + LAUNCH + "[params.A]\nvalues = [1, 2]\ndefault = 3\n", r"default of A \(3\) is not in its values"),
+    ('[family]\nname = "x"\n' + LAUNCH, r"\[family\] lacks version, template"),
+    (FAMILY + '[launch]\nthreads = "128"\nsmem_bytes = "0"\n', r"\[launch\] lacks rows_per_cta"),
+    (FAMILY + "[launch\n", "cannot read manifest .*manifest.toml: "),
+])
+def test_a_manifest_that_cannot_be_used_names_the_file_and_the_problem(tmp_path: Path, text: str,
+                                                                        message: str) -> None:
+    (tmp_path / "manifest.toml").write_text(text)
+    with pytest.raises(EvoError, match=message) as info:
+        load_family_dir(tmp_path)
+    assert str(tmp_path / "manifest.toml") in str(info.value) and "\n" not in str(info.value)
+
+
+def test_no_manifest_at_all_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(EvoError, match=f"cannot read manifest {tmp_path / 'manifest.toml'}"):
+        load_family_dir(tmp_path)
+
+
+def test_the_smallest_valid_manifest_takes_the_documented_defaults(tmp_path: Path) -> None:
+    (tmp_path / "manifest.toml").write_text(FAMILY + LAUNCH + "[params.A]\nvalues = [4, 8]\n")
+    fam = load_family_dir(tmp_path)
+    assert (fam.name, fam.backend, fam.defaults()) == ("x", "cuda", {"A": 4})  # the first value by default
+    assert fam.params["A"].kind == "tile"
+
+
+@pytest.mark.parametrize(("expression", "names", "message"), [
+    ("A * B <= 4", {"A": 1}, "manifest expression 'A \\* B <= 4' uses unknown name 'B'"),
+    ("A // B", {"A": 1, "B": 0}, "manifest expression 'A // B': integer division or modulo by zero"),
+    ("A + B", {"A": 1, "B": "x"}, "manifest expression 'A \\+ B': unsupported operand"),
+    ("2 ** A", {"A": 100000.5}, "manifest expression '2 \\*\\* A': .*out of range"),  # OverflowError
+])
+def test_an_expression_that_cannot_be_evaluated_is_a_manifest_error(expression: str, names: dict,
+                                                                    message: str) -> None:
+    with pytest.raises(EvoError, match=message):
+        evaluate(expression, names)
+
+
+def test_an_unknown_backend_lists_the_known_ones() -> None:
+    assert backend("triton").artifact == "kernel.py" and backend("cuda").comment == "//"
+    with pytest.raises(EvoError, match="unknown backend 'hip'; known: cuda, triton"):
+        backend("hip")
