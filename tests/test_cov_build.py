@@ -9,26 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_build import _env, tiny  # noqa: F401  (_env: the autouse fixture, the tiny family's templates and a private cache)
 
 from evo import build
 from evo.build import build_batch, load_cached
 from evo.errors import EvoError
-from evo.render import Rendered, render
+from evo.render import render
 from evo.results import Status
 from evo.space import make_candidate
 
-FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 LAST_TWO_ARGS = 'for a; do o=$n; n=$a; done'  # $o: the cubin nvcc is asked to write (-o FILE SOURCE)
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
-    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
-
-
-def tiny(**params: object) -> Rendered:
-    return render(make_candidate("tiny", params))  # type: ignore[arg-type]
 
 
 def tool(folder: Path, name: str, body: str) -> str:
