@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -39,7 +39,7 @@ def fake_eval() -> Evaluation:
 def test_case_records_fill_missing_backends_with_null() -> None:
     rows = case_records(fake_eval().timings, "cid")
     assert [r["case"] for r in rows] == ["F1", "F3"] and rows[1]["causal"] is True
-    assert CASE_KEYS <= set(rows[0]) and set(rows[0]["us"]) == set(COLUMNS) == set(rows[0]["spread_us"])
+    assert set(rows[0]) >= CASE_KEYS and set(rows[0]["us"]) == set(COLUMNS) == set(rows[0]["spread_us"])
     assert rows[0]["us"] == {"evo": 5.0, "sdpa_flash": 9.0, "sdpa_cudnn": None, "sdpa_efficient": None,
                              "sdpa_default": 8.0}
     assert rows[0]["spread_us"]["evo"] == pytest.approx(0.3)
@@ -51,7 +51,7 @@ def test_case_without_candidate_timing_is_left_out() -> None:
 
 
 def test_record_schema_and_file_name(tmp_path: Path) -> None:
-    created = datetime(2026, 11, 21, 23, 30, tzinfo=timezone.utc)
+    created = datetime(2026, 11, 21, 23, 30, tzinfo=UTC)
     record = make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created)
     assert {"gpu", "versions", "git_sha", "created", "gemm_tflops", "cases"} <= set(record)
     assert record["versions"] == {"torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1"}
@@ -62,7 +62,7 @@ def test_record_schema_and_file_name(tmp_path: Path) -> None:
 
 def test_nothing_benchmarked_is_an_error() -> None:
     with pytest.raises(EvoError):
-        make_record([], gemm_tflops=None, sha="x", created=datetime.now(timezone.utc))
+        make_record([], gemm_tflops=None, sha="x", created=datetime.now(UTC))
 
 
 def test_benchmarks_md_from_sample_json() -> None:
@@ -162,12 +162,12 @@ def test_case_records_carry_fidelity_and_notes() -> None:
 
 
 def test_record_names_the_cubin_and_the_checked_outputs() -> None:
-    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x", created=datetime.now(timezone.utc))
+    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x", created=datetime.now(UTC))
     assert record["candidates"] == [{"id": "cid", "cubin_sha256": "c" * 64, "fast_outputs_checked": 63}]
 
 
 def test_fidelity_summary_counts_agreement_and_names_the_worst() -> None:
-    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x", created=datetime.now(timezone.utc))
+    record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x", created=datetime.now(UTC))
     assert fidelity_summary(record) == ("fidelity: FAST within 5% of the profiler's [busy, span] on 1 of 2 timings "
                                         "(1 not profiled); worst x1.125 (F1 sdpa_flash)")
     assert "no profiler measurements" in fidelity_summary(json.loads(SAMPLE.read_text()))
@@ -175,7 +175,7 @@ def test_fidelity_summary_counts_agreement_and_names_the_worst() -> None:
 
 def test_benchmarks_md_has_the_fidelity_table() -> None:
     record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x",
-                         created=datetime(2026, 11, 21, tzinfo=timezone.utc))
+                         created=datetime(2026, 11, 21, tzinfo=UTC))
     md = render_benchmarks_md([("x.json", record)])
     assert "| case | backend | FAST us (p80-p20) | span us (p80-p20) | FAST / [busy, span] | busy us | events us |" in md
     assert "| F1 | evo | 5.00 (0.30) | 5.10 (0.10) | 1.000 | 4.60 | 5.12 |" in md
@@ -193,7 +193,7 @@ def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyP
         def __init__(self, device: int, target: str) -> None:
             pass
 
-        def __enter__(self) -> "Recorder":
+        def __enter__(self) -> Recorder:
             return self
 
         def __exit__(self, *exc: object) -> None:

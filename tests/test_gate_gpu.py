@@ -57,7 +57,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         results = build_batch(rendered, default_arch())
     device = torch.cuda.current_device()
     loaded = {}
-    for key, r, x in zip(CANDIDATES, results, rendered):
+    for key, r, x in zip(CANDIDATES, results, rendered, strict=True):
         assert r.status is Status.BUILT and r.cubin_path, f"{key}: {r.reason}\n{r.log[-3000:]}"
         loaded[key] = (CandidateKernels(r.cubin_path, x.entries, device), x.entries, r.cubin_path)
     yield loaded
