@@ -132,6 +132,15 @@ class Session:
         self.evaluations = 0
         self._baselines: dict[Shape, tuple[int, list[Timing]]] = {}
 
+    def inherit(self, timings: Sequence[Timing]) -> None:
+        """Baselines a previous worker measured on this GPU (:mod:`evo.worker`), for the shapes
+        this worker has none of yet; they age from now like its own."""
+        by_shape: dict[Shape, list[Timing]] = {}
+        for t in timings:
+            by_shape.setdefault(t.shape, []).append(t)
+        for shape, got in by_shape.items():
+            self._baselines.setdefault(shape, (self.evaluations, got))
+
     def baselines(self, shape: Shape, plan: Plan) -> list[Timing]:
         """SDPA Timings for ``shape``: cached, re-measured once ``plan.baseline_every`` old."""
         from evo.timing import time_case
@@ -281,6 +290,7 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     from evo.timing import gemm_tflops
 
     plan = Plan.of(request.options)
+    session.inherit(request.options.get("carried_baselines", ()))
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
     launch, op, entries = _candidate(request, ev)
     progress("loaded")

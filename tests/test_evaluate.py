@@ -252,3 +252,31 @@ def test_each_green_launch_is_reported_as_progress(monkeypatch: pytest.MonkeyPat
     launch(q, q, q, q, True, 0.125)
     launch(q, q, q, q, False, 0.125)
     assert notes == ["GREEN launch 1 (1x2x3x64 causal)", "GREEN launch 2 (1x2x3x64)"] and launched == [True, False]
+
+
+def test_a_session_uses_inherited_baselines_until_they_age(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replacement worker's session takes the baselines its predecessor measured (evo.worker)
+    for shapes it has none of, and re-measures them once ``baseline_every`` old, like its own."""
+    import evo.evaluate
+    import evo.timing
+    from evo.results import Shape, Timing
+    from evo.timing import CaseTiming
+
+    monkeypatch.setattr(evo.evaluate, "device_info", lambda: {"name": "stand-in"})
+    measured: list[Shape] = []
+
+    def time_case(candidate, shape, backends, **kw):  # type: ignore[no-untyped-def]
+        measured.append(shape)
+        return CaseTiming([Timing(shape, "sdpa_default", 12.0, 12.0, 12.0)])
+
+    monkeypatch.setattr(evo.timing, "time_case", time_case)
+    f1, f3 = Shape("F1", 1, 8, 512, 64, False), Shape("F3", 32, 8, 128, 64, False)
+    session = evo.evaluate.Session()
+    session.inherit([Timing(f1, "sdpa_default", 10.0, 10.0, 10.0), Timing(f1, "sdpa_flash", 11.0, 11.0, 11.0)])
+    plan = Plan.of({"quick": True, "baseline_every": 2})
+    assert [t.median_us for t in session.baselines(f1, plan)] == [10.0, 11.0] and measured == []
+    assert [t.median_us for t in session.baselines(f3, plan)] == [12.0] and measured == [f3]
+    session.inherit([Timing(f3, "sdpa_default", 1.0, 1.0, 1.0)])          # it has F3 already: kept
+    assert [t.median_us for t in session.baselines(f3, plan)] == [12.0]
+    session.evaluations = 2
+    assert [t.median_us for t in session.baselines(f1, plan)] == [12.0] and measured == [f3, f1]

@@ -105,6 +105,15 @@ def test_progress_keeps_a_long_request_alive_past_the_stall_limit(worker: Worker
     assert ev.status is Status.TIMEOUT and "no answer within 2 s" in ev.reason and "slow: still progressing" in ev.reason
 
 
+def test_a_replacement_child_inherits_the_baselines_its_predecessor_measured(worker: Worker) -> None:
+    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # a first child: nothing to carry
+    worker.evaluate(req(act="baselines"), 30)
+    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # the same child keeps its own
+    assert worker.evaluate(req(act="exit"), 30).status is Status.CRASHED
+    assert worker.evaluate(req(act="carried"), 30).reason == "1"            # sdpa_default of F1, not evo's
+    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # only with its first request
+
+
 def test_start_up_is_not_charged_to_the_first_request() -> None:
     with Worker(0, "standins:serve_slow_start", env={"STANDIN_START_S": "3"}) as w:
         ev = w.evaluate(req("first"), timeout_s=1.0)  # 3 s of start-up, then an instant answer
