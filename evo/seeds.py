@@ -174,10 +174,25 @@ def row_record(row: Row, build_id: str, ev: Evaluation) -> dict[str, Any]:
             "green_seconds": round(ev.green_seconds, 2), "cases": cases}
 
 
+def save(record: dict[str, Any], device: dict[str, str], out_dir: Path, *, complete: bool) -> Path:
+    """Write ``record`` (named by its GPU, day and sha) atomically, with ``complete`` saying
+    whether every row and the sweep asked for are in it; returns its path."""
+    record |= {"gpu": device.get("name", "unknown"),
+               "versions": {k: device.get(k, "unknown") for k in VERSION_KEYS}, "complete": complete}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    day = record["created"][:10].replace("-", "")
+    final = out_dir / f"seeds-{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}.json"
+    part = final.with_suffix(".json.part")
+    part.write_text(json.dumps(record, indent=2) + "\n")
+    part.replace(final)
+    return final
+
+
 def run(out_dir: Path, groups: Sequence[str] = GROUPS, sweep: bool = True, *, timeout_s: float = 600.0,
         log: Any = print) -> Path:
     """Measure the seed rows of ``groups`` (and the sweep), write the record, regenerate
-    BENCHMARKS.md; returns the record's path."""
+    BENCHMARKS.md; returns the record's path. The record is rewritten after every measured
+    candidate (``"complete": false`` until the end), so a run cut short keeps what it measured."""
     from evo.bench import regenerate
 
     require_gpu()
@@ -206,7 +221,8 @@ def run(out_dir: Path, groups: Sequence[str] = GROUPS, sweep: bool = True, *, ti
             device = device or ev.device
             done[key] = (b.build_id, ev)
             log(f"{r.candidate.label()[:70]:70} {ev.status.value:17} {time.monotonic() - t:6.1f} s  {ev.reason[:70]}")
-        record["rows"] = [row_record(row, *done[candidate_key(row)]) for row in rows]
+            record["rows"] = [row_record(row, *done[k]) for row in rows if (k := candidate_key(row)) in done]
+            save(record, device, out_dir, complete=False)
         if sweep:
             t = time.monotonic()
             shapes = tuple(sweep_shapes())
@@ -219,12 +235,7 @@ def run(out_dir: Path, groups: Sequence[str] = GROUPS, sweep: bool = True, *, ti
                                "backends": list(SWEEP_BACKENDS), "dtype": "fp16", "causal": False,
                                "points": json.loads(ev.device["sweep"])}
             log(f"sweep    {len(shapes)} shapes x {len(SWEEP_BACKENDS)} backends {time.monotonic() - t:6.1f} s")
-    record["gpu"] = device.get("name", "unknown")
-    record["versions"] = {k: device.get(k, "unknown") for k in VERSION_KEYS}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    day = record["created"][:10].replace("-", "")
-    final = out_dir / f"seeds-{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}.json"
-    final.write_text(json.dumps(record, indent=2) + "\n")
+    final = save(record, device, out_dir, complete=True)
     regenerate(out_dir)
     return final
 

@@ -45,7 +45,7 @@ def test_the_seed_rows_and_the_sweep_are_measured_and_recorded(gpu_host: dict[st
     record = json.loads(path.read_text())
     day = record["created"][:10].replace("-", "")
     assert path == out / f"seeds-h100-80gb-hbm3-{day}-{record['git_sha']}.json"
-    assert record["kind"] == "seeds" and record["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert record["kind"] == "seeds" and record["gpu"] == "NVIDIA H100 80GB HBM3" and record["complete"] is True
     assert record["versions"]["cudnn"] == "91900" and record["fast"] == {"rounds": 3, "reps": 5,
                                                                         "backends": list(seeds.SEED_BACKENDS)}
     rows = [r for r in seeds.ROWS if r.group in GROUPS]
@@ -71,6 +71,19 @@ def test_a_failed_sweep_is_an_error_and_writes_nothing(gpu_host: dict[str, objec
     with pytest.raises(seeds.EvoError, match="the SDPA sweep failed: crashed: CUDA error: out of memory"):
         seeds.run(tmp_path / "benchmarks", (), sweep=True, timeout_s=60, log=lambda s: None)
     assert not (tmp_path / "benchmarks").exists()
+
+
+def test_a_run_cut_short_keeps_the_rows_it_measured(gpu_host: dict[str, object], tmp_path: Path) -> None:
+    """The rows are written as they are measured: a sweep that fails afterwards (or a kill)
+    leaves them in a record marked incomplete."""
+    gpu_host["env"] = {"STANDIN_SWEEP": "fail"}
+    out = tmp_path / "benchmarks"
+    with pytest.raises(seeds.EvoError, match="the SDPA sweep failed"):
+        seeds.run(out, ("pipeline",), sweep=True, timeout_s=60, log=lambda s: None)
+    (path,) = out.glob("seeds-*.json")
+    record = json.loads(path.read_text())
+    assert record["complete"] is False and [r["group"] for r in record["rows"]] == ["pipeline"]
+    assert record["rows"][0]["status"] == "fast" and record["sweep"] is None and not list(out.glob("*.part"))
 
 
 def test_python_m_evo_seeds_writes_the_rows_it_is_asked_for(gpu_host: dict[str, object], tmp_path: Path,
