@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 QUICK = {"rounds": 2, "reps": 5, "remeasure": 1}      # searches: enough to rank, a fraction of the time
 NORMAL = {"rounds": 3, "reps": 10, "remeasure": 2}
-INTERLEAVED = {"rounds": 3, "reps": 10, "remeasure": 2}  # evo eval / evo bench: the numbers people quote (each op settles every round)
+INTERLEAVED = {"rounds": 3, "reps": 10, "remeasure": 2}  # evo eval / evo bench: the numbers people quote
 BASELINE_EVERY = 50
 
 

@@ -175,15 +175,15 @@ def row_record(row: Row, build_id: str, ev: Evaluation) -> dict[str, Any]:
 
 
 def save(record: dict[str, Any], device: dict[str, str], out_dir: Path, *, complete: bool) -> Path:
-    """Write ``record`` (named by its GPU, day and sha) atomically, with ``complete`` saying
-    whether every row and the sweep asked for are in it; returns its path."""
-    record |= {"gpu": device.get("name", "unknown"),
-               "versions": {k: device.get(k, "unknown") for k in VERSION_KEYS}, "complete": complete}
+    """Write ``record`` with the device's facts (named by its GPU, day and sha) atomically, with
+    ``complete`` saying whether every row and the sweep asked for are in it; returns its path."""
+    doc = record | {"gpu": device.get("name", "unknown"),
+                    "versions": {k: device.get(k, "unknown") for k in VERSION_KEYS}, "complete": complete}
     out_dir.mkdir(parents=True, exist_ok=True)
-    day = record["created"][:10].replace("-", "")
-    final = out_dir / f"seeds-{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}.json"
+    day = doc["created"][:10].replace("-", "")
+    final = out_dir / f"seeds-{gpu_slug(doc['gpu'])}-{day}-{doc['git_sha']}.json"
     part = final.with_suffix(".json.part")
-    part.write_text(json.dumps(record, indent=2) + "\n")
+    part.write_text(json.dumps(doc, indent=2) + "\n")
     part.replace(final)
     return final
 

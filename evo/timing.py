@@ -656,8 +656,9 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     The candidate's Timing comes first (backend "evo"), then one per backend that can run
     the shape (a backend that cannot is left out). ``check`` (GREEN's settings) turns on the
     checks of the candidate's timed outputs; ``fidelity`` profiles every op right after its
-    samples in the last round; a wide spread is measured again up to ``remeasure`` times. ``known`` are baseline
-    Timings measured earlier on this worker, used with the fresh ones for the plausibility check;
+    samples in the last round; a case with a wide spread, or one the profiler does not confirm,
+    is measured again up to ``remeasure`` times. ``known`` are baseline Timings measured earlier
+    on this worker, used with the fresh ones for the plausibility check;
     ``recheck`` runs the correctness checks for a shape and returns "" or why it failed.
     """
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}

@@ -51,7 +51,7 @@ from evo import smi
 from evo.build import launch_problems
 from evo.errors import EvoError
 from evo.render import Entry
-from evo.results import Evaluation, Shape, Status
+from evo.results import Evaluation, Shape, Status, Timing
 from evo.vocab import EVO
 
 DEFAULT_TARGET = "evo.evaluate:serve"
@@ -182,7 +182,7 @@ class Worker:
         self.target = target
         self.env = {"CUDA_VISIBLE_DEVICES": _child_env(device), **(env or {})}
         self.restarts = 0
-        self._baselines: dict[tuple[Shape, str], Any] = {}   # (shape, backend) -> the latest Timing
+        self._baselines: dict[tuple[Shape, str], Timing] = {}   # (shape, backend) -> the latest one
         self._served = 0                                     # requests the current child has answered
         self._ctx = multiprocessing.get_context("spawn")
         self._proc: multiprocessing.process.BaseProcess | None = None

@@ -287,7 +287,9 @@ class ProfiledGpu:
             self.recording.append(self._event("cudaGraphLaunch", "CPU", start, start + 3))
 
 
-def test_profiled_replays_give_per_launch_times_from_kernel_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
+def profiled_timer(monkeypatch: pytest.MonkeyPatch, launches: int) -> tuple[ProfiledGpu, timing.GraphTimer]:
+    """A captured graph of ``launches`` 4 us launches 1 us apart, on a ProfiledGpu that stands
+    in for CUDA events, streams and torch.profiler."""
     import torch.profiler
 
     gpu = ProfiledGpu(launch_us=4.0, gap_us=1.0)
@@ -295,9 +297,14 @@ def test_profiled_replays_give_per_launch_times_from_kernel_timestamps(monkeypat
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.profiler, "profile", gpu.profile)
-    timer = timing.GraphTimer.__new__(timing.GraphTimer)   # a captured graph of 8 launches
-    timer.stream, timer.launches, timer.replay_ms = None, 8, 8 * 5.0 / 1e3
+    timer = timing.GraphTimer.__new__(timing.GraphTimer)
+    timer.stream, timer.launches, timer.replay_ms = None, launches, launches * 5.0 / 1e3
     timer.graph = SimpleNamespace(replay=lambda: gpu.replay(timer.launches))
+    return gpu, timer
+
+
+def test_profiled_replays_give_per_launch_times_from_kernel_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu, timer = profiled_timer(monkeypatch, launches=8)
     got = timing.profile(timer, replays=4)
     # per launch: first start to last end (4 us + the gaps between), kernels alone 4 us, events 5 us
     assert got == Fidelity(median_us=pytest.approx(39.0 / 8), p20_us=pytest.approx(39.0 / 8),
@@ -307,15 +314,7 @@ def test_profiled_replays_give_per_launch_times_from_kernel_timestamps(monkeypat
 
 
 def test_a_profiler_that_saw_no_whole_replays_gives_no_fidelity(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch.profiler
-
-    gpu = ProfiledGpu(launch_us=4.0, gap_us=1.0)
-    monkeypatch.setattr(torch.cuda, "Event", gpu.Event)
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(torch.profiler, "profile", gpu.profile)
-    timer = timing.GraphTimer.__new__(timing.GraphTimer)
-    timer.stream, timer.launches, timer.replay_ms = None, 3, 0.015
+    gpu, timer = profiled_timer(monkeypatch, launches=3)
     lost = []
 
     def replay() -> None:  # CUPTI lost one kernel of the first profiled replay
