@@ -74,7 +74,7 @@ for stage in "$@"; do
     promote)
       log "promote, install offline, package tests, bench --package"
       rm -rf /tmp/pkg /tmp/pkgsite
-      $EVO promote --name evoattn --out /tmp/pkg 2>&1 | tee "$OUT/promote.log" | tail -20
+      $EVO promote --name evoattn --out /tmp/pkg 2>&1 | tee "$OUT/promote.log" | tail -20 || { echo "promote failed"; continue; }
       python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/evoattn 2>&1 | tail -3
       (cd /tmp && PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs evoattn.tests 2>&1 | tail -15) | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 scripts/eager_overhead.py evoattn --json "$OUT/eager.json" 2>&1 | tee -a "$OUT/promote.log"
