@@ -141,13 +141,19 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
 
 
 def record_path(record: Mapping[str, Any], out_dir: Path) -> Path:
+    """``<gpu>-<day>-<sha>[-<package>][-<dtypes>].json``: the dtypes are named unless the record
+    is fp16 only, so a bf16 run of the same code on the same day does not replace the fp16 one."""
     day = datetime.fromisoformat(record["created"]).strftime("%Y%m%d")
     suffix = f"-{record['package']}" if record.get("package") else ""  # a package next to candidates
+    dtypes = sorted({c["dtype"] for c in record.get("cases", [])})
+    if dtypes and dtypes != ["fp16"]:
+        suffix += "-" + "-".join(dtypes)
     return out_dir / f"{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}{suffix}.json"
 
 
 def write_record(record: Mapping[str, Any], out_dir: Path) -> Path:
-    """Write ``record`` under ``out_dir`` (same GPU, day and sha: the newer run replaces it)."""
+    """Write ``record`` under ``out_dir`` (same GPU, day, sha, package and dtypes: the newer run
+    replaces it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = record_path(record, out_dir)
     path.write_text(json.dumps(record, indent=2) + "\n")

@@ -1,8 +1,9 @@
 """Compare a promoted package's measured speed with the database figures it was promoted on.
 
-Usage: python scripts/check_package_speed.py PROVENANCE.json BENCH.json [--tolerance 0.05]
+Usage: python scripts/check_package_speed.py PROVENANCE.json BENCH.json [BENCH.json ...] [--tolerance 0.05]
 For every FAST case the package serves with an evo kernel, PROVENANCE.json holds the
-database's median (``evo_us``) and the `evo bench --package` JSON the fresh median (``us.evo``).
+database's median (``evo_us``) and the `evo bench --package` JSON files (one per dtype) the fresh
+median (``us.evo``).
 Prints one line per case with the ratio, and exits 1 if any differs by more than the tolerance.
 """
 
@@ -16,11 +17,12 @@ import sys
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("provenance")
-    ap.add_argument("bench")
+    ap.add_argument("bench", nargs="+")
     ap.add_argument("--tolerance", type=float, default=0.05)
     args = ap.parse_args()
     prov = json.load(open(args.provenance))
-    bench = {(c["case"], c["causal"], c["dtype"]): c for c in json.load(open(args.bench))["cases"]}
+    bench = {(c["case"], c["causal"], c["dtype"]): c
+             for path in args.bench for c in json.load(open(path))["cases"]}
     worst, bad = 0.0, 0
     for case in prov["cases"]:
         if not case.get("served_by"):

@@ -33,7 +33,7 @@ for stage in "$@"; do
     tests)
       log "pytest -m gpu"
       # the gate's negative controls and the worker first; EVO_TESTS_TIMEOUT caps the stage
-      timeout "${EVO_TESTS_TIMEOUT:-1800}" python3 -m pytest -v -rA -m gpu -p no:cacheprovider --continue-on-collection-errors tests/test_gate_gpu.py \
+      timeout "${EVO_TESTS_TIMEOUT:-1800}" python3 -m pytest -v -rA --durations=40 -m gpu -p no:cacheprovider --continue-on-collection-errors tests/test_gate_gpu.py \
         tests/test_promote_gpu.py tests/test_worker_gpu.py tests/test_runtime_gpu.py tests/test_evaluate.py tests \
         2>&1 | tee "$OUT/pytest-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed| red: |refusing" | tail -150 ;;
     throughput)
@@ -80,7 +80,7 @@ for stage in "$@"; do
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 scripts/eager_overhead.py evoattn --json "$OUT/eager.json" 2>&1 | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -30
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH $EVO bench --package evoattn --dtype bf16 --cases F6,F7 --out "$OUT/benchmarks" 2>&1 | tee -a "$OUT/promote.log" | tail -12
-      python3 scripts/check_package_speed.py /tmp/pkg/evoattn/evoattn/PROVENANCE.json "$OUT"/benchmarks/*-evoattn.json 2>&1 | tee -a "$OUT/promote.log" ;;
+      python3 scripts/check_package_speed.py /tmp/pkg/evoattn/evoattn/PROVENANCE.json "$OUT"/benchmarks/*-evoattn*.json 2>&1 | tee -a "$OUT/promote.log" ;;
     seeds)
       log "seed campaigns (issue 14): rows, SDPA sweep, evolution from V0"
       OUT="$OUT" scripts/seeds-gpu.sh ;;

@@ -60,6 +60,15 @@ def test_record_schema_and_file_name(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == record
 
 
+def test_a_bf16_record_does_not_replace_the_fp16_one(tmp_path: Path) -> None:
+    created = datetime(2026, 11, 21, 23, 30, tzinfo=UTC)
+    fp16 = make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created)
+    bf16 = {**fp16, "package": "evoattn", "cases": [{**c, "dtype": "bf16"} for c in fp16["cases"]]}
+    fp16 = {**fp16, "package": "evoattn"}
+    paths = {write_record(r, tmp_path).name for r in (fp16, bf16)}
+    assert paths == {"h200-20261121-deadbee-evoattn.json", "h200-20261121-deadbee-evoattn-bf16.json"}
+
+
 def test_nothing_benchmarked_is_an_error() -> None:
     with pytest.raises(EvoError):
         make_record([], gemm_tflops=None, sha="x", created=datetime.now(UTC))
