@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def main() -> int:
@@ -20,9 +21,9 @@ def main() -> int:
     ap.add_argument("bench", nargs="+")
     ap.add_argument("--tolerance", type=float, default=0.05)
     args = ap.parse_args()
-    prov = json.load(open(args.provenance))
+    prov = json.loads(Path(args.provenance).read_text())
     bench = {(c["case"], c["causal"], c["dtype"]): c
-             for path in args.bench for c in json.load(open(path))["cases"]}
+             for path in args.bench for c in json.loads(Path(path).read_text())["cases"]}
     worst, bad = 0.0, 0
     for case in prov["cases"]:
         if not case.get("served_by"):
