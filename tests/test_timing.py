@@ -487,6 +487,20 @@ def test_a_long_case_times_each_op_in_its_own_steady_state(gpu: VirtualGpu, laun
     assert all(len(s) == 8 for s in got.values())
 
 
+@pytest.mark.parametrize(("known_us", "expected"), [
+    (600.0, (300 + 4 + 4) + (4 + 4)),   # its baselines were long launches: it settles, as they did
+    (50.0, 2 * (4 + 4)),                # theirs were short too: the usual warm-up only
+])
+def test_a_candidate_timed_alone_keeps_its_baselines_clock_rule(gpu: VirtualGpu, known_us: float,
+                                                                 expected: int) -> None:
+    from evo.timing import GraphTimer
+
+    run = _case_run({"evo": GraphTimer(lambda: gpu.work(0.1))})    # 100 us: short on its own
+    before = gpu.replays
+    run.sample(rounds=2, reps=4, budget_ms=1000.0, known_us=known_us)  # type: ignore[attr-defined]
+    assert gpu.replays - before == expected
+
+
 def test_a_rotation_cycles_the_input_sets_and_remembers_each_output() -> None:
     from evo.timing import Rotation
 
