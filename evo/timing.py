@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from evo.results import Fidelity, Shape, Timing
 from evo.vocab import EVO, SDPA_BACKENDS
+from evo.worker import progress
 
 if TYPE_CHECKING:
     import torch
@@ -539,6 +540,7 @@ class CaseRun:
                 samples[name] += timer.sample(per_round[name])
                 if fidelity and r == rounds - 1:
                     self.fidelity[name] = profile(timer)
+                progress(f"FAST {self.shape.tag} {name} round {r + 1}/{rounds}")  # alive, for the stall limit
                 last = name
         return samples
 

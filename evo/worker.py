@@ -58,8 +58,8 @@ DEFAULT_TARGET = "evo.evaluate:serve"
 START_TIMEOUT_S = 300.0      # importing torch and creating a context on a busy host
 STOP_TIMEOUT_S = 5.0
 STUCK_FRACTION = 0.5         # of the budget without progress: a step that did not return
-STALL_S = 30.0               # this long without progress: stuck, whatever budget is left (the longest
-                             # step, a FAST case settling four SDPA baselines, takes about 10 s on an H100)
+STALL_S = 30.0               # this long without progress: stuck, whatever budget is left (FAST reports
+                             # each op's samples in each round, GREEN each launch: seconds apart)
 _READY = "ready"
 _FAILED = "failed"
 

@@ -465,8 +465,22 @@ def _case_run(ops: dict[str, object]) -> object:
     from evo.timing import CaseRun
 
     run = CaseRun.__new__(CaseRun)
-    run.timers, run.fidelity = dict(ops), {}  # type: ignore[attr-defined]
+    run.timers, run.fidelity, run.shape = dict(ops), {}, F1  # type: ignore[attr-defined]
     return run
+
+
+def test_sampling_a_case_reports_progress_after_each_ops_samples(gpu: VirtualGpu,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import evo.timing
+    from evo.timing import GraphTimer
+
+    notes: list[str] = []
+    monkeypatch.setattr(evo.timing, "progress", notes.append)
+    run = _case_run({name: GraphTimer(lambda: gpu.work(0.5)) for name in ("evo", "sdpa_cudnn")})
+    run.sample(rounds=2, reps=4, budget_ms=1000.0)  # type: ignore[attr-defined]
+    # the worker's stall limit sees a long case alive between ops, not only between cases
+    assert notes == ["FAST F1-fp16 evo round 1/2", "FAST F1-fp16 sdpa_cudnn round 1/2",
+                     "FAST F1-fp16 sdpa_cudnn round 2/2", "FAST F1-fp16 evo round 2/2"]
 
 
 @pytest.mark.parametrize(("launch_ms", "ops", "expected"), [
