@@ -21,6 +21,10 @@ def main() -> int:
     ap.add_argument("bench", nargs="+")
     ap.add_argument("--tolerance", type=float, default=0.05)
     args = ap.parse_args()
+    missing = [p for p in (args.provenance, *args.bench) if not Path(p).is_file()]
+    if missing:  # e.g. a bench run that wrote nothing: the shell passed its glob unexpanded
+        print(f"check_package_speed: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
     prov = json.loads(Path(args.provenance).read_text())
     bench = {(c["case"], c["causal"], c["dtype"]): c
              for path in args.bench for c in json.loads(Path(path).read_text())["cases"]}
