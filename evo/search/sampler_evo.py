@@ -35,13 +35,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
 from evo.manifest import Family, Value
 from evo.replay import record_key
+from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
+from evo.search.prescreen import TinyGp, expected_improvement
+from evo.search.internals import enqueued_params
 from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, seen_keys
 from evo.space import Candidate, make_candidate, mutations, switch
 
@@ -107,6 +111,20 @@ def move_records(trials: Sequence[FrozenTrial]) -> dict[Move, MoveRecord]:
     return out
 
 
+def ok_share(prop: Proposal, records: Mapping[Move, MoveRecord]) -> float:
+    """The chance that a mutation child does not fail, by the record of its move(s): the
+    product of ``(n_ok + 1) / (n_ok + failures + 1)`` (1 for a move never made, and for any
+    other op)."""
+    if prop.op != "mutation":
+        return 1.0
+    out = 1.0
+    for name, (old, new) in prop.mutation.items():
+        rec = records.get((name, old, new))
+        if rec is not None:
+            out *= (len(rec.log_effects) + 1) / (len(rec.log_effects) + rec.failures + 1)
+    return out
+
+
 def move_weights(trials: Sequence[FrozenTrial], strength: float = 8.0) -> dict[Move, float]:
     return {m: r.weight(strength) for m, r in move_records(trials).items()}
 
@@ -116,9 +134,13 @@ class EvoSampler(ProposalSampler):
 
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
-                 switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True) -> None:
+                 switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True,
+                 screen: int = 16, screen_min: int = 4) -> None:
         super().__init__(families, seed)
         self.warm = warm
+        self.screen = screen
+        self.screen_min = screen_min
+        self._encoder: Encoder | None = None
         self.population = population
         self.immigrant_rate = immigrant_rate
         self.crossover_rate = crossover_rate
@@ -129,8 +151,8 @@ class EvoSampler(ProposalSampler):
         reached = {s for f in self.families for s in f.successors if s in self._by_name and s != f.name}
         self.roots = [f for f in self.families if f.name not in reached] or list(self.families)
 
-    def elites(self, trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Candidate]]:
-        """Best distinct completed candidates of the selected families, best first."""
+    def completed(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
+        """Per distinct completed candidate of the selected families: its best fitness and trial."""
         best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
         for t in trials:
             fit, got = fitness(t), from_trial_params(t.params)
@@ -143,14 +165,48 @@ class EvoSampler(ProposalSampler):
             key = record_key(cand.family, cand.p)
             if key not in best or fit > best[key][0]:
                 best[key] = (fit, t, cand)
-        ranked = sorted(best.values(), key=lambda x: (-x[0], x[1].number))
+        return best
+
+    def elites(self, trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Candidate]]:
+        """Best distinct completed candidates of the selected families, best first."""
+        ranked = sorted(self.completed(trials).values(), key=lambda x: (-x[0], x[1].number))
         return [(t, c) for _, t, c in ranked[: self.population]]
+
+    def pending(self, trials: Sequence[FrozenTrial]) -> list[Candidate]:
+        """Candidates of trials asked but not finished (a batch in flight, retries waiting)."""
+        out = []
+        for t in trials:
+            if t.state not in (TrialState.RUNNING, TrialState.WAITING):
+                continue
+            got = from_trial_params(enqueued_params(t))
+            if got is None or got[0] not in self._by_name:
+                continue
+            try:
+                out.append(make_candidate(self._by_name[got[0]], got[1]))
+            except InvalidCandidate:
+                continue
+        return out
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
         seen = seen_keys(trials)
         if self.warm and (seed := self.unseen_default(seen, self.roots)) is not None:
             return seed
-        elites = self.elites(trials)
+        records = move_records(trials)
+        weights = {m: r.weight(self.insight_strength) for m, r in records.items()}
+        done = self.completed(trials)
+        ranked = [(t, c) for _, t, c in sorted(done.values(), key=lambda x: (-x[0], x[1].number))]
+        elites, rest = ranked[: self.population], ranked[self.population:]
+        if elites and self.screen > 1 and len(done) >= self.screen_min:
+            timed = [(c, fit) for fit, _, c in done.values()]
+            return self.screened(elites, weights, records, seen, timed, self.pending(trials), rest)
+        return self.breed(elites, weights, seen, rest)
+
+    def breed(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+              seen: set[str], rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
+        """One child of the evolutionary operators: an immigrant, a crossover or a mutation.
+        When no elite has an untried mutation or switch left, the completed candidates below
+        the population (``rest``, best first) are mutated instead, so a family that is entered
+        by a switch is still entered that way; an immigrant of any family is the last resort."""
         if not elites or self._rng.random() < self.immigrant_rate:
             found = self.random_unseen(seen, "immigrant", self.roots)
             if found is not None or not elites:  # roots used up before anything was measured: any family
@@ -159,8 +215,62 @@ class EvoSampler(ProposalSampler):
             child = self.crossover(elites, seen)
             if child is not None:
                 return child
-        return self.mutant(elites, move_weights(trials, self.insight_strength), seen) \
+        return self.mutant(elites, weights, seen) or (self.mutant(rest, weights, seen) if rest else None) \
             or self.random_unseen(seen, "immigrant")
+
+    def screened(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+                 records: Mapping[Move, MoveRecord], seen: set[str], timed: Sequence[tuple[Candidate, float]],
+                 pending: Sequence[Candidate] = (),
+                 rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
+        """The pre-screened child (see module docstring): of the pool -- up to ``screen``
+        distinct children bred as :meth:`breed` breeds them, plus every untried neighbour of the
+        best elite -- the one of highest expected improvement under a GP of ``timed`` (with
+        ``pending`` points at the GP's own prediction), times the chance that its move does not
+        fail (:func:`ok_share`)."""
+        children: dict[str, Proposal] = {}
+        for _ in range(3 * self.screen):
+            prop = self.breed(elites, weights, seen, rest)
+            if prop is None:
+                break
+            children.setdefault(record_key(prop.candidate.family, prop.candidate.p), prop)
+            if len(children) >= self.screen:
+                break
+        parent_trial, parent = elites[0]
+        for child, mut in self.neighbours(parent, seen):
+            children.setdefault(record_key(child.family, child.p),
+                                Proposal(child, "mutation", [parent_trial.number], mut))
+        props = list(children.values())
+        if len(props) <= 1:
+            return props[0] if props else None
+        if self._encoder is None:
+            self._encoder = Encoder(self.families)
+        X = self._encoder.matrix([c for c, _ in timed])
+        y = np.array([f for _, f in timed])
+        gp = TinyGp.fit(X, y)
+        best = gp.standardized(float(y.max()))
+        if pending:  # kriging believer: a batch in flight counts as measured at the mean, so the batch spreads
+            P = self._encoder.matrix(list(pending))
+            mu_p, _ = gp.predict(P)
+            gp = TinyGp.fit(np.vstack([X, P]), np.concatenate([y, gp.unstandardized(mu_p)]),
+                            length=gp.length, noise=gp.noise)
+            best = gp.standardized(float(y.max()))
+        mu, sd = gp.predict(self._encoder.matrix([p.candidate for p in props]))
+        score = expected_improvement(mu, sd, best) * np.array([ok_share(p, records) for p in props])
+        top = float(score.max())
+        return self._rng.choice([p for p, x in zip(props, score, strict=True) if x >= top])
+
+    def neighbours(self, parent: Candidate, seen: set[str]) -> list[tuple[Candidate, dict[str, list[Value]]]]:
+        """``parent``'s untried neighbours, each with its move: every valid one-gene mutation,
+        then every switch to a selected successor family (the move ``family: old -> new``)."""
+        out = [(c, {n: [old, new] for n, (old, new) in m.items()})
+               for c, m in mutations(self._by_name[parent.family], parent, 1)
+               if record_key(c.family, c.p) not in seen]
+        for name in self._by_name[parent.family].successors:
+            if name in self._by_name and name != parent.family:
+                child = switch(parent, self._by_name[name])
+                if record_key(child.family, child.p) not in seen and all(c != child for c, _ in out):
+                    out.append((child, {"family": [parent.family, name]}))
+        return out
 
     def _rank_order(self, n: int) -> list[int]:
         """Indices 0..n-1 in a random order biased to low ranks (linear ranking, no repeats)."""
