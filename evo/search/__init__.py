@@ -3,8 +3,9 @@
 - :mod:`evo.search.driver`: ``evo run`` minus the terminal (:func:`~evo.search.driver.run`).
 - :mod:`evo.search.loop`: the batch loop (:class:`~evo.search.loop.Search`).
 - :mod:`evo.search.evaluators`: GPU, replay and build-only measurement sources.
-- :mod:`evo.search.sampler_evo`, :mod:`evo.search.sampler_gp` (with :mod:`evo.search.encoding`
-  and :mod:`evo.search.surrogate`), :mod:`evo.search.proposal`, :mod:`evo.search.samplers`: samplers.
+- :mod:`evo.search.sampler_evo` (with :mod:`evo.search.prescreen`), :mod:`evo.search.sampler_gp`
+  (with :mod:`evo.search.surrogate`; both encode genes with :mod:`evo.search.encoding`),
+  :mod:`evo.search.proposal`, :mod:`evo.search.samplers`: samplers.
 - :mod:`evo.search.bench`: ``evo bench-samplers``, samplers compared on a recording.
 - :mod:`evo.search.params`: how a candidate is spelled as Optuna params.
 - :mod:`evo.search.study`, :mod:`evo.search.resume`: the study, its settings, heartbeats and

@@ -1,4 +1,5 @@
-"""Genes as numbers, for the surrogate models of :mod:`evo.search.sampler_gp`.
+"""Genes as numbers, for the surrogate models of :mod:`evo.search.sampler_gp` and
+:mod:`evo.search.sampler_evo`'s pre-screening.
 
 A candidate becomes one row of floats: a family indicator per family (when there are several),
 then each family's parameters, in manifest order. A numeric parameter (tile sizes, warps,

@@ -1,7 +1,8 @@
 """``--sampler`` names to Optuna samplers over the candidate space.
 
 - ``evo`` (the default): :class:`~evo.search.sampler_evo.EvoSampler` (elites, mutation,
-  crossover, family switches along the manifests' ``successors``).
+  crossover, family switches along the manifests' ``successors``; the children it breeds are
+  pre-screened by a numpy Gaussian process of the study's measurements).
 - ``evo-gp``: :class:`~evo.search.sampler_gp.GpSampler` (a Gaussian-process model of the
   study's measurements with a failure model picks each candidate; needs scikit-learn).
 - ``tpe``: Optuna's multivariate, grouped TPE (``group=True`` models the conditional
