@@ -1,6 +1,6 @@
 """Which way of launching makes a candidate hang? (GPU host; diagnostic.)
 
-Builds FAMILY with PARAMS (``K=V,K=V``: ints, true/false, strings), then runs each phase in its
+Builds FAMILY with PARAMS (``K=V,K=V``, parsed and checked as `evo eval -p` does), then runs each phase in its
 own process under a time limit, so a hung kernel costs one phase, not the call:
   eager    2000 launches per case over 16 input sets, one synchronize at the end
   ragged   300 launches of random (B, H, L) with L in 1..2048, both causal modes
@@ -20,27 +20,17 @@ from typing import Any
 PHASES = ("eager", "ragged", "bench")
 
 
-def parse(params: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in filter(None, params.split(",")):
-        key, value = item.split("=", 1)
-        out[key] = {"true": True, "false": False}.get(value, int(value) if value.lstrip("-").isdigit() else value)
-    return out
-
-
 def run_phase(phase: str, family: str, params: str, cases: str) -> str:
     import random
 
     import torch
 
-    from evo.api import fast_shapes
+    from evo.api import candidate, fast_shapes
     from evo.build import build_batch, default_arch
-    from evo.render import render
     from evo.results import Status
     from evo.runtime import load_kernels
-    from evo.space import make_candidate
 
-    rendered = render(make_candidate(family, parse(params)))
+    rendered = candidate(family, [p for p in params.split(",") if p])
     (built,) = build_batch([rendered], arch=default_arch())
     assert built.status is Status.BUILT and built.cubin_path, built.reason
     kernels = load_kernels(built.cubin_path, rendered.entries, device=0)

@@ -93,10 +93,13 @@ class MoveRecord:
     def weight(self, strength: float, shrink: float = 2.0) -> float:
         """exp(strength * shrunk mean log effect) times the smoothed share of children that
         did not fail; 1 for a move never tried, clipped to [0.05, 20]."""
-        n_ok = len(self.log_effects)
-        mean = sum(self.log_effects) / (n_ok + shrink)
-        ok_share = (n_ok + 1) / (n_ok + self.failures + 1)
-        return min(20.0, max(0.05, math.exp(strength * mean) * ok_share))
+        mean = sum(self.log_effects) / (len(self.log_effects) + shrink)
+        return min(20.0, max(0.05, math.exp(strength * mean) * self.ok_share))
+
+    @property
+    def ok_share(self) -> float:
+        """The smoothed share of children that did not fail, ``(n_ok + 1) / (n + 1)``."""
+        return (len(self.log_effects) + 1) / (len(self.log_effects) + self.failures + 1)
 
 
 def proposal_of(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> dict | None:
@@ -144,12 +147,13 @@ def ok_share(prop: Proposal, records: Mapping[Move, MoveRecord]) -> float:
     for name, (old, new) in prop.mutation.items():
         rec = records.get((name, old, new))
         if rec is not None:
-            out *= (len(rec.log_effects) + 1) / (len(rec.log_effects) + rec.failures + 1)
+            out *= rec.ok_share
     return out
 
 
-def move_weights(trials: Sequence[FrozenTrial], strength: float = 8.0) -> dict[Move, float]:
-    return {m: r.weight(strength) for m, r in move_records(trials).items()}
+def move_weights(records: Mapping[Move, MoveRecord], strength: float = 8.0) -> dict[Move, float]:
+    """Each recorded move's weight (:meth:`MoveRecord.weight`)."""
+    return {m: r.weight(strength) for m, r in records.items()}
 
 
 class EvoSampler(ProposalSampler):
@@ -190,10 +194,14 @@ class EvoSampler(ProposalSampler):
                 best[key] = (fit, t, cand)
         return best
 
+    @staticmethod
+    def ranked(done: Mapping[str, tuple[float, FrozenTrial, Candidate]]) -> list[tuple[FrozenTrial, Candidate]]:
+        """The candidates of :meth:`completed`, best first (earlier trial first on ties)."""
+        return [(t, c) for _, t, c in sorted(done.values(), key=lambda x: (-x[0], x[1].number))]
+
     def elites(self, trials: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, Candidate]]:
         """Best distinct completed candidates of the selected families, best first."""
-        ranked = sorted(self.completed(trials).values(), key=lambda x: (-x[0], x[1].number))
-        return [(t, c) for _, t, c in ranked[: self.population]]
+        return self.ranked(self.completed(trials))[: self.population]
 
     def pending(self, trials: Sequence[FrozenTrial]) -> list[Candidate]:
         """Candidates of trials asked but not finished (a batch in flight, retries waiting)."""
@@ -215,9 +223,9 @@ class EvoSampler(ProposalSampler):
         if self.warm and (seed := self.unseen_default(seen, self.roots)) is not None:
             return seed
         records = move_records(trials)
-        weights = {m: r.weight(self.insight_strength) for m, r in records.items()}
+        weights = move_weights(records, self.insight_strength)
         done = self.completed(trials)
-        ranked = [(t, c) for _, t, c in sorted(done.values(), key=lambda x: (-x[0], x[1].number))]
+        ranked = self.ranked(done)
         elites, rest = ranked[: self.population], ranked[self.population:]
         if elites and self.screen > 1 and len(done) >= self.screen_min:
             timed = [(c, fit) for fit, _, c in done.values()]
@@ -288,12 +296,7 @@ class EvoSampler(ProposalSampler):
         out = [(c, {n: [old, new] for n, (old, new) in m.items()})
                for c, m in mutations(self._by_name[parent.family], parent, 1)
                if record_key(c.family, c.p) not in seen]
-        for name in self._by_name[parent.family].successors:
-            if name in self._by_name and name != parent.family:
-                child = switch(parent, self._by_name[name])
-                if record_key(child.family, child.p) not in seen and all(c != child for c, _ in out):
-                    out.append((child, {"family": [parent.family, name]}))
-        return out
+        return out + [(c, {"family": [parent.family, c.family]}) for c in self.switches(parent, seen)]
 
     def _rank_order(self, n: int) -> list[int]:
         """Indices 0..n-1 in a random order biased to low ranks (linear ranking, no repeats)."""
@@ -333,17 +336,23 @@ class EvoSampler(ProposalSampler):
                  seen: set[str]) -> Proposal | None:
         """``parent`` switched to one of its family's selected successors (weighted by the
         record of each ``family`` move), or None when every such child has been tried."""
-        options = []
-        for name in self._by_name[parent.family].successors:
-            if name in self._by_name and name != parent.family:
-                child = switch(parent, self._by_name[name])
-                if record_key(child.family, child.p) not in seen:
-                    options.append(child)
+        options = self.switches(parent, seen)
         if not options:
             return None
         w = [weights.get(("family", parent.family, c.family), 1.0) for c in options]
         child = self._rng.choices(options, weights=w)[0]
         return Proposal(child, "mutation", [parent_trial.number], {"family": [parent.family, child.family]})
+
+    def switches(self, parent: Candidate, seen: set[str]) -> list[Candidate]:
+        """``parent`` switched to each selected successor of its family (shared genes kept),
+        untried ones only."""
+        out = []
+        for name in self._by_name[parent.family].successors:
+            if name in self._by_name and name != parent.family:
+                child = switch(parent, self._by_name[name])
+                if record_key(child.family, child.p) not in seen:
+                    out.append(child)
+        return out
 
     def crossover(self, elites: Sequence[tuple[FrozenTrial, Candidate]], seen: set[str],
                   tries: int = 20) -> Proposal | None:
