@@ -12,8 +12,10 @@ the baseline Timings it was compared with, so both are stored with the evaluatio
 
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
-were drawn), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``fast_outputs_checked``
-(timed outputs compared with the reference).
+were drawn), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` (JSON:
+per kernel function, its machine code: :mod:`evo.machine_code`; promote refuses a kernel whose code
+failed GREEN under any candidate), ``fast_outputs_checked`` (timed outputs compared with the
+reference).
 
 A CUDA fault poisons the context for good, and an exception cannot tell reliably whether it
 left one behind, so after any exception the worker replies ``crashed`` (with the exception as
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import time
 from pathlib import Path
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from evo import smi
 from evo.errors import LaunchRejected
+from evo.machine_code import kernel_digests
 from evo.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.worker import EvalRequest, progress
@@ -174,11 +178,15 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
     from evo.errors import EvoError
     from evo.runtime import load_kernels
 
-    before = cubin_sha256(request.cubin_path)
+    image = Path(request.cubin_path).read_bytes()
+    before = hashlib.sha256(image).hexdigest()
     kernels = load_kernels(request.cubin_path, request.entries, device=0)  # a cubin or a Triton module
     if cubin_sha256(request.cubin_path) != before:
         raise EvoError(f"{request.cubin_path} changed while it was being loaded")
     ev.device["cubin_sha256"] = before
+    digests = kernel_digests(image)
+    if digests:
+        ev.device["kernel_sha256"] = json.dumps(digests, sort_keys=True)   # device info holds strings
 
     def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> None:
         kernels.launch(q, k, v, o, causal=causal)

@@ -10,6 +10,11 @@ timings were taken on ship. Everything the package needs (cubins, sources, the t
 GREEN suite for its tests, provenance) is written next to Python sources rendered from
 ``templates/package/``.
 
+A kernel that failed GREEN under any candidate stays out of every bucket, whichever candidate
+brings it (:mod:`evo.red_kernels`: candidates share kernels byte for byte across genes of other
+head dims); the winners' cubins, once found or rebuilt, are checked against that list again,
+and a winner that matches loses those buckets and the table is planned again.
+
 Stored checks are not enough to ship on (:mod:`evo.verify`): before anything is written, every
 shipped kernel runs on the GPU over its dispatch buckets (edges, ragged lengths, random scales,
 stress inputs) and the promotion is refused with one line if any check fails; the package is
@@ -30,7 +35,7 @@ import secrets
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +48,9 @@ import evo
 from evo import build, paths
 from evo import verify as verifier
 from evo.errors import EvoError
+from evo.machine_code import kernel_digests
 from evo.manifest import load_family
+from evo.red_kernels import Excluded, RedCheck, candidate_digests, excluded_entries, red_kernels
 from evo.render import Entry, Rendered, entries_for, entry_name, render
 from evo.draws import bucket_top
 from evo.results import Shape, Status, Timing
@@ -274,6 +281,7 @@ class Promoted:
     unused: list[str] = field(default_factory=list)
     cases: list[dict[str, Any]] = field(default_factory=list)
     verification: dict[str, Any] = field(default_factory=dict)
+    excluded: list[Excluded] = field(default_factory=list)
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
@@ -296,22 +304,51 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         contenders = [Contender(v, measurements(timed[v.id][1], baseline)) for v in views
                       if v.id in timed and v.arch is not None and capability(v.arch) == cap
                       and ships_cubin(v.family)]
-        routes = plan_routes(contenders, min_speedup)
-        if not any(r.winner for r in routes):
-            raise EvoError(_nothing_to_promote(contenders, baseline, dev))
-        winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
-        by_id = {c.view.id: c for c in contenders}
-        shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev)
-                   for w in winners]
+        red = red_kernels(store)
+        contenders, excluded = without_red(store, contenders, red)
+        while True:      # a winner whose digests were unknown may turn out red once its cubin is at hand
+            routes = plan_routes(contenders, min_speedup)
+            if not any(r.winner for r in routes):
+                raise EvoError(_nothing_to_promote(contenders, baseline, dev))
+            winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
+            by_id = {c.view.id: c for c in contenders}
+            shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev)
+                       for w in winners]
+            late = [x for s in shipped for x in excluded_entries(
+                s.view.id, kernel_digests(s.cubin), [e.name for e in s.entries.values()], red)]
+            if not late:
+                break
+            excluded += late
+            contenders = _drop(contenders, {(x.candidate, x.entry) for x in late})
         db = sanitize_url(store.url)
     _check_target(target, force)
     checked = _verify(shipped, routes) if verify else {"verified": False}
     cases = _case_table(routes, contenders)
     context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
-                       list(candidate_ids), baseline, min_speedup) | {"verification": checked}
+                       list(candidate_ids), baseline, min_speedup) | {"verification": checked,
+                                                                       "excluded": [x.as_dict() for x in excluded]}
     _write(target, context, shipped, run_tests=verify)
     return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
-                    if candidate_ids else [], cases, context["verification"])
+                    if candidate_ids else [], cases, context["verification"], excluded)
+
+
+def without_red(store: Store, contenders: Sequence[Contender],
+                red: Mapping[tuple[str, str], RedCheck]) -> tuple[list[Contender], list[Excluded]]:
+    """The contenders less their measurements on keys whose kernel is machine code that failed
+    GREEN anywhere in the database, and what was kept out."""
+    if not red:
+        return list(contenders), []
+    excluded = []
+    for c in contenders:
+        names = sorted({entry_name(*_key(m.shape)) for m in c.cases})
+        excluded += excluded_entries(c.view.id, candidate_digests(store, c.view.id), names, red)
+    return _drop(contenders, {(x.candidate, x.entry) for x in excluded}), excluded
+
+
+def _drop(contenders: Sequence[Contender], bad: set[tuple[str, str]]) -> list[Contender]:
+    """The contenders less their measurements of the (candidate, kernel) pairs in ``bad``."""
+    return [Contender(c.view, tuple(m for m in c.cases if (c.view.id, entry_name(*_key(m.shape))) not in bad))
+            for c in contenders]
 
 
 def _verify(shipped: Sequence[Shipped], routes: Sequence[Route]) -> dict[str, Any]:
@@ -473,6 +510,7 @@ def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
         "kernels": ctx["shipped"], "routes": ctx["routes"], "cases": ctx["cases"],
         "geomean_speedup_served": ctx["geomean_served"],
         "verification": ctx.get("verification", {"verified": False}),
+        "excluded_red_kernels": ctx.get("excluded", []),
     }
 
 

@@ -56,6 +56,8 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
                   else "[yellow]not verified[/] (--no-verify): PROVENANCE.json says so")
     console.print(f"wrote {escape(str(result.path))} ({len(result.shipped)} kernel"
                   f"{'s' if len(result.shipped) != 1 else ''}, timings from {escape(result.device)})")
+    for x in result.excluded:
+        console.print(f"kept out: {escape(x.line())}")
     if result.unused:
         console.print("not shipped (won no bucket): " + ", ".join(i[:12] for i in result.unused))
     console.print(f"install: pip install {escape(str(result.path))}")

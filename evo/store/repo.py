@@ -252,6 +252,14 @@ class Store:
                 q = q.where(EvaluationRow.device == device)
             return [_eval_view(e) for e in s.scalars(q)]
 
+    def failed_evaluations(self) -> list[EvaluationView]:
+        """Every evaluation with at least one failed GREEN check, oldest first (with its checks)."""
+        with self._read() as s:
+            failed = select(Check.evaluation_id).where(Check.passed.is_(False))
+            q = (select(EvaluationRow).where(EvaluationRow.id.in_(failed))
+                 .options(selectinload(EvaluationRow.checks)).order_by(EvaluationRow.id))
+            return [_eval_view(e) for e in s.scalars(q)]
+
     def latest_timings(self, ids: Iterable[str], device: str | None = None) -> dict[str, tuple[str, list[Timing]]]:
         """Per candidate: (device, timings) from all its evaluations on ``device`` (default:
         the device of its newest timed evaluation), oldest first so newer ones win in scoring."""
