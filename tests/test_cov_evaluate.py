@@ -44,6 +44,7 @@ def test_a_built_module_is_hashed_loaded_and_launched_as_the_fast_op(pytiny: Eva
     ev = Evaluation(pytiny.build_id, Status.GREEN)
     kernels, op, entries = evaluate._candidate(pytiny, ev)
     assert ev.device["cubin_sha256"] == hashlib.sha256(Path(pytiny.cubin_path).read_bytes()).hexdigest()
+    assert "kernel_sha256" not in ev.device  # a Python module has no machine code to digest
     assert entries == list(pytiny.entries) and kernels.entries == tuple(pytiny.entries)
     assert kernels.module.WARPS == 2  # the rendered default
     q, k, v = qkv()

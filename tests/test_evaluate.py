@@ -3,6 +3,8 @@ a family default evaluated end to end in a real worker on a GPU."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evo.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, supported
@@ -72,6 +74,10 @@ def test_worker_evaluates_a_family_default_end_to_end(family: str) -> None:
     assert any(c.shape.case.startswith("R") for c in ev.checks)            # drawn cases ran
     assert int(ev.device["fast_outputs_checked"]) >= 2                     # both F1 modes' outputs
     assert ev.device["cubin_sha256"] == cubin_sha256(built.cubin_path)
+    from evo.machine_code import kernel_digests                           # one verdict per machine code
+
+    digests = json.loads(ev.device["kernel_sha256"])
+    assert digests == kernel_digests(built.cubin_path) and {e.name for e in rendered.entries} <= set(digests)
 
 
 class FakeConn:
