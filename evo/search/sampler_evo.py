@@ -162,8 +162,9 @@ class EvoSampler(ProposalSampler):
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
                  switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True,
-                 screen: int = 16, screen_min: int = 4) -> None:
+                 screen: int = 16, screen_min: int = 4, ard: bool = True) -> None:
         super().__init__(families, seed)
+        self.ard = ard
         self.warm = warm
         self.screen = screen
         self.screen_min = screen_min
@@ -277,7 +278,7 @@ class EvoSampler(ProposalSampler):
             self._encoder = Encoder(self.families)
         X = self._encoder.matrix([c for c, _ in timed])
         y = np.array([f for _, f in timed])
-        gp = TinyGp.fit(X, y)
+        gp = TinyGp.fit(X, y, ard=self.ard)
         best = gp.standardized(float(y.max()))
         if pending:  # kriging believer: a batch in flight counts as measured at the mean, so the batch spreads
             P = self._encoder.matrix(list(pending))
