@@ -102,6 +102,24 @@ def test_the_pool_holds_every_untried_neighbour_of_the_best_elite() -> None:
     assert neighbours == children
 
 
+def test_the_pool_holds_the_neighbours_of_the_best_three_elites_only() -> None:
+    points = [{"BLOCK_N": bn, "STAGES": st} for bn in (32, 64) for st in (1, 2)]
+    study = study_with(points, EvoSampler([FAM], seed=0))
+    seen = seen_keys(study.trials)
+    sampler = EvoSampler([FAM], seed=0, screen=1)
+    elites = sampler.elites(study.trials)
+    assert len(elites) == 4 and sampler.scan_elites == 3
+    pool = sampler.pool(elites, {}, seen)
+    got = {p.candidate for p in pool}
+    for rank, (trial, elite) in enumerate(elites):
+        near = {c for c, _ in sampler.neighbours(elite, seen)}
+        if rank < 3:
+            assert near <= got
+            assert all(p.parents == [trial.number] for p in pool if p.candidate in near - {
+                c for t2, e2 in elites[:rank] for c, _ in sampler.neighbours(e2, seen)})
+    assert len(got) == len(pool)  # distinct children
+
+
 def test_screening_picks_the_child_the_model_favours() -> None:
     """Every proposal after the start is the highest-EI child of its pool, with its parent and
     move recorded (mutations: the diff to the parent)."""

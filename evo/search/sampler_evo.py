@@ -162,9 +162,11 @@ class EvoSampler(ProposalSampler):
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
                  switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True,
-                 screen: int = 16, screen_min: int = 4, ard: bool = True) -> None:
+                 screen: int = 16, screen_min: int = 4, ard: bool = True,
+                 scan_elites: int = 3) -> None:
         super().__init__(families, seed)
         self.ard = ard
+        self.scan_elites = scan_elites
         self.warm = warm
         self.screen = screen
         self.screen_min = screen_min
@@ -250,15 +252,11 @@ class EvoSampler(ProposalSampler):
         return self.mutant(elites, weights, seen) or (self.mutant(rest, weights, seen) if rest else None) \
             or self.random_unseen(seen, "immigrant")
 
-    def screened(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
-                 records: Mapping[Move, MoveRecord], seen: set[str], timed: Sequence[tuple[Candidate, float]],
-                 pending: Sequence[Candidate] = (),
-                 rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
-        """The pre-screened child (see module docstring): of the pool -- up to ``screen``
-        distinct children bred as :meth:`breed` breeds them, plus every untried neighbour of the
-        best elite -- the one of highest expected improvement under a GP of ``timed`` (with
-        ``pending`` points at the GP's own prediction), times the chance that its move does not
-        fail (:func:`ok_share`)."""
+    def pool(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+             seen: set[str], rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> list[Proposal]:
+        """The children the model chooses from: up to ``screen`` distinct children bred as
+        :meth:`breed` breeds them, plus every untried neighbour of the best ``scan_elites``
+        elites (one-gene mutations and switches, each with its elite as parent)."""
         children: dict[str, Proposal] = {}
         for _ in range(3 * self.screen):
             prop = self.breed(elites, weights, seen, rest)
@@ -267,11 +265,21 @@ class EvoSampler(ProposalSampler):
             children.setdefault(record_key(prop.candidate.family, prop.candidate.p), prop)
             if len(children) >= self.screen:
                 break
-        parent_trial, parent = elites[0]
-        for child, mut in self.neighbours(parent, seen):
-            children.setdefault(record_key(child.family, child.p),
-                                Proposal(child, "mutation", [parent_trial.number], mut))
-        props = list(children.values())
+        for parent_trial, parent in elites[: self.scan_elites]:
+            for child, mut in self.neighbours(parent, seen):
+                children.setdefault(record_key(child.family, child.p),
+                                    Proposal(child, "mutation", [parent_trial.number], mut))
+        return list(children.values())
+
+    def screened(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+                 records: Mapping[Move, MoveRecord], seen: set[str], timed: Sequence[tuple[Candidate, float]],
+                 pending: Sequence[Candidate] = (),
+                 rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
+        """The pre-screened child (see module docstring): of the :meth:`pool`, the one of
+        highest expected improvement under a GP of ``timed`` (ARD length scales; ``pending``
+        points at the GP's own prediction), times the chance that its move does not fail
+        (:func:`ok_share`)."""
+        props = self.pool(elites, weights, seen, rest)
         if len(props) <= 1:
             return props[0] if props else None
         if self._encoder is None:
