@@ -28,21 +28,23 @@ geometric mean of their values). The evolutionary operators breed a child as
 
 Pre-screening (once ``screen_min`` distinct points are timed, and ``screen`` > 1): each trial
 the operators breed up to ``screen`` distinct children, the pool gains every untried
-neighbour of the best elite (each valid one-gene mutation and each switch to a successor: a
-local scan of the incumbent, which the model orders), and the child proposed is the pool's
-one of highest expected improvement under a Gaussian process of this study's timed points
-(:mod:`evo.search.prescreen`, numpy only), times the smoothed share of its move's children
-that did not fail (:func:`ok_share`: the feasibility record of build rejections, compile
-errors, wrong results, crashes, timeouts; 1 for immigrants and crossovers); ties at random.
-Points of a batch still in flight enter the GP at its own prediction (the "kriging
-believer"), so a batch spreads out. Evaluations are the expensive part (a build and a GPU
-run), and breeding many children and scoring them is cheap: the operators keep proposing what
-evolution would (the lineage is theirs: op, parents, mutation), the model chooses which of
-them is worth a build. Before that (or with ``screen`` <= 1) the operators' child is
-proposed as it is. On the replay benchmark (flash_mma of the H200 recording, docs/search.md)
-this took the cold start's median from 80 to 59 evaluations to the best point over seeds
-1000-1099 (p = 0.0007; 79 -> 62 over seeds 0-49, p = 0.32); from the defaults, no measurable
-change (47 -> 53, 44 -> 40; p > 0.5).
+neighbour of the best ``scan_elites`` elites (each valid one-gene mutation and each switch to
+a successor: a local scan of the incumbents, which the model orders), and the child proposed
+is the pool's one of highest expected improvement under a Gaussian process of this study's
+timed points (:mod:`evo.search.prescreen`, numpy only; ``ard``: one length scale per gene
+column, so the genes that move the value are told from those that do not), times the
+smoothed share of its move's children that did not fail (:func:`ok_share`: the feasibility
+record of build rejections, compile errors, wrong results, crashes, timeouts; 1 for
+immigrants and crossovers); ties at random. Points of a batch still in flight enter the GP
+at its own prediction (the "kriging believer"), so a batch spreads out. Evaluations are the
+expensive part (a build and a GPU run), and breeding many children and scoring them is
+cheap: the operators keep proposing what evolution would (the lineage is theirs: op,
+parents, mutation), the model chooses which of them is worth a build. Before that (or with
+``screen`` <= 1) the operators' child is proposed as it is. On the replay benchmark
+(flash_mma of the H200 recording, docs/search.md) the pre-screening took the cold start's
+median from 80 to 59 evaluations to the best point over seeds 1000-1099 (p = 0.0007); ARD
+length scales and the neighbours of three elites then took it, seeds 0-49, from 64 to 45
+(cold) and from 41.5 to 37.5 (warm).
 
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
