@@ -41,6 +41,20 @@ def test_gp_with_given_hyperparameters_keeps_them() -> None:
     assert (gp.length, gp.noise) == (0.5, 0.1)
 
 
+def test_ard_gives_the_column_that_moves_the_value_the_shorter_length_scale() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.random((25, 3))
+    y = np.sin(4 * X[:, 0])  # only column 0 matters
+    gp = TinyGp.fit(X, y, ard=True)
+    length = np.asarray(gp.length)
+    assert length.shape == (3,)
+    assert length[0] < length[1] and length[0] < length[2]
+    mu, _ = gp.predict(X)
+    assert np.allclose(gp.unstandardized(mu), y, atol=0.1)
+    again = TinyGp.fit(X, y, length=gp.length, noise=gp.noise)  # given hyperparameters are kept
+    assert np.array_equal(np.asarray(again.length), length) and again.noise == gp.noise
+
+
 def test_expected_improvement_prefers_high_mean_then_high_uncertainty() -> None:
     ei = expected_improvement(np.array([0.0, 1.0, 0.0]), np.array([0.1, 0.1, 1.0]), best=0.5)
     assert ei[1] > ei[2] > ei[0] > 0
@@ -88,6 +102,24 @@ def test_the_pool_holds_every_untried_neighbour_of_the_best_elite() -> None:
     assert neighbours == children
 
 
+def test_the_pool_holds_the_neighbours_of_the_best_three_elites_only() -> None:
+    points = [{"BLOCK_N": bn, "STAGES": st} for bn in (32, 64) for st in (1, 2)]
+    study = study_with(points, EvoSampler([FAM], seed=0))
+    seen = seen_keys(study.trials)
+    sampler = EvoSampler([FAM], seed=0, screen=1)
+    elites = sampler.elites(study.trials)
+    assert len(elites) == 4 and sampler.scan_elites == 3
+    pool = sampler.pool(elites, {}, seen)
+    got = {p.candidate for p in pool}
+    for rank, (trial, elite) in enumerate(elites):
+        near = {c for c, _ in sampler.neighbours(elite, seen)}
+        if rank < 3:
+            assert near <= got
+            assert all(p.parents == [trial.number] for p in pool if p.candidate in near - {
+                c for t2, e2 in elites[:rank] for c, _ in sampler.neighbours(e2, seen)})
+    assert len(got) == len(pool)  # distinct children
+
+
 def test_screening_picks_the_child_the_model_favours() -> None:
     """Every proposal after the start is the highest-EI child of its pool, with its parent and
     move recorded (mutations: the diff to the parent)."""
@@ -128,7 +160,7 @@ def test_screened_returns_the_argmax_of_expected_improvement() -> None:
     enc = Encoder([FAM])
     X = enc.matrix([c for c, _ in timed])
     y = np.array([f for _, f in timed])
-    gp = TinyGp.fit(X, y)
+    gp = TinyGp.fit(X, y, ard=True)
     others = [c for c, _ in sampler.neighbours(elites[0][1], seen_keys(trials))]
     mu, sd = gp.predict(enc.matrix([prop.candidate, *others]))
     ei = expected_improvement(mu, sd, gp.standardized(float(y.max())))

@@ -28,21 +28,23 @@ geometric mean of their values). The evolutionary operators breed a child as
 
 Pre-screening (once ``screen_min`` distinct points are timed, and ``screen`` > 1): each trial
 the operators breed up to ``screen`` distinct children, the pool gains every untried
-neighbour of the best elite (each valid one-gene mutation and each switch to a successor: a
-local scan of the incumbent, which the model orders), and the child proposed is the pool's
-one of highest expected improvement under a Gaussian process of this study's timed points
-(:mod:`evo.search.prescreen`, numpy only), times the smoothed share of its move's children
-that did not fail (:func:`ok_share`: the feasibility record of build rejections, compile
-errors, wrong results, crashes, timeouts; 1 for immigrants and crossovers); ties at random.
-Points of a batch still in flight enter the GP at its own prediction (the "kriging
-believer"), so a batch spreads out. Evaluations are the expensive part (a build and a GPU
-run), and breeding many children and scoring them is cheap: the operators keep proposing what
-evolution would (the lineage is theirs: op, parents, mutation), the model chooses which of
-them is worth a build. Before that (or with ``screen`` <= 1) the operators' child is
-proposed as it is. On the replay benchmark (flash_mma of the H200 recording, docs/search.md)
-this took the cold start's median from 80 to 59 evaluations to the best point over seeds
-1000-1099 (p = 0.0007; 79 -> 62 over seeds 0-49, p = 0.32); from the defaults, no measurable
-change (47 -> 53, 44 -> 40; p > 0.5).
+neighbour of the best ``scan_elites`` elites (each valid one-gene mutation and each switch to
+a successor: a local scan of the incumbents, which the model orders), and the child proposed
+is the pool's one of highest expected improvement under a Gaussian process of this study's
+timed points (:mod:`evo.search.prescreen`, numpy only; ``ard``: one length scale per gene
+column, so the genes that move the value are told from those that do not), times the
+smoothed share of its move's children that did not fail (:func:`ok_share`: the feasibility
+record of build rejections, compile errors, wrong results, crashes, timeouts; 1 for
+immigrants and crossovers); ties at random. Points of a batch still in flight enter the GP
+at its own prediction (the "kriging believer"), so a batch spreads out. Evaluations are the
+expensive part (a build and a GPU run), and breeding many children and scoring them is
+cheap: the operators keep proposing what evolution would (the lineage is theirs: op,
+parents, mutation), the model chooses which of them is worth a build. Before that (or with
+``screen`` <= 1) the operators' child is proposed as it is. On the replay benchmark
+(flash_mma of the H200 recording, docs/search.md) the pre-screening took the cold start's
+median from 80 to 59 evaluations to the best point over seeds 1000-1099 (p = 0.0007); ARD
+length scales and the neighbours of three elites then took it, seeds 0-49, from 64 to 45
+(cold) and from 41.5 to 37.5 (warm).
 
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
@@ -162,8 +164,11 @@ class EvoSampler(ProposalSampler):
     def __init__(self, families: Sequence[Family], seed: int | None = None, *, population: int = 8,
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
                  switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True,
-                 screen: int = 16, screen_min: int = 4) -> None:
+                 screen: int = 16, screen_min: int = 4, ard: bool = True,
+                 scan_elites: int = 3) -> None:
         super().__init__(families, seed)
+        self.ard = ard
+        self.scan_elites = scan_elites
         self.warm = warm
         self.screen = screen
         self.screen_min = screen_min
@@ -249,15 +254,11 @@ class EvoSampler(ProposalSampler):
         return self.mutant(elites, weights, seen) or (self.mutant(rest, weights, seen) if rest else None) \
             or self.random_unseen(seen, "immigrant")
 
-    def screened(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
-                 records: Mapping[Move, MoveRecord], seen: set[str], timed: Sequence[tuple[Candidate, float]],
-                 pending: Sequence[Candidate] = (),
-                 rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
-        """The pre-screened child (see module docstring): of the pool -- up to ``screen``
-        distinct children bred as :meth:`breed` breeds them, plus every untried neighbour of the
-        best elite -- the one of highest expected improvement under a GP of ``timed`` (with
-        ``pending`` points at the GP's own prediction), times the chance that its move does not
-        fail (:func:`ok_share`)."""
+    def pool(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+             seen: set[str], rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> list[Proposal]:
+        """The children the model chooses from: up to ``screen`` distinct children bred as
+        :meth:`breed` breeds them, plus every untried neighbour of the best ``scan_elites``
+        elites (one-gene mutations and switches, each with its elite as parent)."""
         children: dict[str, Proposal] = {}
         for _ in range(3 * self.screen):
             prop = self.breed(elites, weights, seen, rest)
@@ -266,18 +267,28 @@ class EvoSampler(ProposalSampler):
             children.setdefault(record_key(prop.candidate.family, prop.candidate.p), prop)
             if len(children) >= self.screen:
                 break
-        parent_trial, parent = elites[0]
-        for child, mut in self.neighbours(parent, seen):
-            children.setdefault(record_key(child.family, child.p),
-                                Proposal(child, "mutation", [parent_trial.number], mut))
-        props = list(children.values())
+        for parent_trial, parent in elites[: self.scan_elites]:
+            for child, mut in self.neighbours(parent, seen):
+                children.setdefault(record_key(child.family, child.p),
+                                    Proposal(child, "mutation", [parent_trial.number], mut))
+        return list(children.values())
+
+    def screened(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
+                 records: Mapping[Move, MoveRecord], seen: set[str], timed: Sequence[tuple[Candidate, float]],
+                 pending: Sequence[Candidate] = (),
+                 rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
+        """The pre-screened child (see module docstring): of the :meth:`pool`, the one of
+        highest expected improvement under a GP of ``timed`` (ARD length scales; ``pending``
+        points at the GP's own prediction), times the chance that its move does not fail
+        (:func:`ok_share`)."""
+        props = self.pool(elites, weights, seen, rest)
         if len(props) <= 1:
             return props[0] if props else None
         if self._encoder is None:
             self._encoder = Encoder(self.families)
         X = self._encoder.matrix([c for c, _ in timed])
         y = np.array([f for _, f in timed])
-        gp = TinyGp.fit(X, y)
+        gp = TinyGp.fit(X, y, ard=self.ard)
         best = gp.standardized(float(y.max()))
         if pending:  # kriging believer: a batch in flight counts as measured at the mean, so the batch spreads
             P = self._encoder.matrix(list(pending))
