@@ -4,7 +4,8 @@
 causal modes, dtypes, seeds, tolerances and GREEN's draw ranges; this module turns them into
 :class:`Shape` lists, a :class:`GreenSettings` and the drawn :class:`GreenCase` s of one
 evaluation (:mod:`evo.draws`), and parses FAST selections such as ``F1``, ``F3c`` (causal
-only), ``F3f`` (full only) and ``F1-F4`` (a range in suite order).
+only), ``F3f`` (full only) and ``F1-F4`` (a range in suite order), each optionally in another
+dtype than the suite's (``F6-bf16``, ``F6c-bf16``, ``F6-F7-bf16``: the case tags' own spelling).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from evo.results import Shape
 
 DTYPES = ("fp16", "bf16")
 _SELECT = re.compile(r"^(?P<first>[^-\s]+?)(?:-(?P<last>[^-\s]+?))?(?P<mode>[cf])?$")
+_IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 
 
 @dataclass(frozen=True)
@@ -185,23 +187,28 @@ def green_cases(dtypes: Sequence[str] | None = None, path: Path | None = None) -
 
 def fast_cases(select: Sequence[str] | None = None, dtype: str | None = None,
                path: Path | None = None) -> list[Shape]:
-    """FAST shapes, all or ``select``ed (``F1``, ``F3c``, ``F3f``, ``F1-F4``; commas allowed)."""
+    """FAST shapes, all or ``select``ed (``F1``, ``F3c``, ``F3f``, ``F1-F4``, ``F6-bf16``; commas
+    allowed), in ``dtype`` (default: the suite's) where an item names none."""
     suite = _load("fast.toml", path)
     (dt,) = _check_dtypes([dtype or suite.data.get("dtype", "fp16")], "fast_cases")
     names = [n for n, _ in suite.cases]
     if select is None:
         return _shapes(suite, names, {n: suite.causal for n in names}, [dt])
-    modes: dict[str, set[bool]] = {}
+    modes: dict[str, dict[str, set[bool]]] = {}       # dtype -> case -> causal modes
     for item in (t.strip() for s in select for t in s.split(",")):
         if not item:
             continue
-        chosen, mode = _parse_one(item, names, suite.path)
+        m = _IN_DTYPE.match(item)
+        chosen, mode = _parse_one(m["select"] if m else item, names, suite.path)
         for n in chosen:
-            modes.setdefault(n, set()).update(mode)
+            modes.setdefault(m["dtype"] if m else dt, {}).setdefault(n, set()).update(mode)
     if not modes:
         raise EvoError(f"empty FAST selection; cases: {', '.join(names)}")
-    picked = [n for n in names if n in modes]
-    return _shapes(suite, picked, {n: tuple(modes[n]) for n in picked}, [dt])
+    out: list[Shape] = []
+    for d in (d for d in DTYPES if d in modes):
+        picked = [n for n in names if n in modes[d]]
+        out += _shapes(suite, picked, {n: tuple(modes[d][n]) for n in picked}, [d])
+    return out
 
 
 def _parse_one(item: str, names: list[str], where: Path) -> tuple[list[str], tuple[bool, ...]]:
@@ -215,4 +222,5 @@ def _parse_one(item: str, names: list[str], where: Path) -> tuple[list[str], tup
                 return names[i:j + 1], modes
             raise EvoError(f"FAST range {item!r} runs backwards; cases in order: {', '.join(names)}")
     raise EvoError(f"unknown FAST case {item!r} (in {where.name}); cases: {', '.join(names)}; "
-                   f"use NAME, NAMEc (causal only), NAMEf (full only) or FIRST-LAST")
+                   f"use NAME, NAMEc (causal only), NAMEf (full only) or FIRST-LAST, each optionally "
+                   f"followed by -{' or -'.join(DTYPES)}")

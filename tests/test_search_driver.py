@@ -103,3 +103,17 @@ def test_every_gpu_request_gets_a_fresh_green_salt() -> None:
     list(ev.evaluate(jobs))
     salts = [r.options["salt"] for r in seen]
     assert len(set(salts)) == 8 and all(r.options["quick"] for r in seen)
+
+
+def test_a_search_scores_cases_of_both_dtypes(monkeypatch, tmp_path: Path) -> None:
+    """``--cases F1,F1c-bf16``: the study stores both tags and the worker is asked for both dtypes."""
+    monkeypatch.setattr(driver, "gpu_count", lambda: 0)
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    tiny_family(monkeypatch, tmp_path)
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    opts = RunOptions(families=["tiny"], sampler="grid", trials=2, batch=2, db=db, arch="sm_90a",
+                      cases=["F1", "F1c-bf16"], target="standins:serve_bench")
+    summary = run(opts, NullReporter())
+    assert summary.best is not None
+    timed = {t.shape.tag for t in open_store(db).timings_for(summary.best.candidate_id)}
+    assert timed == {"F1-fp16", "F1c-fp16", "F1c-bf16"}

@@ -111,3 +111,21 @@ def test_a_minimal_green_suite_loads(tmp_path: Path) -> None:
     path.write_text(GOOD)
     assert green_cases(["fp16"], path=path) == [Shape("A", 1, 1, 8, 16, False), Shape("A", 1, 1, 8, 16, True)]
     assert green_settings(path).seeds == (0, 1)
+
+
+@pytest.mark.parametrize(("select", "expected"), [
+    (["F6-bf16"], [("F6", "bf16", False), ("F6", "bf16", True)]),
+    (["F6c-bf16", "F1f"], [("F1", "fp16", False), ("F6", "bf16", True)]),
+    (["F6-F7f-bf16"], [("F6", "bf16", False), ("F7", "bf16", False)]),
+    (["F1-fp16", "F1c-bf16"], [("F1", "fp16", False), ("F1", "fp16", True), ("F1", "bf16", True)]),
+])
+def test_fast_selection_in_another_dtype_per_item(select: list[str], expected: list[tuple[str, str, bool]]) -> None:
+    got = fast_cases(select)
+    assert [(s.case, s.dtype, s.causal) for s in got] == expected
+    assert {s.tag for s in got} == {f"{c}{'c' if k else ''}-{d}" for c, d, k in expected}   # tags read back
+
+
+@pytest.mark.parametrize("select", [["F9-bf16"], ["bf16"], ["F1-fp32"], ["F1-bf16x"]])
+def test_fast_selection_with_a_bad_dtype_suffix_is_rejected(select: list[str]) -> None:
+    with pytest.raises(EvoError, match="unknown FAST case"):
+        fast_cases(select)

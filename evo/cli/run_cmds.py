@@ -54,7 +54,7 @@ class SamplerChoice(click.Choice):
               help="start no new batch after this many seconds")
 @click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: all)")
 @click.option("--cases", multiple=True, metavar="LIST",
-              help="FAST cases scored: F1, F3c, F3f, F1-F4, comma-separated (default: all)")
+              help="FAST cases scored: F1, F3c, F3f, F1-F4, F6-bf16 (a dtype suffix), comma-separated (default: all, fp16)")
 @click.option("--sampler", type=SamplerChoice([s for s in SAMPLERS if s not in REFUSED]), default="evo",
               show_default=True, help="how trials are proposed (docs/search.md)")
 @click.option("--seed", type=click.IntRange(0, SEED_MAX), metavar="N", help="sampler seed")

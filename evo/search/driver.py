@@ -36,7 +36,7 @@ from evo.search.samplers import require as require_sampler
 from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, storage, stored_settings
 from evo.store import Store, open_store
 from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
-from evo.suites import fast_cases
+from evo.suites import DTYPES, fast_cases
 from evo.worker import DEFAULT_TARGET, gpu_count
 
 DEFAULT_STUDY = {"gpu": "evo", "replay": "evo-replay", "build-only": "evo-build-only"}
@@ -105,7 +105,10 @@ def _families(names: Sequence[str] | None) -> list[str] | None:
 
 
 def _case_pool(ev: Evaluator) -> list[Shape]:
-    return ev.recording.shapes() if isinstance(ev, ReplayEvaluator) else fast_cases()
+    """Every FAST case a study may score: the recording's, or the suite's in each dtype."""
+    if isinstance(ev, ReplayEvaluator):
+        return ev.recording.shapes()
+    return [s for dtype in DTYPES for s in fast_cases(dtype=dtype)]
 
 
 def _select_cases(ev: Evaluator, select: Sequence[str] | None) -> list[str] | None:
