@@ -55,16 +55,22 @@ class Excluded:
                 "red_evaluation": self.red.evaluation, "red_check": self.red.check}
 
 
+def _stored(info: Mapping[str, object]) -> dict[str, str]:
+    """The digests an evaluation's device info recorded (``kernel_sha256``), or none."""
+    stored = info.get("kernel_sha256")
+    return {str(k): str(v) for k, v in json.loads(stored).items()} if isinstance(stored, str) and stored else {}
+
+
 def candidate_digests(store: Store, candidate_id: str, device_info: Mapping[str, object] | None = None) -> dict[str, str]:
     """Kernel function -> machine-code digest for a candidate: from ``device_info`` or its newest
-    evaluation that recorded them, else from its cubin in the build cache; empty if neither."""
-    infos = [device_info] if device_info is not None else []
-    infos += [e.device_info for e in reversed(store.evaluations(candidate_id))]
-    for info in infos:
-        stored = info.get("kernel_sha256")
-        if isinstance(stored, str) and stored:
-            return {str(k): str(v) for k, v in json.loads(stored).items()}
+    evaluation that recorded them, else from its cubin in the build cache; empty if neither.
+    The database is read only when ``device_info`` has none, and then once."""
+    if device_info is not None and (digests := _stored(device_info)):
+        return digests
     record = store.get(candidate_id)
+    for ev in reversed(record.evaluations):
+        if digests := _stored(ev.device_info):
+            return digests
     paths = [Path(b.cubin_path) for b in reversed(record.builds) if b.cubin_path]
     paths.append(build.cache_dir(candidate_id) / build.CUBIN)
     for path in paths:

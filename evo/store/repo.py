@@ -257,7 +257,8 @@ class Store:
         with self._read() as s:
             failed = select(Check.evaluation_id).where(Check.passed.is_(False))
             q = (select(EvaluationRow).where(EvaluationRow.id.in_(failed))
-                 .options(selectinload(EvaluationRow.checks)).order_by(EvaluationRow.id))
+                 .options(selectinload(EvaluationRow.checks), selectinload(EvaluationRow.timings))
+                 .order_by(EvaluationRow.id))
             return [_eval_view(e) for e in s.scalars(q)]
 
     def latest_timings(self, ids: Iterable[str], device: str | None = None) -> dict[str, tuple[str, list[Timing]]]:
