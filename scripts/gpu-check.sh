@@ -2,7 +2,7 @@
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
 # Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds report
-#         profile fidelity save pack:NAME
+#         profile fidelity probe:CASES ncu:CASES save pack:NAME
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -96,6 +96,25 @@ for stage in "$@"; do
     fidelity)
       log "FAST vs the profiler, by clock state (${arg:-F1,F6,F8})"
       python3 scripts/fidelity_probe.py "${arg:-F1,F6,F8}" 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
+    probe)
+      # flash_wgmma configurations ('|'-separated in $EVO_PROBE_CONFIGS, each K=V,K=V or default):
+      # 40 checks each, then the FAST cases (default F1-F8) against SDPA's cuDNN and flash backends
+      log "probe flash_wgmma: ${EVO_PROBE_CONFIGS:-default} on ${arg:-F1-F8}"
+      cfgs=(); IFS='|' read -ra parts <<< "${EVO_PROBE_CONFIGS:-default}"
+      for c in "${parts[@]}"; do cfgs+=(--config "$c"); done
+      python3 scripts/probe_family.py flash_wgmma "${cfgs[@]}" --time "${arg:-F1-F8}" --time-first 99 \
+        --timeout 240 --json "$OUT/probe.json" 2>&1 | tee -a "$OUT/probe.log" | grep -vE '^\s+[0-9]' ;;
+    ncu)
+      # where the issue slots go: stall reasons and the hottest SASS lines of the flash_wgmma
+      # configuration $EVO_NCU_CONFIG (default genes if empty) and cuDNN on the cases given
+      log "ncu stalls: flash_wgmma '${EVO_NCU_CONFIG:-}' and cuDNN on ${arg:-F4f}"
+      ncu --clock-control none -k 'regex:evo_attn|cudnn' -o "$OUT/stalls" \
+        --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+        --metrics 'regex:^smsp__average_warps_issue_stalled_.+_per_issue_active\.ratio$' \
+        python3 scripts/ncu_probe.py flash_wgmma "${EVO_NCU_CONFIG:-}" "${arg:-F4f}" > "$OUT/ncu-run.log" 2>&1
+      ncu -i "$OUT/stalls.ncu-rep" --page details --print-details all > "$OUT/ncu-stalls.log" 2>&1
+      ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass -k regex:evo_attn > "$OUT/ncu-sass.csv" 2>&1
+      grep -E 'evo_attn|cudnn_gen|Duration|Warp Cycles Per Issued|issue_stalled' "$OUT/ncu-stalls.log" | awk '$NF+0 > 0.1 || !/stalled/' | head -80 ;;
     save)
       log save
       python3 - <<'PY'
