@@ -17,7 +17,9 @@ and a winner that matches loses those buckets and the table is planned again.
 
 Stored checks are not enough to ship on (:mod:`evo.verify`): before anything is written, every
 shipped kernel runs on the GPU over its dispatch buckets (edges, ragged lengths, random scales,
-stress inputs) and the promotion is refused with one line if any check fails; the package is
+stress inputs). A kernel that fails a check is stored as a red evaluation of its candidate (so
+its machine code is red for every later promotion too), the candidate leaves the contest and
+the table is planned again; a crash or hang refuses the promotion with one line. The package is
 then assembled in a scratch folder, its own tests run there, and only then is it moved into
 place. ``verify=False`` (``--no-verify``) skips both, for machines without a GPU; the package's
 PROVENANCE.json says whether it was verified.
@@ -282,6 +284,7 @@ class Promoted:
     cases: list[dict[str, Any]] = field(default_factory=list)
     verification: dict[str, Any] = field(default_factory=dict)
     excluded: list[Excluded] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
@@ -306,30 +309,54 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                       and ships_cubin(v.family)]
         red = red_kernels(store)
         contenders, excluded = without_red(store, contenders, red)
-        while True:      # a winner whose digests were unknown may turn out red once its cubin is at hand
-            routes = plan_routes(contenders, min_speedup)
-            if not any(r.winner for r in routes):
-                raise EvoError(_nothing_to_promote(contenders, baseline, dev))
-            winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
-            by_id = {c.view.id: c for c in contenders}
-            shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev)
-                       for w in winners]
-            late = [x for s in shipped for x in excluded_entries(
-                s.view.id, kernel_digests(s.cubin), [e.name for e in s.entries.values()], red)]
-            if not late:
+        rejected: list[str] = []
+        while True:      # a winner that fails its verification is stored red, and the plan made again
+            routes, shipped = _plan(store, contenders, red, excluded, baseline, dev, min_speedup)
+            contenders = _drop(contenders, {(x.candidate, x.entry) for x in excluded})
+            if not verify:
+                checked: dict[str, Any] = {"verified": False}
                 break
-            excluded += late
-            contenders = _drop(contenders, {(x.candidate, x.entry) for x in late})
+            try:
+                checked = _verify(shipped, routes)
+                break
+            except verifier.VerifyFailed as failed:
+                store.record_evaluation(failed.evaluation)
+                rejected.append(str(failed))
+                contenders = [c for c in contenders if c.view.id != failed.evaluation.build_id]
+                red = red_kernels(store)
+                contenders, more = without_red(store, contenders, red)
+                excluded += more
+        winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
         db = sanitize_url(store.url)
     _check_target(target, force)
-    checked = _verify(shipped, routes) if verify else {"verified": False}
+    if rejected:
+        checked["rejected"] = rejected
     cases = _case_table(routes, contenders)
     context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
                        list(candidate_ids), baseline, min_speedup) | {"verification": checked,
                                                                        "excluded": [x.as_dict() for x in excluded]}
     _write(target, context, shipped, run_tests=verify)
     return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
-                    if candidate_ids else [], cases, context["verification"], excluded)
+                    if candidate_ids else [], cases, context["verification"], excluded, rejected)
+
+
+def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str, str], RedCheck],
+          excluded: list[Excluded], baseline: str, dev: str, min_speedup: float) -> tuple[list[Route], list[Shipped]]:
+    """The dispatch routes and the winners' kernels, planned again without any winner kernel
+    whose machine code turns out red once its cubin is at hand (added to ``excluded``)."""
+    while True:
+        routes = plan_routes(contenders, min_speedup)
+        if not any(r.winner for r in routes):
+            raise EvoError(_nothing_to_promote(contenders, baseline, dev))
+        winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
+        by_id = {c.view.id: c for c in contenders}
+        shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev) for w in winners]
+        late = [x for s in shipped for x in excluded_entries(
+            s.view.id, kernel_digests(s.cubin), [e.name for e in s.entries.values()], red)]
+        if not late:
+            return routes, shipped
+        excluded += late
+        contenders = _drop(contenders, {(x.candidate, x.entry) for x in late})
 
 
 def without_red(store: Store, contenders: Sequence[Contender],

@@ -5,9 +5,11 @@ length of its dispatch buckets, at any scale, on any data. So before promote wri
 each shipped kernel runs in a GPU worker (crash-isolated, like every evaluation) over each of
 its buckets: the bucket's edges, ragged lengths inside it, drawn B and H, non-default scales,
 inputs of standard deviation up to 3-4 and spiked keys (:func:`evo.draws.bucket_cases`),
-checked by GREEN's rule. Any failure refuses the promotion with one line. Then the package is
-assembled in a scratch folder and its own test suite runs there, against the GPU; only if it
-passes is the package moved into place.
+checked by GREEN's rule. A kernel that fails a check raises :class:`VerifyFailed` with its
+evaluation, which promote stores (the candidate turns red, its machine code with it) before it
+plans again without it; a crash or a hang refuses the promotion with one line. Then the package
+is assembled in a scratch folder and its own test suite runs there, against the GPU; only if it
+passes is the package moved into place, and if it fails the refusal names the failed tests.
 
 Without a GPU nothing can be verified: promote refuses unless told ``--no-verify``, and a
 package written that way says so in its PROVENANCE.json.
@@ -71,6 +73,15 @@ def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
     return cases
 
 
+class VerifyFailed(EvoError):
+    """A kernel failed checks over its dispatch buckets: the refusal line, and the evaluation
+    (status red, with every check) for the database."""
+
+    def __init__(self, line: str, evaluation: Evaluation) -> None:
+        super().__init__(line)
+        self.evaluation = evaluation
+
+
 def refusal(candidate: str, ev: Evaluation) -> str:
     """One line: which kernel failed its verification, how often, and the first failure."""
     if ev.status in WORKER_FAILED:
@@ -83,7 +94,8 @@ def refusal(candidate: str, ev: Evaluation) -> str:
 def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[Bucket]]],
                    seed: int, *, device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S) -> dict[str, int]:
     """Run each ``(candidate id, cubin, entries, buckets)`` over its buckets in one GPU worker;
-    checks run per candidate, or an EvoError naming the first that failed."""
+    checks run per candidate. The first that fails a check raises VerifyFailed; one that
+    crashes or hangs, an EvoError."""
     ran = {}
     with Worker(device) as worker:
         for cid, cubin, entries, buckets in kernels:
@@ -91,6 +103,8 @@ def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[
             request = EvalRequest(cid, str(cubin), tuple(entries), green=True, fast_cases=(),
                                   options={"green_cases": cases, "salt": seed})
             ev = worker.evaluate(request, timeout_s)
+            if ev.status is Status.RED and any(not c.passed for c in ev.checks):
+                raise VerifyFailed(refusal(cid, ev), ev)
             if ev.status is not Status.GREEN:
                 raise EvoError(refusal(cid, ev))
             ran[cid] = len(ev.checks)
@@ -103,17 +117,27 @@ def summary_line(output: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def failed_tests(output: str, most: int = 3) -> str:
+    """The first ``most`` failed tests of pytest's ``-rfE`` summary (``FAILED id - message``),
+    joined with "; ", and how many more; empty when it lists none."""
+    failed = [ln.split(" ", 1)[1].strip() for ln in output.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+    shown = "; ".join(failed[:most])
+    return shown + (f"; and {len(failed) - most} more" if len(failed) > most else "")
+
+
 def run_package_tests(folder: Path, name: str, timeout_s: float = PACKAGE_TESTS_TIMEOUT_S) -> str:
     """The package's own tests (``folder/name/tests``, importing ``name`` from ``folder``) in a
     fresh interpreter; pytest's summary line, or an EvoError with it when any test fails."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")   # nothing but the package is moved into place
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{name}/tests"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", f"{name}/tests"]
     try:
         done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise EvoError(f"the package's own tests did not finish within {timeout_s:g} s; nothing written") from None
     line = summary_line(done.stdout if done.stdout.strip() else done.stderr)
     if done.returncode != 0:
-        raise EvoError(f"the package's own tests failed on this GPU ({line}); nothing written")
+        which = failed_tests(done.stdout)
+        raise EvoError(f"the package's own tests failed on this GPU ({line}{': ' + which if which else ''}); "
+                       "nothing written")
     return line

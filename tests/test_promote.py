@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,7 @@ from evo.manifest import load_family
 from evo.store import CandidateView, Store, open_store
 from evo.suites import green_cases
 from evo.timing import RECHECK_FAILED
+from evo.verify import VerifyFailed, refusal
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 DEVICE = {"name": "NVIDIA H200", "sm": "90", "torch": "2.11.0+cu130", "cuda": "13.0", "driver": "580.65.06"}
@@ -303,9 +305,15 @@ def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def verify_kernels(kernels, seed, **kw):
         seen["kernels"] += kernels
+        seen["calls"] = seen.get("calls", []) + [[cid for cid, *_ in kernels]]
         seen["seed"] = seed
         if seen.get("refuse"):
             raise EvoError(seen["refuse"])
+        if (bad := seen.pop("fail", None)) in {cid for cid, *_ in kernels}:
+            check = CheckResult(Shape("P03 sc=0.0375 sd=3.0 spike", 2, 3, 600, 64, False), 0, False,
+                                2e-2, 1e-3, 2.5e-3, "max|err| 2.0e-02 > tol 2.5e-03")
+            ev = Evaluation(bad, Status.RED, f"P03 fp16 seed 0: {check.reason}", checks=[check], device=DEVICE)
+            raise VerifyFailed(refusal(bad, ev), ev)
         return {cid: 7 for cid, *_ in kernels}
 
     def run_package_tests(folder: Path, name: str) -> str:
@@ -341,6 +349,26 @@ def test_a_refused_kernel_writes_nothing(tmp_path: Path, db: dict[str, str], fak
         promote(NAME, tmp_path, db_url=db["url"], study="s")
     assert not (tmp_path / NAME).exists() and fake_gpu_verify["tests"] == []
     assert list(tmp_path.iterdir()) == []                             # no scratch folder left either
+
+
+def test_a_kernel_that_fails_verification_is_stored_red_and_the_table_planned_again(
+        tmp_path: Path, db: dict[str, str], fake_gpu_verify: dict[str, Any]) -> None:
+    copy = tmp_path / "evo.sqlite"                     # the module's database stays as it was
+    shutil.copy(db["url"].removeprefix("sqlite:///"), copy)
+    url = f"sqlite:///{copy}"
+    fake_gpu_verify["fail"] = db["A"]
+    result = promote(NAME, tmp_path / "out", db_url=url, study="s")
+    first, second = fake_gpu_verify["calls"]
+    assert db["A"] in first and db["A"] not in second and result.shipped == [db["B"]] == second
+    assert len(result.rejected) == 1 and result.rejected[0].startswith(f"refusing to promote {db['A'][:12]}")
+    assert {r.winner for r in result.routes} <= {db["B"], None}        # A's buckets: B or SDPA
+    assert _json(tmp_path / "out" / NAME, "PROVENANCE.json")["verification"]["rejected"] == result.rejected
+    with open_store(url) as store:
+        assert store.get(db["A"]).candidate.status is Status.RED
+        newest = store.evaluations(db["A"])[-1]
+        assert newest.status == Status.RED.value and [c.passed for c in newest.checks] == [False]
+    with pytest.raises(EvoError, match="no green candidate|not green"):   # red for good: not promoted again
+        promote(NAME, tmp_path / "again", db_url=url, candidate_ids=[db["A"]])
 
 
 def test_refusal_is_one_line_with_the_first_failure() -> None:
@@ -379,8 +407,10 @@ def test_package_tests_run_from_the_scratch_folder(tmp_path: Path, body: str, ok
     if ok:
         assert run_package_tests(tmp_path, "pkgx").startswith("1 passed")
     else:
-        with pytest.raises(EvoError, match=r"the package's own tests failed on this GPU \(1 failed"):
+        with pytest.raises(EvoError, match=r"the package's own tests failed on this GPU \(1 failed in [0-9.]+s: "
+                                          r"pkgx/tests/test_it.py::test_it - assert False\); nothing written") as err:
             run_package_tests(tmp_path, "pkgx")
+        assert "\n" not in str(err.value)
     assert not list(tmp_path.rglob("__pycache__"))
 
 

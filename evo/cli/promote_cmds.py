@@ -56,6 +56,8 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
                   else "[yellow]not verified[/] (--no-verify): PROVENANCE.json says so")
     console.print(f"wrote {escape(str(result.path))} ({len(result.shipped)} kernel"
                   f"{'s' if len(result.shipped) != 1 else ''}, timings from {escape(result.device)})")
+    for line in result.rejected:
+        console.print(f"failed its verification, stored red, planned again without it: {escape(line)}")
     for x in result.excluded:
         console.print(f"kept out: {escape(x.line())}")
     if result.unused:
