@@ -7,7 +7,10 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
 - ``one``: L = 1; ``short``: below one tile (``[draws] tile``, 64); ``edge``: a multiple of
   half a tile, a tile or two (32, 64, 128), or one off it; ``odd``: an odd length beyond a
   tile (up to 32 tiles); ``long``: 2049..4608 (``[draws] long``); ``spiked``: up to 16 tiles,
-  with a spiked key.
+  with a spiked key; ``long_spiked``: a ``long`` length with the stress inputs of ``spiked``
+  (a stale row maximum, FlashAttention-4's conditional rescaling, shows only when a peaked row
+  runs over many tiles: such a kernel passed every other kind and failed the promoted package's
+  stress test at L = 4096).
 - B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
   are drawn from the ones the kernel has.
 - Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
@@ -32,7 +35,7 @@ from collections.abc import Collection
 from evo.results import Shape
 from evo.suites import DTYPES, DrawSettings, GreenCase
 
-KINDS = ("one", "short", "edge", "odd", "long", "spiked")
+KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked")
 LONG_STD = (2.0, 3.0)            # long draws: large values, softmax still spread over many keys
 LONG_SCALE = (0.3, 1.0)
 NON_DEFAULT = 0.75               # share of draws with a non-default scale
@@ -68,7 +71,7 @@ def _length(kind: str, settings: DrawSettings, rng: random.Random) -> int:
         return max(2, step * rng.randint(1, 16) + rng.choice((-1, 0, 1)))
     if kind == "odd":
         return min(rng.randint(tile + 1, 32 * tile - 1) | 1, 32 * tile - 1)
-    if kind == "long":
+    if kind in ("long", "long_spiked"):
         return rng.randint(*settings.long)
     if kind == "spiked":
         return rng.randint(2, 16 * tile)
@@ -130,8 +133,8 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
         for dt in dtypes:
             D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
             L = _length(kind, settings, rng)
-            B, H = _batch_heads(kind == "long", settings, rng)
-            spiked = kind == "spiked" or (kind not in ("one", "long") and rng.random() < SPIKED)
+            B, H = _batch_heads(kind in ("long", "long_spiked"), settings, rng)
+            spiked = kind in ("spiked", "long_spiked") or (kind not in ("one", "long") and rng.random() < SPIKED)
             out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long", spiked,
                                  settings, rng))
     return out

@@ -30,7 +30,7 @@ _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 class DrawSettings:
     """The ranges GREEN draws from, per evaluation, on top of the fixed core (``[draws]``)."""
 
-    kinds: tuple[str, ...] = ("one", "short", "edge", "odd", "long", "spiked")
+    kinds: tuple[str, ...] = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked")
     tile: int = 64                           # "short" lengths lie below it
     long: tuple[int, int] = (2049, 4608)     # "long" lengths
     max_heads: int = 8                       # B * H of a drawn case (long ones: 2)

@@ -77,6 +77,16 @@ def test_long_draws_keep_many_keys_at_large_magnitude() -> None:
     assert all(c.scale is None or c.scale * math.sqrt(c.shape.D) <= 1.0 for c in longs)
 
 
+def test_long_spiked_draws_stress_a_long_row() -> None:
+    """A peaked row over many tiles (where a stale row maximum shows): long lengths, a spiked key,
+    the stress scales and spreads of the short draws."""
+    cases = _of_kind(KINDS.index("long_spiked"), range(40))
+    assert cases and all(SETTINGS.long[0] <= c.shape.L <= SETTINGS.long[1] and c.shape.B * c.shape.H <= 2
+                         and c.spike > 0 for c in cases)
+    factors = [c.scale * math.sqrt(c.shape.D) for c in cases if c.scale is not None]
+    assert factors and all(f <= 0.51 or f >= 1.99 for f in factors) and max(c.std for c in cases) > 3.0
+
+
 def test_a_spiked_key_reaches_the_spike_score() -> None:
     assert spike_factor(SETTINGS, 1.0, 1.0) == pytest.approx(200.0)
     assert spike_factor(SETTINGS, 0.5, 2.0) == pytest.approx(100.0)
