@@ -3,12 +3,15 @@ the compiled kernels contain.
 
 Q_IN_REGS holds Q as wgmma A-operand registers (ldmatrix once per tile), so S = Q K^T reads only K
 from shared memory; at D=128 with BLOCK_N 128 it does not fit the consumers' registers (ptxas
-spilled 104 bytes), and the manifest must say so before a build is spent. LAZY_* skip O *= alpha
+spilled 104 bytes), and the manifest must say so before a build is spent; and its registers must
+stay Q's for the whole tile (ptxas 13.0 handed them to P without the overlap: the SASS is scanned
+for it). LAZY_* skip O *= alpha
 with a warp vote. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -43,13 +46,22 @@ def test_conditional_rescaling_is_off_by_default_at_both_head_dims() -> None:
     assert FAMILY.defaults()["LAZY_D64"] is False and FAMILY.defaults()["LAZY_D128"] is False
 
 
-def sass_by_function(genes: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Build one candidate into a private cache; its SASS per kernel function (ptxas checked)."""
+def test_q_in_registers_needs_the_overlap() -> None:
+    assert not is_valid(FAMILY, point(Q_IN_REGS=True, BLOCK_N_D128=96, INTRA_WG_OVERLAP=False))
+    assert is_valid(FAMILY, point(Q_IN_REGS=False, INTRA_WG_OVERLAP=False))
+
+
+def sass_by_function(genes: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch,
+                     validate: bool = True) -> dict[str, str]:
+    """Build one candidate (``validate=False``: under the manifest less its Q_IN_REGS / overlap
+    constraint) into a private cache; its SASS per kernel function (ptxas checked)."""
     if shutil.which("nvcc") is None or shutil.which("cuobjdump") is None:
         pytest.skip("nvcc or cuobjdump not available")
     monkeypatch.setenv("EVO_CANDIDATES", str(cache))
+    family = FAMILY if validate else dataclasses.replace(
+        FAMILY, constraints=tuple(c for c in FAMILY.constraints if "Q_IN_REGS or INTRA_WG_OVERLAP" not in c.expr))
     try:
-        (result,) = build_batch([render(make_candidate("flash_wgmma", genes))], arch="sm_90a")
+        (result,) = build_batch([render(make_candidate(family, point(**genes)), family)], arch="sm_90a")
     except EvoError as err:
         pytest.skip(str(err))
     assert result.status is Status.BUILT, result.reason
@@ -78,3 +90,40 @@ def test_conditional_rescaling_votes_only_where_it_is_on(tmp_path: Path, monkeyp
     assert len(functions) == 8
     for name, body in functions.items():
         assert ("VOTE.ANY" in body) == ("_d128_" in name), name
+
+
+def q_register_clobbers(body: str) -> list[str]:
+    """Instructions other than LDSM that write a register some S = Q K^T HGMMA reads Q from (A
+    from registers, B not transposed: the P V ones read P with a transposed V)."""
+    lines = [ln.split(";")[0].split("*/", 1)[1].strip() for ln in body.splitlines()
+             if re.match(r"\s+/\*[0-9a-f]{4}\*/", ln)]
+    q = {int(m.group(1)) + i for ln in lines
+         if (m := re.search(r"HGMMA\.\S+ R\d+, R(\d+), gdesc\[\w+\](?!\.tnspB)", ln)) for i in range(4)}
+    out = []
+    for ln in lines:
+        words = ln.split()
+        op = words[1:] if words and words[0].startswith("@") else words
+        if len(op) < 2 or op[0].startswith(("LDSM", "HGMMA", "ST", "BAR", "WARPGROUP", "SYNCS", "BRA", "ISETP", "FSETP")):
+            continue
+        if (dest := re.match(r"R(\d+)", op[1])) and int(dest.group(1)) in q:
+            out.append(ln)
+    return out
+
+
+@pytest.mark.parametrize(("genes", "valid"), [
+    ({"Q_IN_REGS": True, "BLOCK_N_D128": 96}, True),
+    ({"Q_IN_REGS": True, "WGS_D128": 1, "PERSISTENT": False}, True),
+    ({"Q_IN_REGS": True, "WGS_D128": 1, "PERSISTENT": False, "INTRA_WG_OVERLAP": False}, False),
+])
+def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: bool, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admitted points keep Q's registers; the refused one (one consumer, no overlap, D=128, BLOCK_N
+    128) is what ptxas 13.0 miscompiled: if it stops clobbering, the constraint can go."""
+    assert is_valid(FAMILY, point(**genes)) == valid
+    functions = sass_by_function(genes, tmp_path, monkeypatch, validate=valid)
+    clobbered = {name: len(q_register_clobbers(body)) for name, body in functions.items() if "_d128_" in name}
+    assert len(clobbered) == 4
+    if valid:
+        assert all(n == 0 for n in clobbered.values()), clobbered
+    else:
+        assert all(n > 0 for n in clobbered.values()), clobbered
