@@ -32,6 +32,7 @@ search a restart, not a re-measurement of every baseline (about 50 s on an H100 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import multiprocessing
@@ -43,7 +44,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -356,13 +357,27 @@ class WorkerPool:
         return self._threads.submit(self._run, request, timeout_s)
 
     def map(self, requests: Iterable[EvalRequest], timeout_s: float) -> Iterator[Evaluation]:
-        """Evaluate ``requests`` concurrently (one per worker), yielding results in input order."""
-        futures = [self.submit(r, timeout_s) for r in requests]
+        """Evaluate ``requests`` concurrently (one per worker), yielding results in input order.
+        A request is drawn from ``requests`` only when a worker is free to start it, so a lazy
+        iterable decides at each start whether another one follows (``evo run``'s time budget
+        ends its batch that way)."""
+        todo = iter(requests)
+        drawn: collections.deque[Future[Evaluation]] = collections.deque()  # not yet yielded, in input order
+        more = True
         try:
-            for f in futures:
-                yield f.result()
+            while more or drawn:
+                running = [f for f in drawn if not f.done()]
+                if more and len(running) < len(self.workers):
+                    request = next(todo, None)
+                    more = request is not None
+                    if request is not None:
+                        drawn.append(self.submit(request, timeout_s))
+                elif drawn[0].done():
+                    yield drawn.popleft().result()
+                else:
+                    wait(running, return_when=FIRST_COMPLETED)
         finally:
-            for f in futures:
+            for f in drawn:
                 f.cancel()
 
     def close(self) -> None:

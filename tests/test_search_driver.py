@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -103,6 +104,27 @@ def test_every_gpu_request_gets_a_fresh_green_salt() -> None:
     list(ev.evaluate(jobs))
     salts = [r.options["salt"] for r in seen]
     assert len(set(salts)) == 8 and all(r.options["quick"] for r in seen)
+
+
+def test_a_gpu_request_is_made_only_when_the_pool_draws_it() -> None:
+    """The pool draws a request only as a worker starts it, so a search's time budget can end a
+    batch between evaluations: the evaluator must not draw jobs ahead of it."""
+    from types import SimpleNamespace
+
+    from evo.search.evaluators import Job
+
+    drawn: list[int] = []
+
+    def jobs() -> Iterator[Job]:
+        for i in range(3):
+            drawn.append(i)
+            yield Job(SimpleNamespace(entries=()), SimpleNamespace(build_id=f"b{i}", cubin_path="x"), True, ())
+
+    ev = GpuEvaluator.__new__(GpuEvaluator)
+    ev.options, ev.timeout_s, ev.where = {}, 1.0, {"host": "h"}
+    ev.pool = SimpleNamespace(map=lambda reqs, timeout: (SimpleNamespace(build_id=r.build_id, device={}) for r in reqs))
+    results = ev.evaluate(jobs())
+    assert next(results).build_id == "b0" and drawn == [0]
 
 
 def test_a_search_scores_cases_of_both_dtypes(monkeypatch, tmp_path: Path) -> None:

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
+from sqlalchemy import func, select
 
 from evo.errors import EvoError
 from evo.insights import compute
 from evo.manifest import load_family
+from evo.render import Rendered
 from evo.replay import load_recording, record_key, save_recording
-from evo.results import Status
+from evo.results import BuildResult, Evaluation, Status
+from evo.search import driver
 from evo.search.driver import RunOptions, run
-from evo.search.loop import NullReporter
+from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
+from evo.search.loop import NullReporter, RunSummary, Search
+from evo.search.resume import counted
 from evo.space import all_candidates
 from evo.store import open_store
+from evo.store.models import EvaluationRow, Trial
 from synthetic_sweep import make_recording
 
 CASES = ["F1", "F6"]
@@ -210,3 +218,87 @@ def test_insights_of_a_replayed_study(evo_run) -> None:
     report = compute(open_store(db), "s", db_url=db)
     assert report.moves and all(m.family in ("flash_mma", "flash_scalar") for m in report.moves)
     assert {i.family for i in report.importances} <= {"flash_mma", "flash_scalar"}
+
+
+class Ticking(ReplayEvaluator):
+    """Replay on a fake clock (the search's, :meth:`clock`) on which every evaluation takes
+    ``step_s``; it keeps the build ids of the candidates it built and of those whose evaluation
+    it started, in order."""
+
+    def __init__(self, recording: Path, step_s: float) -> None:
+        super().__init__(load_recording(recording))
+        self.now, self.step_s = 0.0, step_s
+        self.built: list[str] = []
+        self.started: list[str] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        out = super().build(items)
+        self.built += [r.build_id for r in out if isinstance(r, BuildResult) and r.status is Status.BUILT]
+        return out
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        for ev in super().evaluate(self._start(jobs)):
+            self.now += self.step_s
+            yield ev
+
+    def _start(self, jobs: Iterable[Job]) -> Iterator[Job]:
+        for job in jobs:
+            self.started.append(job.build.build_id)
+            yield job
+
+
+def budgeted(monkeypatch: pytest.MonkeyPatch, db: str, recording: Path,
+             time_budget_s: float | None) -> tuple[RunSummary, Ticking]:
+    """A grid search of 8 flash_scalar trials in one batch of 8, each evaluation 100 s long on
+    the search's clock."""
+    ev = Ticking(recording, step_s=100)
+    monkeypatch.setattr(driver, "choose_evaluator", lambda opts, note: ev)
+    monkeypatch.setattr(driver, "Search", functools.partial(Search, clock=ev.clock))
+    summary = search(db, recording, trials=8, batch=8, families=["flash_scalar"], sampler="grid",
+                     time_budget_s=time_budget_s)
+    return summary, ev
+
+
+def evaluations_stored(db: str) -> int:
+    with open_store(db)._read() as s:
+        return s.scalar(select(func.count()).select_from(EvaluationRow)) or 0
+
+
+def test_a_spent_time_budget_starts_no_further_evaluation_of_the_batch(monkeypatch, db: str, recording: Path) -> None:
+    summary, ev = budgeted(monkeypatch, db, recording, time_budget_s=150)
+    unstarted = len(ev.built) - 2
+    assert unstarted > 0 and ev.started == ev.built[:2]  # the 2nd started at 100 s, ended at 200 s
+    assert evaluations_stored(db) == 2                   # ... and was kept
+    assert summary.finished == 8 - unstarted
+    assert summary.stopped == f"time budget of 150 s spent ({unstarted} unstarted trial(s) re-queued)"
+
+
+def test_trials_the_budget_left_unstarted_are_evaluated_by_the_next_run(monkeypatch, db: str, recording: Path) -> None:
+    _, first = budgeted(monkeypatch, db, recording, time_budget_s=150)
+    unstarted = set(first.built) - set(first.started)
+    assert len(trials(db, "s")) == 8 + len(unstarted)  # each enqueued again
+    assert sum(t.state == TrialState.WAITING for t in trials(db)) == len(unstarted) > 0
+    summary, second = budgeted(monkeypatch, db, recording, time_budget_s=None)
+    assert set(second.started) == unstarted and len(second.started) == len(unstarted)
+    assert summary.total == 8 and summary.stopped == "reached 8 trials"
+    assert not [t for t in trials(db) if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert evaluations_stored(db) == len(first.built)  # every built candidate evaluated once
+
+
+def test_after_a_spent_budget_the_store_and_the_study_agree(monkeypatch, db: str, recording: Path) -> None:
+    summary, ev = budgeted(monkeypatch, db, recording, time_budget_s=150)
+    ts = trials(db)
+    assert not [t for t in ts if t.state == TrialState.RUNNING]
+    abandoned = [t for t in ts if t.user_attrs.get("status") == "abandoned"]
+    assert len(abandoned) == len(ev.built) - 2 > 0
+    assert all(t.state == TrialState.FAIL and "time budget" in t.user_attrs["reason"] for t in abandoned)
+    assert summary.total == counted(ts) == summary.finished == 8 - len(abandoned)
+    store = open_store(db)
+    with store._read() as s:
+        rows = {r.trial_number: r.state for r in s.scalars(select(Trial).where(Trial.study == "s"))}
+    assert rows == {t.number: t.state.name for t in ts if t.state.is_finished()}
+    assert all("candidate" not in t.user_attrs for t in abandoned)  # linked to nothing measured
+    assert store.get_run(summary.run_id).status == "done"

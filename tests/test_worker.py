@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,26 @@ def test_pool_runs_concurrently_and_yields_in_request_order() -> None:
     assert [r.build_id for r in results] == ["0", "1", "2", "3"]
     assert len({r.reason for r in results}) == 2      # both workers served
     assert elapsed < sum(delays)                       # ... at the same time
+
+
+def test_pool_draws_a_request_only_when_a_worker_is_free_to_start_it() -> None:
+    drawn: list[int] = []
+    more = [True]  # like a search's time budget: once it is False, no request follows
+
+    def requests() -> Iterator[EvalRequest]:
+        for i in range(8):
+            if not more[0]:
+                return
+            drawn.append(i)
+            yield req(str(i), act="sleep", seconds=0.2)
+
+    with WorkerPool([0, 1], target="standins:serve") as pool:
+        results = pool.map(requests(), 30)
+        first = next(results)
+        assert len(drawn) <= 4  # two at once, then one more for each that ended (at most both)
+        more[0] = False
+        rest = list(results)
+    assert [r.build_id for r in [first, *rest]] == [str(i) for i in drawn]
 
 
 def test_pool_survives_a_crash_among_requests() -> None:

@@ -51,7 +51,8 @@ class SamplerChoice(click.Choice):
 @click.option("--trials", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
               help="the study's total trials (a resumed study runs on to this many)")
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="start no new batch after this many seconds")
+              help="start no new evaluation after this many seconds (one in progress finishes; the batch's "
+              "unevaluated trials are re-queued for the next run)")
 @click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: all)")
 @click.option("--cases", multiple=True, metavar="LIST",
               help="FAST cases scored: F1, F3c, F3f, F1-F4, F6-bf16 (a dtype suffix), comma-separated (default: all, fp16)")

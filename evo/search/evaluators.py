@@ -21,7 +21,7 @@ import abc
 import os
 import secrets
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +75,10 @@ class Evaluator(abc.ABC):
         """One result per item, in order."""
 
     @abc.abstractmethod
-    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
-        """One result per job, in order (nothing when ``not_evaluated``)."""
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        """One result per job drawn, in order (nothing when ``not_evaluated``). Draw a job from
+        ``jobs`` only when about to start it: the search stops handing out jobs once its time
+        budget is spent, and gives the trials of those never drawn back for a later run."""
 
     def close(self) -> None:  # noqa: B027 - optional: most evaluators hold nothing to release
         """Release workers (nothing to release by default)."""
@@ -106,19 +108,21 @@ class GpuEvaluator(Evaluator):
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []
 
-    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
-        # A fresh salt per request: every candidate is gated on inputs of its own, so no kernel
-        # can pass by matching inputs it has seen (the salt is kept in the evaluation's device info).
-        requests = []
-        for j in jobs:
-            options = self.options | {"salt": secrets.randbelow(2**31)}
-            if self.gemm_pending:
-                options["gemm"], self.gemm_pending = True, False
-            requests.append(EvalRequest(j.build.build_id, j.build.cubin_path or "", j.rendered.entries, j.green,
-                                        j.cases, options))
-        for ev in self.pool.map(requests, self.timeout_s):  # which GPU of which host measured it
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        # requests are made as the pool draws them, when a worker is free to start one
+        for ev in self.pool.map(map(self._request, jobs), self.timeout_s):  # which GPU of which host measured it
             ev.device.update(self.where)
             yield ev
+
+    def _request(self, job: Job) -> EvalRequest:
+        """The worker's request for ``job``, with a fresh salt: every candidate is gated on inputs
+        of its own, so no kernel can pass by matching inputs it has seen (the salt is kept in the
+        evaluation's device info). The run's first request also asks for the GEMM rate."""
+        options = self.options | {"salt": secrets.randbelow(2**31)}
+        if self.gemm_pending:
+            options["gemm"], self.gemm_pending = True, False
+        return EvalRequest(job.build.build_id, job.build.cubin_path or "", job.rendered.entries, job.green,
+                           job.cases, options)
 
     def close(self) -> None:
         self.pool.close()
@@ -136,7 +140,7 @@ class BuildOnlyEvaluator(Evaluator):
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []
 
-    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
         return iter(())
 
 
@@ -187,7 +191,7 @@ class ReplayEvaluator(Evaluator):
                 log=f"replayed from {self.recording.name}", cached=True))
         return out
 
-    def evaluate(self, jobs: Sequence[Job]) -> Iterator[Evaluation | Unmeasured]:
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
         for job in jobs:
             rec = self._record(job.rendered)
             if isinstance(rec, Unmeasured):

@@ -15,6 +15,11 @@ or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md
 and not a made-up value). A worker with nothing left to start waits while other workers' trials
 run, so a trial of a worker that dies is still retried.
 
+The time budget (``evo run --time-budget``) is checked before each batch and before each
+evaluation: once it is spent no evaluation starts (one in progress finishes and is stored and
+told), and the trials of the batch's candidates left unevaluated are given back as Ctrl-C gives
+them back (FAIL ``abandoned``, enqueued again), so the next run on the study starts with them.
+
 Lineage: the evolutionary sampler's parents and mutation come from its proposal; for every
 other trial the parent is the nearest completed candidate of the same family in the study
 (Hamming distance over params, ties to the better one), edge kind ``nearest``. Edges are
@@ -27,7 +32,7 @@ import collections
 import contextlib
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -182,6 +187,9 @@ class Search:
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.valid_keys = {record_key(c.family, c.p) for f in families for c in all_candidates(f)}
         self.in_study: set[str] = set()
+        self.time_budget_s: float | None = None
+        self.started = 0.0                # the clock's reading when run() began
+        self.unstarted = 0                # trials given back because the time budget ran out
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
                                   metric_names=objective.names(objective_kind, cases),
                                   not_evaluated=evaluator.not_evaluated)
@@ -190,19 +198,20 @@ class Search:
 
     def run(self, trials: int, time_budget_s: float | None = None) -> RunSummary:
         """Run until the study holds ``trials`` counted trials, the time budget is spent, or
-        every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials."""
+        every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials,
+        and so does the time budget for trials whose evaluation it left unstarted."""
         s = self.summary
         s.requested = trials
         self._recover()
         s.best = best_trial(self.study.get_trials(deepcopy=False))
-        start = self.clock()
+        self.time_budget_s, self.started = time_budget_s, self.clock()
         self.heartbeat.start()
         try:
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
                 self._recover()
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
-                    k, why = self._next_batch_size(trials, start, time_budget_s)
+                    k, why = self._next_batch_size(trials)
                     pending = [self._ask() for _ in range(k)]
                 if not pending and why:
                     s.stopped = why
@@ -246,7 +255,7 @@ class Search:
             self.summary.recovered += n
             self.reporter.note(f"re-queued {n} trial(s) of a worker whose heartbeat stopped")
 
-    def _next_batch_size(self, trials: int, start: float, budget: float | None) -> tuple[int, str]:
+    def _next_batch_size(self, trials: int) -> tuple[int, str]:
         """How many trials to ask now, or (0, why) to stop, or (0, "") to wait for other workers."""
         all_trials = self.study.get_trials(deepcopy=False)
         done = counted(all_trials)
@@ -254,12 +263,17 @@ class Search:
         waiting = sum(t.state == TrialState.WAITING for t in all_trials)
         if done >= trials:
             return 0, f"reached {trials} trials"
-        if budget is not None and self.clock() - start >= budget:
-            return 0, f"time budget of {budget:g} s spent"
+        if self._out_of_time():
+            given_back = f" ({self.unstarted} unstarted trial(s) re-queued)" if self.unstarted else ""
+            return 0, f"time budget of {self.time_budget_s:g} s spent{given_back}"
         left = len(self.valid_keys - seen_keys(all_trials)) + waiting
         if left == 0 and running == 0:
             return 0, f"search space exhausted: all {len(self.valid_keys)} valid candidates tried"
         return max(0, min(self.batch, trials - done - running, left)), ""
+
+    def _out_of_time(self) -> bool:
+        """Whether this run's time budget is spent (never, without one)."""
+        return self.time_budget_s is not None and self.clock() - self.started >= self.time_budget_s
 
     # ------------------------------------------------------------------ one batch
 
@@ -452,9 +466,32 @@ class Search:
             jobs.append((Job(ps[0].rendered, res, not passed, tuple(need)), cid, list(prior)))  # type: ignore[arg-type]
         if not jobs:
             return
-        results = self.evaluator.evaluate([j for j, _, _ in jobs])
-        for (job, cid, prior), ev in zip(jobs, results, strict=True):
+        told = 0
+        for ev in self.evaluator.evaluate(self._in_time([j for j, _, _ in jobs])):
+            job, cid, prior = jobs[told]
             self._finish_all(groups[job.build.build_id], self._evaluated(cid, ev, prior))
+            told += 1
+        self._give_back([p for job, _, _ in jobs[told:] for p in groups[job.build.build_id]])
+
+    def _in_time(self, jobs: Sequence[Job]) -> Iterator[Job]:
+        """``jobs`` in order until the time budget is spent. The evaluator draws a job only as it
+        starts it, so no evaluation starts past the budget; one in progress finishes."""
+        for job in jobs:
+            if self._out_of_time():
+                return
+            yield job
+
+    def _give_back(self, ps: Sequence[Pending]) -> None:
+        """Give up the trials of candidates built but never evaluated (the time budget ran out) as
+        Ctrl-C does (:func:`~evo.search.resume.release`: FAIL ``abandoned``, enqueued again, the
+        store's rows FAIL too), so that the next run on the study evaluates them first."""
+        if not ps:
+            return
+        ids = [p.trial_id for p in ps]
+        released = release(self.study, self.rdb, ids, "run stopped: time budget spent before its evaluation started")
+        for tid in ids:
+            self.heartbeat.discard(tid)
+        self.unstarted += self._mirror_abandoned(released, dead_runs=False)
 
     def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: list[Timing]) -> Outcome:
         if isinstance(ev, Unmeasured):
