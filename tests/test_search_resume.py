@@ -1,7 +1,9 @@
-"""Liveness from Optuna's heartbeat: stale trials are failed and retried, beating ones never."""
+"""Liveness from Optuna's heartbeat: stale trials are failed and retried, beating ones never; a
+run whose lease ran out is failed, a beating one never."""
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -66,6 +68,18 @@ def test_a_beating_trial_is_never_failed(study, rdb) -> None:
         assert study.trials[t.number].state == TrialState.RUNNING
     finally:
         beat.stop()
+
+
+def test_the_heartbeat_keeps_its_run_alive_while_it_holds_no_trial(rdb) -> None:
+    with open_store(rdb.url) as store:
+        dead, live = (store.start_run("evo run", study="r", lease_s=GRACE_S) for _ in range(2))
+        beat = Heartbeat(rdb, interval_s=0.5, renew=functools.partial(store.renew_run, live, GRACE_S)).start()
+        try:
+            stale()
+            assert store.fail_expired_runs() == [dead]
+            assert [store.get_run(r).status for r in (dead, live)] == ["failed", "running"]
+        finally:
+            beat.stop()
 
 
 def test_a_trial_that_never_beat_gets_a_heartbeat_then_goes_stale(study, rdb) -> None:

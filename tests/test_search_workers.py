@@ -1,6 +1,7 @@
 """One worker among several: a claim is taken over only from a trial that is no longer running
 (a holder in another study has its heartbeat checked here: that study may have no worker left),
-and a trial failed as stale under a live worker is noted, not a crash."""
+a trial failed as stale under a live worker is noted, not a crash, and the run of a worker that
+died holding no trial is failed once its lease has passed."""
 
 from __future__ import annotations
 
@@ -103,3 +104,19 @@ def test_a_trial_failed_as_stale_under_its_worker_is_noted_not_a_crash(setup, wh
     with store._read() as s:
         row = s.scalars(select(Trial).where(Trial.study == "b", Trial.trial_number == p.trial.number)).one()
     assert row.state == "FAIL"
+
+
+def test_a_worker_that_died_holding_no_trial_has_its_run_failed_after_the_grace_period(setup) -> None:
+    search, rdb, store = setup
+    notes: list[str] = []
+    search.reporter.note = notes.append  # type: ignore[method-assign]
+    dead = store.start_run("evo run", study="b", lease_s=1)  # as evo run starts one; killed between trials
+    search._recover()
+    assert store.get_run(dead).status == "running" and notes == []  # within the grace period
+    time.sleep(2.3)  # the database clock has 1 s resolution
+    search._recover()
+    assert store.get_run(dead).status == "failed"
+    assert notes == [f"marked run {dead} failed: its worker's heartbeat stopped"]
+    assert search.study.get_trials() == []  # it left nothing to retry
+    search._recover()
+    assert len(notes) == 1  # failed once

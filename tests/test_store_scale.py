@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,18 @@ def test_a_claim_is_held_once_and_taken_over_only_from_its_holder(url: str) -> N
         assert not store.take_over("b" * 64, "gpu", 5, 8, "t", 1)
         assert store.take_over("b" * 64, "gpu", 7, 8, "t", 1)
         assert store.claim("b" * 64, "gpu", 9, "s", 2) == (8, "t")
+
+
+def test_a_run_past_its_lease_is_failed_once_and_a_renewed_or_unleased_one_never(url: str) -> None:
+    with open_store(url) as store:
+        dead, live = (store.start_run("evo run", study="s", lease_s=1) for _ in range(2))
+        unleased = store.start_run("evo build")  # a command that does not beat
+        store.renew_run(live, 60)
+        assert store.fail_expired_runs() == []
+        time.sleep(2.3)  # SQLite's clock has 1 s resolution
+        assert store.fail_expired_runs() == [dead] and store.fail_expired_runs() == []
+        assert [store.get_run(r).status for r in (dead, live, unleased)] == ["failed", "running", "running"]
+        assert store.get_run(dead).finished is not None
 
 
 OPEN_ALL = """

@@ -188,7 +188,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
                    "seed": opts.seed, "batch": opts.batch, **settings}
         search: Search | None = None
         try:
-            with store.recording("evo run", study=name, device=device, options=options) as run_id:
+            with store.recording("evo run", study=name, device=device, options=options,
+                                 lease_s=opts.grace_s) as run_id:
                 search = Search(study, store, ev, families, cases, settings["baseline"], kind, run_id,
                                 storage=rdb, retry=retry, batch=opts.batch, reporter=reporter, ask_lock=ask_lock)
                 return search.run(opts.trials, opts.time_budget_s)

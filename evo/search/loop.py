@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -183,7 +184,9 @@ class Search:
         self.rdb, self.retry = storage, retry
         self.ask_lock = ask_lock or contextlib.nullcontext()
         self.reporter: Reporter = reporter or NullReporter()
-        self.heartbeat = Heartbeat(storage, storage.get_heartbeat_interval() or 30)
+        interval = storage.get_heartbeat_interval() or 30
+        lease = storage.grace_period or 2 * interval  # the run's lease is a trial's grace (Optuna's default)
+        self.heartbeat = Heartbeat(storage, interval, renew=functools.partial(store.renew_run, run_id, lease))
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.valid_keys = {record_key(c.family, c.p) for f in families for c in all_candidates(f)}
         self.in_study: set[str] = set()
@@ -246,14 +249,17 @@ class Search:
         return len(abandoned)
 
     def _recover(self) -> None:
-        """Fail stale trials of dead workers and re-queue them (Optuna's heartbeat check); say
-        so when this worker's own heartbeats are failing."""
+        """Fail stale trials of dead workers and re-queue them (Optuna's heartbeat check), then
+        the runs whose lease ran out (a worker that died holding no trial has no stale trial to
+        give it away); say so when this worker's own heartbeats are failing."""
         if (why := self.heartbeat.failing()) is not None:
             self.reporter.note(why)
         n = self._mirror_abandoned(recover(self.study, self.rdb, self.retry), dead_runs=True)
         if n:
             self.summary.recovered += n
             self.reporter.note(f"re-queued {n} trial(s) of a worker whose heartbeat stopped")
+        for run_id in self.store.fail_expired_runs():
+            self.reporter.note(f"marked run {run_id} failed: its worker's heartbeat stopped")
 
     def _next_batch_size(self, trials: int) -> tuple[int, str]:
         """How many trials to ask now, or (0, why) to stop, or (0, "") to wait for other workers."""

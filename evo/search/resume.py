@@ -17,6 +17,11 @@ Optuna's ask and the first beat) is invisible to ``fail_stale_trials``; :func:`r
 one heartbeat for it, so it goes stale and is retried like any other once the grace period
 passes, and a live owner is unaffected (its own thread keeps beating).
 
+A worker's run (``evo_runs``) is judged the same way, so that a worker that dies holding no
+trial is found too: it starts with a lease of one grace period, the :class:`Heartbeat` renews
+it with every beat, and :meth:`~evo.store.Store.fail_expired_runs` (every worker, before every
+batch) marks ``failed`` a run still ``running`` past its lease.
+
 Ctrl-C or an error in a worker releases its own open trials at once (:func:`release`: FAIL,
 status ``abandoned``, enqueued again). Trials given up this way or by the heartbeat, and
 trials that were retried, do not count toward ``--trials`` (:func:`counted`).
@@ -24,10 +29,11 @@ trials that were retried, do not count toward ``--trials`` (:func:`counted`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -114,15 +120,18 @@ def recover(study: optuna.Study, storage: RDBStorage, retry: Retry) -> list[Froz
 
 
 class Heartbeat:
-    """Records an Optuna heartbeat for this process's running trials every ``interval_s``.
+    """Records an Optuna heartbeat for this process's running trials every ``interval_s``, and
+    renews its run's lease with each beat (``renew``, e.g. :meth:`evo.store.Store.renew_run`):
+    between trials too, so that a worker that dies holding none is still found dead.
 
     A beat that fails (the storage is unreachable or locked) is logged on the ``evo`` logger and
     retried at the next interval; while beats keep failing, :meth:`failing` says so, and the
     search reports it (its trials may meanwhile be failed as stale by another worker, which
     retries them: nothing is lost, but the run should not look healthy)."""
 
-    def __init__(self, storage: optuna.storages.BaseStorage, interval_s: float) -> None:
-        self.storage, self.interval_s = storage, interval_s
+    def __init__(self, storage: optuna.storages.BaseStorage, interval_s: float,
+                 renew: Callable[[], None] | None = None) -> None:
+        self.storage, self.interval_s, self.renew = storage, interval_s, renew
         self._ids: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -153,15 +162,20 @@ class Heartbeat:
             self.beat()
 
     def beat(self) -> None:
-        """One beat for every owned trial (the thread's step; callable directly)."""
-        for tid in self.owned():
+        """One beat for every owned trial and for the run (the thread's step; callable directly)."""
+        beats: list[tuple[str, Callable[[], None]]] = [
+            (f"trial {tid}", functools.partial(self.storage.record_heartbeat, tid))  # type: ignore[attr-defined]
+            for tid in self.owned()]
+        if self.renew is not None:
+            beats.append(("the run", self.renew))
+        for what, record in beats:
             try:
-                self.storage.record_heartbeat(tid)  # type: ignore[attr-defined]
+                record()
             except Exception as exc:  # noqa: BLE001 - any storage error: logged, surfaced, retried
                 with self._lock:
                     self._failures += 1
                     self._error = f"{type(exc).__name__}: {exc}"
-                log.warning("heartbeat for trial %s failed (%d in a row): %s", tid, self._failures, self._error)
+                log.warning("heartbeat for %s failed (%d in a row): %s", what, self._failures, self._error)
             else:
                 with self._lock:
                     self._failures, self._error = 0, None
@@ -172,7 +186,7 @@ class Heartbeat:
             if not self._failures:
                 return None
             return (f"{self._failures} heartbeat(s) in a row failed ({self._error}); if this lasts past the "
-                    "grace period, other workers fail and retry this worker's trials")
+                    "grace period, other workers fail and retry this worker's trials and mark its run failed")
 
     def stop(self) -> None:
         self._stop.set()

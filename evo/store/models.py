@@ -36,7 +36,12 @@ class Base(DeclarativeBase):
 
 
 class Run(Base):
-    """One invocation of a command that writes (``evo build``, ``evo run``, ...)."""
+    """One invocation of a command that writes (``evo build``, ``evo run``, ...).
+
+    ``alive_until``: a worker's lease (``evo run`` only; NULL for commands that do not beat).
+    Its heartbeat pushes it one grace period past the database server's clock; a run still
+    ``running`` past it lost its worker and is failed by whoever sees that first
+    (:meth:`evo.store.Store.fail_expired_runs`)."""
 
     __tablename__ = "evo_runs"
 
@@ -50,6 +55,7 @@ class Run(Base):
     git_sha: Mapped[str | None] = mapped_column(String(40))
     host: Mapped[str] = mapped_column(String(255), default="")
     device: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    alive_until: Mapped[datetime | None]
 
 
 class Candidate(Base):

@@ -14,9 +14,10 @@ import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, or_, select
+from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -89,11 +90,14 @@ class Store:
     # ---- runs ---------------------------------------------------------------------------
 
     def start_run(self, command: str, *, study: str | None = None, options: Mapping[str, Any] | None = None,
-                  device: Mapping[str, Any] | None = None) -> int:
-        """Record the start of a command that writes; returns the run id."""
+                  device: Mapping[str, Any] | None = None, lease_s: float | None = None) -> int:
+        """Record the start of a command that writes; returns the run id. With ``lease_s`` the
+        run holds a lease of that many seconds, which its worker's heartbeat keeps renewing
+        (:meth:`renew_run`); past it, the run counts as dead (:meth:`fail_expired_runs`)."""
         with self._tx() as s:
             run = Run(study=study, command=command, options=dict(options or {}), git_sha=paths.git_sha(),
-                      host=socket.gethostname(), device=dict(device or {}), status="running")
+                      host=socket.gethostname(), device=dict(device or {}), status="running",
+                      alive_until=None if lease_s is None else _lease_end(s, lease_s))
             s.add(run)
             s.flush()
             return run.id
@@ -107,13 +111,33 @@ class Store:
                 raise EvoError(f"no run {run_id}")
             run.status, run.finished = status, utcnow()
 
+    def renew_run(self, run_id: int, lease_s: float) -> None:
+        """Extend the run's lease to ``lease_s`` seconds from now (a worker's heartbeat)."""
+        with self._tx() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(alive_until=_lease_end(s, lease_s)))
+
+    def fail_expired_runs(self) -> list[int]:
+        """Mark ``failed`` every run still ``running`` past its lease: its worker died without
+        finishing it (killed, crashed, host lost), with or without a trial in flight. Returns
+        the ids this call failed. Every worker calls this before each batch, so the write lock
+        is taken only when a read found such a run."""
+        with self._read() as s:
+            if s.scalar(_expired(s).limit(1)) is None:
+                return []
+        with self._tx() as s:
+            ids = list(s.scalars(_expired(s)))
+            if ids:
+                s.execute(update(Run).where(Run.id.in_(ids)).values(status="failed", finished=utcnow()))
+            return ids
+
     @contextmanager
     def recording(self, command: str, *, study: str | None = None, options: Mapping[str, Any] | None = None,
-                  device: Mapping[str, Any] | None = None) -> Iterator[int]:
+                  device: Mapping[str, Any] | None = None, lease_s: float | None = None) -> Iterator[int]:
         """Record one command as a run around the block (the one run-bookkeeping path of every
         command that writes): ``done`` when the block ends, ``interrupted`` on Ctrl-C
-        (KeyboardInterrupt), ``failed`` on any other exception, which goes on up."""
-        run_id = self.start_run(command, study=study, options=options, device=device)
+        (KeyboardInterrupt), ``failed`` on any other exception, which goes on up. ``lease_s``:
+        see :meth:`start_run` (a process that is killed never reaches the end of the block)."""
+        run_id = self.start_run(command, study=study, options=options, device=device, lease_s=lease_s)
         status = "failed"
         try:
             yield run_id
@@ -411,6 +435,23 @@ class Store:
 
 
 # ---- helpers --------------------------------------------------------------------------------
+
+def _server_now(s: Session) -> datetime:
+    """The database server's clock (as Optuna's heartbeats use it), so that leases written by
+    hosts whose clocks differ compare alike. SQLite's is UTC, to the second."""
+    now = s.scalar(select(func.now()))
+    assert now is not None
+    return now
+
+
+def _lease_end(s: Session, lease_s: float) -> datetime:
+    return _server_now(s) + timedelta(seconds=lease_s)
+
+
+def _expired(s: Session) -> Any:
+    """Select of the ids of runs still ``running`` whose lease has ended."""
+    return select(Run.id).where(Run.status == "running", Run.alive_until < _server_now(s)).order_by(Run.id)
+
 
 def _study_ids(study: str) -> Any:
     """Select of candidate ids in a study: linked by a trial, or first seen in one of its runs."""
