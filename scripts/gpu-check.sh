@@ -65,8 +65,9 @@ for stage in "$@"; do
     wgmma)
       # every fp16 FAST case and the bf16 ones issue 10's package bench measures (EVO_WGMMA_CASES)
       log "evolution of flash_wgmma: ${arg:-240} s, evo sampler, ${EVO_WGMMA_CASES:-F1-F8,F6-F7-bf16}"
-      # the budget is checked between batches, so a batch in flight runs on: small batches, and
-      # an interrupt (the run re-queues its open trials and keeps what it measured) 90 s after it
+      # no evaluation starts past the budget (one in flight finishes, up to its request timeout);
+      # an interrupt 90 s after it (the run re-queues its open trials and keeps what it measured)
+      # bounds the call even then
       timeout -s INT -k 30 $(( ${arg:-240} + 90 )) $EVO run --study "${EVO_STUDY:-wgmma}" --families flash_wgmma \
         --sampler evo --trials 400 --time-budget "${arg:-240}" --cases "${EVO_WGMMA_CASES:-F1-F8,F6-F7-bf16}" \
         --batch "${EVO_WGMMA_BATCH:-4}" --jobs 16 --seed 1 2>&1 | tee -a "$OUT/wgmma-run.log" | tail -25
