@@ -76,7 +76,8 @@ class SamplerChoice(click.Choice):
 @click.option("--heartbeat", type=click.IntRange(min=1), default=HEARTBEAT_S, show_default=True, metavar="SECONDS",
               help="seconds between a worker's heartbeats")
 @click.option("--grace", type=click.IntRange(min=2), default=GRACE_S, show_default=True, metavar="SECONDS",
-              help="seconds without a heartbeat before a worker's trial is failed and retried by another")
+              help="seconds without a heartbeat before a worker's trial is failed and retried by another; "
+              "its run is marked failed once its lease (the same grace) has passed")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
             sampler: str, seed: int | None, db: str, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
