@@ -1,5 +1,7 @@
 """SIGKILL an ``evo run`` mid-search, resume it, and check the database is whole (the resumed run
-finds the killed trials stale once the grace period has passed, and retries them)."""
+finds the killed trials stale once the grace period has passed, retries them, and the killed
+run ends failed). The run is killed where tests/fixtures/paced_evo.py stops it, in an evaluation
+with earlier trials complete, not wherever a poll of the database raced it to."""
 
 from __future__ import annotations
 
@@ -19,52 +21,50 @@ from evo.store import open_store
 from synthetic_sweep import make_recording
 
 TRIALS = 16
+STORED = 6  # evaluations the killed run stores and tells before it stops in the next one
+PACED = Path(__file__).parent / "fixtures" / "paced_evo.py"
+ENV = os.environ | {"COLUMNS": "100"}
 
 
 def evo_run(rec: Path, db: str) -> list[str]:
-    return [sys.executable, "-m", "evo", "run", "--replay", str(rec), "--db", db, "--study", "k",
-            "--trials", str(TRIALS), "--batch", "2", "--cases", "F1", "--seed", "3", "--heartbeat", "1", "--grace", "2"]
+    """``evo run`` arguments (after the program) of both the killed and the resumed run."""
+    return ["run", "--replay", str(rec), "--db", db, "--study", "k", "--trials", str(TRIALS), "--batch", "2",
+            "--cases", "F1", "--seed", "3", "--heartbeat", "1", "--grace", "2"]
 
 
-def mid_batch(db: str) -> bool:
-    """At least 4 trials complete and trials in flight, every one holding its params (so the kill
-    leaves work behind to retry)."""
-    try:
-        trials = optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
-    except KeyError:
-        return False
-    states = collections.Counter(t.state for t in trials)
-    running = [t for t in trials if t.state == TrialState.RUNNING]
-    owned = all(RUN in t.system_attrs and t.params for t in running)
-    return states[TrialState.COMPLETE] >= 4 and bool(running) and owned
-
-
-def kill_mid_batch(rec: Path, db: str, env: dict[str, str]) -> list[FrozenTrial]:
-    """Start a run, SIGKILL it once trials are in flight; the trials as the kill left them."""
-    proc = subprocess.Popen(evo_run(rec, db), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def kill_mid_trial(rec: Path, db: str, tmp: Path) -> list[FrozenTrial]:
+    """Start a run that stops in its evaluation after the first :data:`STORED`, SIGKILL it
+    there; the trials as the kill left them."""
+    stopped, log = tmp / "stopped", tmp / "killed.log"
+    hang = {"EVO_TEST_HANG": "mid-trial", "EVO_TEST_HANG_AFTER": str(STORED), "EVO_TEST_HANG_FILE": str(stopped),
+            "EVO_TEST_PACE_S": "0"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, str(PACED), *evo_run(rec, db)], env=ENV | hang, stdout=out,
+                                stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while not mid_batch(db) and proc.poll() is None and time.monotonic() < deadline:
+    while not stopped.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-500:]
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        assert stopped.exists() and proc.poll() is None, "the run ended before it got where it is killed: " + \
+            log.read_text()[-2000:]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     return optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
 
 
 def test_sigkill_mid_run_then_resume_leaves_a_consistent_database(tmp_path: Path) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rec = make_recording(tmp_path / "sweep.json.gz", seed=1)
-    env = os.environ | {"COLUMNS": "100"}
-    for attempt in range(5):  # the poll and the kill race the run: retry until work is left in flight
-        db = f"sqlite:///{tmp_path / f'evo{attempt}.sqlite'}"
-        killed = kill_mid_batch(rec, db, env)
-        left_running = [t.number for t in killed if t.state == TrialState.RUNNING and t.params]
-        if left_running:
-            break
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    killed = kill_mid_trial(rec, db, tmp_path)
+    left_running = [t.number for t in killed if t.state == TrialState.RUNNING and t.params]
     done_before = {t.number: t.values for t in killed if t.state == TrialState.COMPLETE}
     assert 4 <= len(done_before) < TRIALS and left_running
+    (killed_run,) = {int(t.system_attrs[RUN]) for t in killed if t.number in left_running}
 
-    out = subprocess.run(evo_run(rec, db), env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "evo", *evo_run(rec, db)], env=ENV, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
 
     trials = optuna.load_study(study_name="k", storage=db).get_trials(deepcopy=False)
@@ -80,6 +80,8 @@ def test_sigkill_mid_run_then_resume_leaves_a_consistent_database(tmp_path: Path
     keys = collections.Counter(tuple(sorted(t.params.items())) for t in kept)
     assert max(keys.values()) == 1  # the evo sampler never repeats a candidate
     store = open_store(db)
+    run = store.get_run(killed_run)
+    assert run is not None and run.status == "failed"  # by the resumed run: its trial went stale, its lease ran out
     for t in trials:
         cid = t.user_attrs.get("candidate")
         if cid is not None:
