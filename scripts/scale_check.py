@@ -7,7 +7,8 @@ checks that must hold however many workers there were -- every Optuna trial fini
 linked once in the store with the same state, no candidate evaluated twice on one device,
 every run done -- and the throughput: candidates evaluated per minute, from the first run's
 start to the last run's end (so worker start-up counts; compare runs of the same settings).
-Exit 1 when a check fails.
+Exit 1 when a check fails. It only reads: the run of a dead worker that no worker has marked
+failed yet shows as ``running (lease expired ...)``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from evo import paths
 from evo.search.resume import counted
 from evo.store import open_store
 from evo.store.engine import normalize_url
-from evo.store.models import EvaluationRow, Run, Trial
+from evo.store.models import EvaluationRow, Trial
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     trials = optuna.load_study(study_name=args.study, storage=url).get_trials(deepcopy=False)
     store = open_store(url)
+    runs = store.runs(args.study)
     with store._read() as s:
-        runs = list(s.scalars(select(Run).where(Run.study == args.study).order_by(Run.id)))
         rows = {r.trial_number: r for r in s.scalars(select(Trial).where(Trial.study == args.study))}
         evals = list(s.execute(select(EvaluationRow.candidate_id, EvaluationRow.device, EvaluationRow.run_id,
                                       EvaluationRow.device_info)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"study {args.study}: {len(trials)} trials, {counted(trials)} counted, {len(runs)} worker run(s)")
     for r in runs:
         print(f"  run {r.id}: {r.host} pid {r.device.get('pid')} gpu {r.device.get('gpu')} "
-              f"({r.device.get('name')}) {r.status}: {told[str(r.id)]} trials told, "
+              f"({r.device.get('name')}) {r.status_text}: {told[str(r.id)]} trials told, "
               f"{measured[r.id]} candidates evaluated")
     gpus = collections.Counter((info.get("host"), info.get("gpu_index")) for _, _, _, info in evals)
     print("  evaluations per (host, gpu): " + ", ".join(f"{h}:{g}={n}" for (h, g), n in sorted(gpus.items())))
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if twice:
         problems.append(f"candidates evaluated twice on one device: {len(twice)}")
     if any(r.status != "done" for r in runs):
-        problems.append("runs not done: " + ", ".join(f"{r.id} {r.status}" for r in runs if r.status != "done"))
+        problems.append("runs not done: " + ", ".join(f"{r.id} {r.status_text}" for r in runs if r.status != "done"))
     finished = [r.finished for r in runs if r.finished is not None]
     if runs and finished:
         minutes = (max(finished) - min(r.started for r in runs)).total_seconds() / 60

@@ -6,11 +6,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
-from store_fixture import CHILD, FIXTURES, PARENT, populate
+from store_fixture import CHILD, FIXTURES, PARENT, built, populate, tiny
 
 from evo.cli import main
 from evo.report import build
@@ -71,6 +72,18 @@ def test_the_graph_holds_every_candidate_with_its_record_and_source(url: str) ->
     assert case["us"] == {"evo": [4.0, 3.6, 4.4], "sdpa_default": [10.0, 9.0, 11.0]}  # no raw samples
     source = "\n".join(graph["lines"][i] for i in child["source"])
     assert "ROWS" in source and child["source_note"].startswith("rendered again")
+
+
+def test_a_run_whose_worker_died_shows_its_expired_lease_and_stays_running(url: str) -> None:
+    with open_store(url) as store:
+        dead = store.start_run("evo run", study="s1", lease_s=1)  # its worker killed; no worker left to fail it
+        item = tiny(ROWS=128)
+        store.record_build(item, built(item, "ac" + "0" * 62), dead)
+        time.sleep(2.3)  # SQLite's clock has 1 s resolution
+        html = build(store)
+        assert store.get_run(dead).status == "running"  # the report writes nothing
+    (row,) = re.findall(rf"<tr><td class=\"num\">{dead}</td>.*?</tr>", html, re.S)
+    assert re.search(r"<td>running \(lease expired [\d-]+ [\d:]+ UTC\)</td>", row)
 
 
 def test_report_command_writes_the_file(capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path) -> None:

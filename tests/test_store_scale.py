@@ -3,10 +3,12 @@ database together, claims, and a clear message when an SQLite file stays locked.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,24 @@ def test_a_run_past_its_lease_is_failed_once_and_a_renewed_or_unleased_one_never
         assert store.fail_expired_runs() == [dead] and store.fail_expired_runs() == []
         assert [store.get_run(r).status for r in (dead, live, unleased)] == ["failed", "running", "running"]
         assert store.get_run(dead).finished is not None
+
+
+def test_a_run_past_its_lease_reads_as_expired_and_reading_writes_nothing(url: str) -> None:
+    with open_store(url) as store:
+        dead, live = (store.start_run("evo run", study="s", lease_s=1) for _ in range(2))
+        store.renew_run(live, 60)
+        assert not store.get_run(dead).lease_expired  # within its lease
+        time.sleep(2.3)  # SQLite's clock has 1 s resolution
+        views = store.runs("s")
+        assert [(v.id, v.status, v.lease_expired) for v in views] == [(dead, "running", True), (live, "running", False)]
+        m = re.fullmatch(r"running \(lease expired (.+) UTC\)", views[0].status_text)
+        assert m and views[1].status_text == "running"
+        ended = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+        started = views[0].started if views[0].started.tzinfo else views[0].started.replace(tzinfo=UTC)  # SQLite's
+        assert abs(ended - started - timedelta(seconds=1)) < timedelta(seconds=3)  # shown in UTC
+        assert store.get_run(dead).status == "running"  # reading marked nothing failed
+        assert store.fail_expired_runs() == [dead]
+        assert store.get_run(dead).status_text == "failed"
 
 
 OPEN_ALL = """

@@ -151,7 +151,12 @@ class Store:
     def get_run(self, run_id: int) -> RunView | None:
         with self._read() as s:
             run = s.get(Run, run_id)
-            return None if run is None else _run_view(run)
+            return None if run is None else _run_view(s, run)
+
+    def runs(self, study: str) -> list[RunView]:
+        """The study's runs, oldest first."""
+        with self._read() as s:
+            return [_run_view(s, r) for r in s.scalars(select(Run).where(Run.study == study).order_by(Run.id))]
 
     # ---- candidates, builds, lineage, trials ----------------------------------------------
 
@@ -487,9 +492,12 @@ def _timing(t: TimingRow) -> Timing:
     return Timing(_shape(t), t.backend, t.median_us, t.p20_us, t.p80_us, list(t.samples_us), t.flagged)
 
 
-def _run_view(r: Run) -> RunView:
+def _run_view(s: Session, r: Run) -> RunView:
+    """The run's view; whether its lease has expired is judged as :func:`_expired` judges it
+    (the server's clock is read only for a leased run still ``running``)."""
+    expired = r.status == "running" and r.alive_until is not None and r.alive_until < _server_now(s)
     return RunView(r.id, r.study, r.started, r.finished, r.status, r.command, dict(r.options), r.git_sha,
-                   r.host, dict(r.device))
+                   r.host, dict(r.device), r.alive_until, expired)
 
 
 def _cand_view(c: Candidate) -> CandidateView:

@@ -7,7 +7,7 @@ Shape), so scoring and display code works the same on fresh and stored measureme
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from evo.results import CheckResult, Resources, Status, Timing
@@ -16,7 +16,12 @@ from evo.results import CheckResult, Resources, Status, Timing
 @dataclass(frozen=True)
 class RunView:
     """One command that wrote (``evo_runs``): what ran, with which options, where, at which git
-    sha, and how it ended (running, done, failed, interrupted)."""
+    sha, and how it ended (running, done, failed, interrupted).
+
+    ``lease_expired``: the run is still ``running`` past its lease (``alive_until``) by the
+    database server's clock when it was read, so its worker is dead; a worker on the database,
+    or the next ``evo run``, marks it failed (:meth:`evo.store.Store.fail_expired_runs`).
+    Readers write nothing, so they show it as such (:attr:`status_text`) instead of failing it."""
 
     id: int
     study: str | None
@@ -28,6 +33,17 @@ class RunView:
     git_sha: str | None
     host: str
     device: dict[str, Any]
+    alive_until: datetime | None = None
+    lease_expired: bool = False
+
+    @property
+    def status_text(self) -> str:
+        """The status as reports show it: ``running (lease expired <when> UTC)`` for a run whose
+        worker is dead but that no worker has marked failed yet, else :attr:`status`."""
+        if not self.lease_expired or self.alive_until is None:
+            return self.status
+        when = self.alive_until.astimezone(UTC) if self.alive_until.tzinfo else self.alive_until  # SQLite's: UTC
+        return f"{self.status} (lease expired {when:%Y-%m-%d %H:%M:%S} UTC)"
 
 
 @dataclass(frozen=True)
