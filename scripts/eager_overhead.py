@@ -50,7 +50,7 @@ def main() -> None:
         q, k, v = (torch.randn(1, 8, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
         diff = (ops[args.package](q, k, v, causal).float() - ops["sdpa_default"](q, k, v, causal).float()).abs().max().item()
         samples: dict[str, list[float]] = {n: [] for n in ops}
-        for n, fn in ops.items():  # warm-up
+        for fn in ops.values():  # warm-up
             _per_call_us(fn, q, k, v, causal, 200)
         for _ in range(10):  # alternate in blocks so drift hits both
             for n, fn in ops.items():

@@ -103,7 +103,7 @@ def main() -> int:
     built = build_batch(rendered, default_arch(), jobs=16)
     ctx = mp.get_context("spawn")
     records = []
-    for n, (cfg, r, b) in enumerate(zip(configs, rendered, built)):
+    for n, (cfg, r, b) in enumerate(zip(configs, rendered, built, strict=True)):
         label = r.candidate.label()
         rec: dict[str, Any] = {"config": label, "build": b.status.value, "reason": b.reason,
                                "registers": {k: v.registers for k, v in b.resources.items()}}
