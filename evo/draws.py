@@ -23,7 +23,8 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
 Everything here is pure: the same (settings, kernel keys, seed) gives the same cases on any
 machine (``random.Random`` seeded with an int is stable across Python versions), and each
 case's name spells its inputs (``R07 sc=0.0389 sd=2.6 spike``: at most 32 characters, the
-store's limit), so a stored check says what it ran. :func:`bucket_cases` draws the checks promote runs over one dispatch bucket.
+store's limit), so a stored check says what it ran. :func:`bucket_cases` draws the checks promote runs over one dispatch bucket,
+and :func:`stress_cases` adds the promoted package's own stress test at the bucket's measured lengths.
 """
 
 from __future__ import annotations
@@ -154,6 +155,26 @@ def bucket_lengths(lo: int, top: int, rng: random.Random, ragged: int = 3) -> li
     picks = {lo, min(lo + 1, top), max(top - 1, lo), top}
     picks |= {min(rng.randint(lo, top) | 1, top) for _ in range(ragged)}
     return sorted(picks)
+
+
+STRESS_FACTORS = (0.3, 2.5)      # the promoted package's stress test (templates/package/.../test_gpu.py.j2)
+STRESS_STD = 3.0
+
+
+def stress_cases(settings: DrawSettings, key: Key, lengths: Collection[int], *, prefix: str = "P",
+                 start: int = 0) -> list[GreenCase]:
+    """The promoted package's stress test as checks (B=2, H=3): at each length, inputs of standard
+    deviation 3 with a spiked key whose scores reach about ``settings.spike``, at 0.3 and 2.5 times
+    the default scale. Names count from ``start``."""
+    D, dtype, causal = key
+    out: list[GreenCase] = []
+    for L in sorted(set(lengths)):
+        for factor in STRESS_FACTORS:
+            scale = float(f"{factor / math.sqrt(D):.3g}")
+            spike = round(spike_factor(settings, scale * math.sqrt(D), STRESS_STD), 1)
+            name = case_name(prefix, start + len(out), scale, STRESS_STD, spike)
+            out.append(GreenCase(Shape(name, 2, 3, L, D, causal, dtype), scale, STRESS_STD, spike, seeds=(0,)))
+    return out
 
 
 def bucket_cases(settings: DrawSettings, key: Key, lo: int, top: int, seed: int, *,

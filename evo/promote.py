@@ -326,6 +326,8 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                 red = red_kernels(store)
                 contenders, more = without_red(store, contenders, red)
                 excluded += more
+                if not any(r.winner for r in plan_routes(contenders, min_speedup)):
+                    raise EvoError(f"{failed}; no other kernel wins a bucket: nothing written") from None
         winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
         db = sanitize_url(store.url)
     _check_target(target, force)
@@ -383,8 +385,8 @@ def _verify(shipped: Sequence[Shipped], routes: Sequence[Route]) -> dict[str, An
     seed = secrets.randbelow(2**31)
     kernels = []
     for s in shipped:
-        buckets = [(r.key, r.bucket.lo, bucket_top(r.bucket.lo, r.bucket.hi, [x.L for x in r.shapes]))
-                   for r in routes if r.winner == s.view.id]
+        buckets = [verifier.Bucket(r.key, r.bucket.lo, bucket_top(r.bucket.lo, r.bucket.hi, [x.L for x in r.shapes]),
+                                   tuple(sorted({x.L for x in r.shapes}))) for r in routes if r.winner == s.view.id]
         kernels.append((s.view.id, s.cubin, list(s.entries.values()), buckets))
     checks = verifier.verify_kernels(kernels, seed)
     return {"verified": True, "seed": seed, "checks": checks}

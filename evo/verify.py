@@ -23,9 +23,10 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
-from evo.draws import bucket_cases
+from evo.draws import bucket_cases, stress_cases
 from evo.errors import EvoError
 from evo.render import Entry
 from evo.results import Evaluation, Status
@@ -60,16 +61,27 @@ def require_gpu() -> None:
                        "pip install pytest, or pass --no-verify")
 
 
-Bucket = tuple[Key, int, int]  # (head dim, dtype, causal), shortest and longest length to check
+class Bucket(NamedTuple):
+    """A dispatch bucket a kernel serves: its key (head dim, dtype, causal), the shortest and
+    longest length to check, and the lengths the search measured in it."""
+
+    key: Key
+    lo: int
+    top: int
+    measured: tuple[int, ...] = ()
 
 
 def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
-    """The checks of one kernel over its buckets: edges, ragged lengths and stress inputs per
-    bucket, named ``P00``, ``P01``, ... in order."""
+    """The checks of one kernel over its buckets, named ``P00``, ``P01``, ... in order: per
+    bucket its edges, ragged lengths and drawn stress inputs, then the package's own stress test
+    (:func:`evo.draws.stress_cases`) at the measured lengths and one below each, so that what the
+    package's tests would refuse is found here, where promote can plan without it."""
     draws = green_settings().draws or DrawSettings()
     cases: list[GreenCase] = []
-    for i, (key, lo, top) in enumerate(buckets):
-        cases += bucket_cases(draws, key, lo, top, seed + i, start=len(cases))
+    for i, b in enumerate(buckets):
+        cases += bucket_cases(draws, b.key, b.lo, b.top, seed + i, start=len(cases))
+        lengths = sorted({n for L in b.measured for n in (L, L - 1) if b.lo <= n <= b.top})
+        cases += stress_cases(draws, b.key, lengths, start=len(cases))
     return cases
 
 

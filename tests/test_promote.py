@@ -309,7 +309,9 @@ def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen["seed"] = seed
         if seen.get("refuse"):
             raise EvoError(seen["refuse"])
-        if (bad := seen.pop("fail", None)) in {cid for cid, *_ in kernels}:
+        failing = seen.get("fail", set())
+        if bad := next((cid for cid, *_ in kernels if cid in failing), None):
+            failing.discard(bad)
             check = CheckResult(Shape("P03 sc=0.0375 sd=3.0 spike", 2, 3, 600, 64, False), 0, False,
                                 2e-2, 1e-3, 2.5e-3, "max|err| 2.0e-02 > tol 2.5e-03")
             ev = Evaluation(bad, Status.RED, f"P03 fp16 seed 0: {check.reason}", checks=[check], device=DEVICE)
@@ -332,10 +334,11 @@ def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, d
     assert set(kernels) == set(result.shipped) == {db["A"], db["B"]}
     for cubin, entries, buckets in kernels.values():
         assert Path(cubin).is_file() and {(e.head_dim, e.dtype, e.causal) for e in entries} == {b[0] for b in buckets}
-        assert all(lo <= top for _, lo, top in buckets)
+        assert all(b.lo <= b.top and all(b.lo <= n <= b.top for n in b.measured) for b in buckets)
     full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)
-    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256), (full, 2049, 16384), (causal, 257, 2048)]
-    assert kernels[db["B"]][2] == [(full, 257, 2048)]         # the open top bucket: twice F5's 8192
+    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,)), (full, 2049, 16384, (8192,)),
+                                           (causal, 257, 2048, (512,))]
+    assert kernels[db["B"]][2] == [(full, 257, 2048, (512,))]    # the open top bucket: twice F5's 8192
     (folder, name, had_files), = fake_gpu_verify["tests"]
     assert name == NAME and had_files and not folder.exists()       # ran in the scratch folder
     v = _json(tmp_path / NAME, "PROVENANCE.json")["verification"]
@@ -356,7 +359,7 @@ def test_a_kernel_that_fails_verification_is_stored_red_and_the_table_planned_ag
     copy = tmp_path / "evo.sqlite"                     # the module's database stays as it was
     shutil.copy(db["url"].removeprefix("sqlite:///"), copy)
     url = f"sqlite:///{copy}"
-    fake_gpu_verify["fail"] = db["A"]
+    fake_gpu_verify["fail"] = {db["A"]}
     result = promote(NAME, tmp_path / "out", db_url=url, study="s")
     first, second = fake_gpu_verify["calls"]
     assert db["A"] in first and db["A"] not in second and result.shipped == [db["B"]] == second
@@ -369,6 +372,20 @@ def test_a_kernel_that_fails_verification_is_stored_red_and_the_table_planned_ag
         assert newest.status == Status.RED.value and [c.passed for c in newest.checks] == [False]
     with pytest.raises(EvoError, match="no green candidate|not green"):   # red for good: not promoted again
         promote(NAME, tmp_path / "again", db_url=url, candidate_ids=[db["A"]])
+
+
+def test_when_no_kernel_survives_its_verification_nothing_is_written(
+        tmp_path: Path, db: dict[str, str], fake_gpu_verify: dict[str, Any]) -> None:
+    copy = tmp_path / "evo.sqlite"
+    shutil.copy(db["url"].removeprefix("sqlite:///"), copy)
+    url = f"sqlite:///{copy}"
+    fake_gpu_verify["fail"] = {db["A"], db["B"]}
+    with pytest.raises(EvoError, match=r"^refusing to promote \w{12}: 1 of 1 checks .*; no other kernel wins a "
+                                       r"bucket: nothing written$") as err:
+        promote(NAME, tmp_path / "out", db_url=url, study="s")
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+    with open_store(url) as store:                          # both verdicts are kept
+        assert {store.get(db[k]).candidate.status for k in "AB"} == {Status.RED}
 
 
 def test_refusal_is_one_line_with_the_first_failure() -> None:
@@ -385,14 +402,20 @@ def test_refusal_is_one_line_with_the_first_failure() -> None:
 
 
 def test_verification_cases_cover_each_bucket_in_order() -> None:
-    from evo.verify import cases_for
+    from evo.verify import Bucket, cases_for
 
-    cases = cases_for([((64, "fp16", False), 1, 362), ((64, "fp16", True), 725, 1448)], seed=3)
+    cases = cases_for([Bucket((64, "fp16", False), 1, 362), Bucket((64, "fp16", True), 725, 1448, (725, 1024))],
+                      seed=3)
     names = [c.shape.case.split()[0] for c in cases]
     assert names == [f"P{i:02d}" for i in range(len(cases))]
     first = [c for c in cases if not c.shape.causal]
     assert min(c.shape.L for c in first) == 1 and max(c.shape.L for c in first) == 362
     assert {c.shape.L for c in cases if c.shape.causal} >= {725, 726, 1447, 1448}
+    # the package's stress test at the measured lengths and one below (724 is outside the bucket)
+    stress = [c for c in cases if c.shape.causal and (c.shape.B, c.shape.H, c.std) == (2, 3, 3.0) and c.spike]
+    assert sorted({c.shape.L for c in stress}) == [725, 1023, 1024]
+    assert sorted({round(c.scale * 8, 2) for c in stress if c.scale}) == [0.3, 2.5]   # x 1/sqrt(64)
+    assert all(c.spike == round(200.0 / (c.scale * 8 * 9.0), 1) for c in stress if c.scale)
 
 
 @pytest.mark.parametrize(("body", "ok"), [("assert True", True), ("assert False", False)])
