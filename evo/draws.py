@@ -37,6 +37,7 @@ from evo.results import Shape
 from evo.suites import DTYPES, DrawSettings, GreenCase
 
 KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked")
+LONG_KINDS = ("long", "long_spiked")  # lengths in ``[draws] long``, at most 2 heads
 LONG_STD = (2.0, 3.0)            # long draws: large values, softmax still spread over many keys
 LONG_SCALE = (0.3, 1.0)
 NON_DEFAULT = 0.75               # share of draws with a non-default scale
@@ -72,7 +73,7 @@ def _length(kind: str, settings: DrawSettings, rng: random.Random) -> int:
         return max(2, step * rng.randint(1, 16) + rng.choice((-1, 0, 1)))
     if kind == "odd":
         return min(rng.randint(tile + 1, 32 * tile - 1) | 1, 32 * tile - 1)
-    if kind in ("long", "long_spiked"):
+    if kind in LONG_KINDS:
         return rng.randint(*settings.long)
     if kind == "spiked":
         return rng.randint(2, 16 * tile)
@@ -134,7 +135,7 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
         for dt in dtypes:
             D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
             L = _length(kind, settings, rng)
-            B, H = _batch_heads(kind in ("long", "long_spiked"), settings, rng)
+            B, H = _batch_heads(kind in LONG_KINDS, settings, rng)
             spiked = kind in ("spiked", "long_spiked") or (kind not in ("one", "long") and rng.random() < SPIKED)
             out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long", spiked,
                                  settings, rng))

@@ -311,8 +311,8 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         contenders, excluded = without_red(store, contenders, red)
         rejected: list[str] = []
         while True:      # a winner that fails its verification is stored red, and the plan made again
-            routes, shipped = _plan(store, contenders, red, excluded, baseline, dev, min_speedup)
-            contenders = _drop(contenders, {(x.candidate, x.entry) for x in excluded})
+            routes, shipped, contenders = _plan(store, contenders, red, excluded, baseline, dev, min_speedup,
+                                                rejected[-1] if rejected else None)
             if not verify:
                 checked: dict[str, Any] = {"verified": False}
                 break
@@ -326,8 +326,6 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                 red = red_kernels(store)
                 contenders, more = without_red(store, contenders, red)
                 excluded += more
-                if not any(r.winner for r in plan_routes(contenders, min_speedup)):
-                    raise EvoError(f"{failed}; no other kernel wins a bucket: nothing written") from None
         winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
         db = sanitize_url(store.url)
     _check_target(target, force)
@@ -343,20 +341,25 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
 
 
 def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str, str], RedCheck],
-          excluded: list[Excluded], baseline: str, dev: str, min_speedup: float) -> tuple[list[Route], list[Shipped]]:
-    """The dispatch routes and the winners' kernels, planned again without any winner kernel
-    whose machine code turns out red once its cubin is at hand (added to ``excluded``)."""
+          excluded: list[Excluded], baseline: str, dev: str, min_speedup: float,
+          refused: str | None) -> tuple[list[Route], list[Shipped], list[Contender]]:
+    """The dispatch routes, the winners' kernels and the contenders they were planned from,
+    planned again without any winner kernel whose machine code turns out red once its cubin is
+    at hand (added to ``excluded``). With no winner left: EvoError, after a verification
+    refusal (``refused``) that refusal line."""
+    contenders = list(contenders)
     while True:
         routes = plan_routes(contenders, min_speedup)
         if not any(r.winner for r in routes):
-            raise EvoError(_nothing_to_promote(contenders, baseline, dev))
+            raise EvoError(f"{refused}; no other kernel wins a bucket: nothing written" if refused
+                           else _nothing_to_promote(contenders, baseline, dev))
         winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
         by_id = {c.view.id: c for c in contenders}
         shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev) for w in winners]
         late = [x for s in shipped for x in excluded_entries(
             s.view.id, kernel_digests(s.cubin), [e.name for e in s.entries.values()], red)]
         if not late:
-            return routes, shipped
+            return routes, shipped, contenders
         excluded += late
         contenders = _drop(contenders, {(x.candidate, x.entry) for x in late})
 

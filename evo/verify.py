@@ -23,8 +23,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 from evo.draws import bucket_cases, stress_cases
 from evo.errors import EvoError

@@ -354,11 +354,17 @@ def test_a_refused_kernel_writes_nothing(tmp_path: Path, db: dict[str, str], fak
     assert list(tmp_path.iterdir()) == []                             # no scratch folder left either
 
 
-def test_a_kernel_that_fails_verification_is_stored_red_and_the_table_planned_again(
-        tmp_path: Path, db: dict[str, str], fake_gpu_verify: dict[str, Any]) -> None:
-    copy = tmp_path / "evo.sqlite"                     # the module's database stays as it was
+@pytest.fixture
+def db_copy(tmp_path: Path, db: dict[str, str]) -> str:
+    """A copy of the module's database, for a test that writes to it (the URL)."""
+    copy = tmp_path / "evo.sqlite"
     shutil.copy(db["url"].removeprefix("sqlite:///"), copy)
-    url = f"sqlite:///{copy}"
+    return f"sqlite:///{copy}"
+
+
+def test_a_kernel_that_fails_verification_is_stored_red_and_the_table_planned_again(
+        tmp_path: Path, db: dict[str, str], db_copy: str, fake_gpu_verify: dict[str, Any]) -> None:
+    url = db_copy
     fake_gpu_verify["fail"] = {db["A"]}
     result = promote(NAME, tmp_path / "out", db_url=url, study="s")
     first, second = fake_gpu_verify["calls"]
@@ -375,10 +381,8 @@ def test_a_kernel_that_fails_verification_is_stored_red_and_the_table_planned_ag
 
 
 def test_when_no_kernel_survives_its_verification_nothing_is_written(
-        tmp_path: Path, db: dict[str, str], fake_gpu_verify: dict[str, Any]) -> None:
-    copy = tmp_path / "evo.sqlite"
-    shutil.copy(db["url"].removeprefix("sqlite:///"), copy)
-    url = f"sqlite:///{copy}"
+        tmp_path: Path, db: dict[str, str], db_copy: str, fake_gpu_verify: dict[str, Any]) -> None:
+    url = db_copy
     fake_gpu_verify["fail"] = {db["A"], db["B"]}
     with pytest.raises(EvoError, match=r"^refusing to promote \w{12}: 1 of 1 checks .*; no other kernel wins a "
                                        r"bucket: nothing written$") as err:
