@@ -310,6 +310,8 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         red = red_kernels(store)
         contenders, excluded = without_red(store, contenders, red)
         rejected: list[str] = []
+        passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
+        seed = secrets.randbelow(2**31)
         while True:      # a winner that fails its verification is stored red, and the plan made again
             routes, shipped, contenders = _plan(store, contenders, red, excluded, baseline, dev, min_speedup,
                                                 rejected[-1] if rejected else None)
@@ -317,7 +319,7 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                 checked: dict[str, Any] = {"verified": False}
                 break
             try:
-                checked = _verify(shipped, routes)
+                checked = _verify(shipped, routes, seed, passed)
                 break
             except verifier.VerifyFailed as failed:
                 store.record_evaluation(failed.evaluation)
@@ -383,16 +385,23 @@ def _drop(contenders: Sequence[Contender], bad: set[tuple[str, str]]) -> list[Co
             for c in contenders]
 
 
-def _verify(shipped: Sequence[Shipped], routes: Sequence[Route]) -> dict[str, Any]:
-    """Every shipped kernel over each bucket it serves, on the GPU (EvoError: refused)."""
-    seed = secrets.randbelow(2**31)
-    kernels = []
-    for s in shipped:
-        buckets = [verifier.Bucket(r.key, r.bucket.lo, bucket_top(r.bucket.lo, r.bucket.hi, [x.L for x in r.shapes]),
-                                   tuple(sorted({x.L for x in r.shapes}))) for r in routes if r.winner == s.view.id]
-        kernels.append((s.view.id, s.cubin, list(s.entries.values()), buckets))
-    checks = verifier.verify_kernels(kernels, seed)
-    return {"verified": True, "seed": seed, "checks": checks}
+def _verify(shipped: Sequence[Shipped], routes: Sequence[Route], seed: int,
+            passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]]) -> dict[str, Any]:
+    """Every shipped kernel over each bucket it serves, on the GPU (EvoError: refused), except
+    those ``passed`` already holds with the same buckets (an earlier round of a re-planned
+    promotion verified them); each kernel that passes goes into ``passed`` with its check count."""
+    buckets = {s.view.id: tuple(verifier.Bucket(r.key, r.bucket.lo,
+                                                bucket_top(r.bucket.lo, r.bucket.hi, [x.L for x in r.shapes]),
+                                                tuple(sorted({x.L for x in r.shapes})))
+                                for r in routes if r.winner == s.view.id) for s in shipped}
+    todo = [(s.view.id, s.cubin, list(s.entries.values()), buckets[s.view.id]) for s in shipped
+            if s.view.id not in passed or passed[s.view.id][0] != buckets[s.view.id]]
+
+    def keep(cid: str, n: int) -> None:
+        passed[cid] = (buckets[cid], n)
+
+    verifier.verify_kernels(todo, seed, on_pass=keep)
+    return {"verified": True, "seed": seed, "checks": {s.view.id: passed[s.view.id][1] for s in shipped}}
 
 
 def _check_target(target: Path, force: bool) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,11 @@ class GreenSettings:
 
     def tolerance(self, ref_err: float, dtype: str) -> float:
         return self.multiplier * ref_err + self.floors[dtype]
+
+    def share(self, fraction: float) -> GreenSettings:
+        """These settings with every tolerance ``fraction`` as wide (multiplier and floors)."""
+        return replace(self, multiplier=self.multiplier * fraction,
+                       floors={d: f * fraction for d, f in self.floors.items()})
 
 
 @dataclass(frozen=True)

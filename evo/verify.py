@@ -5,7 +5,7 @@ length of its dispatch buckets, at any scale, on any data. So before promote wri
 each shipped kernel runs in a GPU worker (crash-isolated, like every evaluation) over each of
 its buckets: the bucket's edges, ragged lengths inside it, drawn B and H, non-default scales,
 inputs of standard deviation up to 3-4 and spiked keys (:func:`evo.draws.bucket_cases`),
-checked by GREEN's rule. A kernel that fails a check raises :class:`VerifyFailed` with its
+checked by GREEN's rule with :data:`TOLERANCE_SHARE` of its tolerance. A kernel that fails a check raises :class:`VerifyFailed` with its
 evaluation, which promote stores (the candidate turns red, its machine code with it) before it
 plans again without it; a crash or a hang refuses the promotion with one line. Then the package
 is assembled in a scratch folder and its own test suite runs there, against the GPU; only if it
@@ -21,7 +21,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -37,6 +37,14 @@ from evo.worker import EvalRequest, Worker, gpu_count
 Key = tuple[int, str, bool]
 VERIFY_TIMEOUT_S = 900.0
 PACKAGE_TESTS_TIMEOUT_S = 1800.0
+# A shipped kernel's error must stay within this share of GREEN's tolerance over its buckets.
+# The package's own tests draw other inputs at the full tolerance, and a kernel whose error sits
+# near it passes one draw and fails the next: twice a conditional-rescaling (LAZY_D128) kernel
+# passed GREEN and this verification, then failed the package's stress test at 1.06x the
+# tolerance (studies wgmma5, wgmma6). Over every stored check of flash_wgmma kernels with exact
+# rescaling (about 10,000, dev/gpu-runs/*/evo.sqlite.gz) the worst error was 0.57 of the
+# tolerance; with conditional rescaling, up to 1.03.
+TOLERANCE_SHARE = 0.75
 NO_GPU = ("promote verifies every kernel on the GPU before it writes a package, and there is no CUDA "
           "GPU here: run it on the GPU host, or pass --no-verify to write an unverified package")
 
@@ -100,26 +108,30 @@ def refusal(candidate: str, ev: Evaluation) -> str:
         return f"refusing to promote {candidate[:12]}: it {ev.status.value} while verified on its dispatch buckets: {ev.reason}"
     failed = [c for c in ev.checks if not c.passed]
     return (f"refusing to promote {candidate[:12]}: {len(failed)} of {len(ev.checks)} checks over its dispatch "
-            f"buckets failed; first: {ev.reason}")
+            f"buckets failed (at {TOLERANCE_SHARE:g} of GREEN's tolerance); first: {ev.reason}")
 
 
 def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[Bucket]]],
-                   seed: int, *, device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S) -> dict[str, int]:
+                   seed: int, *, device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S,
+                   on_pass: Callable[[str, int], None] | None = None) -> dict[str, int]:
     """Run each ``(candidate id, cubin, entries, buckets)`` over its buckets in one GPU worker;
-    checks run per candidate. The first that fails a check raises VerifyFailed; one that
-    crashes or hangs, an EvoError."""
+    checks run per candidate, and ``on_pass(candidate id, checks)`` hears of each that passes
+    as it does. The first that fails a check raises VerifyFailed; one that crashes or hangs,
+    an EvoError."""
     ran = {}
     with Worker(device) as worker:
         for cid, cubin, entries, buckets in kernels:
             cases = cases_for(buckets, seed)
             request = EvalRequest(cid, str(cubin), tuple(entries), green=True, fast_cases=(),
-                                  options={"green_cases": cases, "salt": seed})
+                                  options={"green_cases": cases, "salt": seed, "tolerance_share": TOLERANCE_SHARE})
             ev = worker.evaluate(request, timeout_s)
             if ev.status is Status.RED and any(not c.passed for c in ev.checks):
                 raise VerifyFailed(refusal(cid, ev), ev)
             if ev.status is not Status.GREEN:
                 raise EvoError(refusal(cid, ev))
             ran[cid] = len(ev.checks)
+            if on_pass is not None:
+                on_pass(cid, len(ev.checks))
     return ran
 
 

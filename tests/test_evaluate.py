@@ -122,6 +122,7 @@ def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
     def run_green(launch, cases, settings, salt):
         calls["green"].append(cases)
+        calls.setdefault("settings", []).append(settings)
         ok = not calls.get("red")
         return [CheckResult(c.shape, 0, ok, 0.0, 0.0, 1.0, "" if ok else "mismatch") for c in cases]
 
@@ -146,6 +147,18 @@ def _request(build_id: str = "b", **options: object):
 
     entries = (Entry("evo_attn_d64_fp16_full", 64, "fp16", False, CFG),)
     return EvalRequest(build_id, "x.cubin", entries, fast_cases=(F1,), options=options)
+
+
+def test_a_tolerance_share_narrows_the_gate_and_is_recorded(fake_worker: dict[str, list]) -> None:
+    from evo.evaluate import serve
+    from evo.suites import green_settings
+
+    conn = FakeConn([_request(), _request(tolerance_share=0.75), None])
+    serve(conn)
+    full, narrow = fake_worker["settings"]
+    assert full == green_settings()
+    assert narrow.tolerance(1e-3, "fp16") == pytest.approx(0.75 * full.tolerance(1e-3, "fp16"))
+    assert "tolerance_share" not in conn.sent[0].device and conn.sent[1].device["tolerance_share"] == "0.75"
 
 
 def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, list]) -> None:

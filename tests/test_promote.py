@@ -316,6 +316,9 @@ def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
                                 2e-2, 1e-3, 2.5e-3, "max|err| 2.0e-02 > tol 2.5e-03")
             ev = Evaluation(bad, Status.RED, f"P03 fp16 seed 0: {check.reason}", checks=[check], device=DEVICE)
             raise VerifyFailed(refusal(bad, ev), ev)
+        for cid, *_ in kernels:
+            if kw.get("on_pass"):
+                kw["on_pass"](cid, 7)
         return {cid: 7 for cid, *_ in kernels}
 
     def run_package_tests(folder: Path, name: str) -> str:
@@ -338,7 +341,7 @@ def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, d
     full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)
     assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,)), (full, 2049, 16384, (8192,)),
                                            (causal, 257, 2048, (512,))]
-    assert kernels[db["B"]][2] == [(full, 257, 2048, (512,))]    # the open top bucket: twice F5's 8192
+    assert kernels[db["B"]][2] == ((full, 257, 2048, (512,)),)    # the open top bucket: twice F5's 8192
     (folder, name, had_files), = fake_gpu_verify["tests"]
     assert name == NAME and had_files and not folder.exists()       # ran in the scratch folder
     v = _json(tmp_path / NAME, "PROVENANCE.json")["verification"]
@@ -392,6 +395,24 @@ def test_when_no_kernel_survives_its_verification_nothing_is_written(
         assert {store.get(db[k]).candidate.status for k in "AB"} == {Status.RED}
 
 
+def test_a_kernel_verified_over_the_same_buckets_is_not_verified_again(fake_gpu_verify: dict[str, Any]) -> None:
+    from types import SimpleNamespace as NS
+
+    from evo.promote import _verify
+
+    def shipped(cid: str) -> NS:
+        return NS(view=NS(id=cid), cubin=Path(f"{cid}.cubin"), entries={})
+
+    def route(cid: str, lo: int, hi: int | None) -> NS:
+        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), shapes=[NS(L=lo)])
+
+    passed: dict[str, Any] = {}
+    first = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, 2048)], 9, passed)
+    again = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, None)], 9, passed)
+    assert fake_gpu_verify["calls"] == [["a", "b"], ["b"]]         # b's buckets changed, a's did not
+    assert first == again == {"verified": True, "seed": 9, "checks": {"a": 7, "b": 7}}
+
+
 def test_refusal_is_one_line_with_the_first_failure() -> None:
     from evo.results import Evaluation
     from evo.verify import refusal
@@ -400,7 +421,8 @@ def test_refusal_is_one_line_with_the_first_failure() -> None:
               CheckResult(Shape("P01 sd=2.0", 1, 1, 2, 64, False), 0, True, 1e-4, 1e-3, 3e-3)]
     ev = Evaluation("abcdef0123456789", Status.RED, "P00 fp16 seed 0 ...: max|err| 1.0e+00", checks=checks)
     assert refusal("abcdef0123456789", ev) == ("refusing to promote abcdef012345: 1 of 2 checks over its dispatch "
-                                               "buckets failed; first: P00 fp16 seed 0 ...: max|err| 1.0e+00")
+                                               "buckets failed (at 0.75 of GREEN's tolerance); first: P00 fp16 seed 0 ...: "
+                                               "max|err| 1.0e+00")
     crashed = Evaluation("abcdef0123456789", Status.CRASHED, "AcceleratorError: illegal address")
     assert "crashed while verified" in refusal("abcdef0123456789", crashed)
 
@@ -420,6 +442,27 @@ def test_verification_cases_cover_each_bucket_in_order() -> None:
     assert sorted({c.shape.L for c in stress}) == [725, 1023, 1024]
     assert sorted({round(c.scale * 8, 2) for c in stress if c.scale}) == [0.3, 2.5]   # x 1/sqrt(64)
     assert all(c.spike == round(200.0 / (c.scale * 8 * 9.0), 1) for c in stress if c.scale)
+
+
+def test_verification_asks_the_worker_for_a_share_of_the_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo import verify
+
+    sent = []
+
+    class FakeWorker:
+        def __init__(self, device: int) -> None: ...
+        def __enter__(self) -> FakeWorker: return self
+        def __exit__(self, *exc: object) -> None: ...
+
+        def evaluate(self, request, timeout_s):  # type: ignore[no-untyped-def]
+            sent.append(request)
+            return Evaluation(request.build_id, Status.GREEN, checks=[], device=DEVICE)
+
+    monkeypatch.setattr(verify, "Worker", FakeWorker)
+    ran = verify.verify_kernels([("abc", Path("k.cubin"), [], [verify.Bucket((64, "fp16", False), 1, 362)])], seed=5)
+    assert ran == {"abc": 0}
+    assert sent[0].options["tolerance_share"] == verify.TOLERANCE_SHARE == 0.75
+    assert sent[0].options["salt"] == 5 and sent[0].options["green_cases"]
 
 
 @pytest.mark.parametrize(("body", "ok"), [("assert True", True), ("assert False", False)])

@@ -47,6 +47,14 @@ def test_tolerance_is_multiplier_times_ref_err_plus_floor() -> None:
     assert st.tolerance(1e-3, "fp16") == pytest.approx(2 * 1e-3 + st.floors["fp16"])
 
 
+def test_a_share_of_the_tolerance_narrows_multiplier_and_floor_alike() -> None:
+    st = green_settings()
+    narrow = st.share(0.75)
+    for dtype in ("fp16", "bf16"):
+        assert narrow.tolerance(1e-3, dtype) == pytest.approx(0.75 * st.tolerance(1e-3, dtype))
+    assert st.tolerance(1e-3, "fp16") == pytest.approx(2 * 1e-3 + st.floors["fp16"])   # unchanged
+
+
 def test_fast_cases_default_to_every_case_in_fp16() -> None:
     assert fast_cases() == _expected(FAST, "fp16")
 
