@@ -302,3 +302,33 @@ def test_after_a_spent_budget_the_store_and_the_study_agree(monkeypatch, db: str
     assert rows == {t.number: t.state.name for t in ts if t.state.is_finished()}
     assert all("candidate" not in t.user_attrs for t in abandoned)  # linked to nothing measured
     assert store.get_run(summary.run_id).status == "done"
+
+
+def test_a_run_whose_space_takes_longer_than_its_lease_to_enumerate_is_not_failed_by_itself(
+        monkeypatch, db: str, recording: Path) -> None:
+    """The flash_wgmma space takes about a minute to enumerate, longer than the 60 s lease: run 1
+    of study wgmma6 marked itself failed before its first batch. Here enumeration takes 3 s
+    against a 2 s lease."""
+    import time
+
+    from evo.search import loop
+
+    slow = loop.all_candidates
+
+    def enumerate_slowly(family):  # type: ignore[no-untyped-def]
+        time.sleep(3.0)
+        yield from slow(family)
+
+    notes: list[str] = []
+
+    class Notes(NullReporter):
+        def note(self, text: str) -> None:
+            notes.append(text)
+
+    monkeypatch.setattr(loop, "all_candidates", enumerate_slowly)
+    opts = RunOptions(replay=recording, db=db, study="s", batch=4, seed=0, cases=CASES, trials=4,
+                      heartbeat_s=1, grace_s=2)
+    summary = run(opts, Notes())
+    assert not [n for n in notes if "failed" in n], notes
+    with open_store(db) as store:
+        assert store.get_run(summary.run_id).status == "done"

@@ -188,7 +188,7 @@ class Search:
         lease = storage.grace_period or 2 * interval  # the run's lease is a trial's grace (Optuna's default)
         self.heartbeat = Heartbeat(storage, interval, renew=functools.partial(store.renew_run, run_id, lease))
         self.study_id = storage.get_study_id_from_name(study.study_name)
-        self.valid_keys = {record_key(c.family, c.p) for f in families for c in all_candidates(f)}
+        self._valid_keys: set[str] | None = None
         self.in_study: set[str] = set()
         self.time_budget_s: float | None = None
         self.started = 0.0                # the clock's reading when run() began
@@ -196,6 +196,14 @@ class Search:
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
                                   metric_names=objective.names(objective_kind, cases),
                                   not_evaluated=evaluator.not_evaluated)
+
+    def valid_keys(self) -> set[str]:
+        """Every valid point of the families, enumerated on first use: a Hopper space takes about
+        a minute, longer than a run's lease, so :meth:`run` does it while the heartbeat renews
+        the lease, and before it takes the ask lock (other workers would wait that minute)."""
+        if self._valid_keys is None:
+            self._valid_keys = {record_key(c.family, c.p) for f in self.families.values() for c in all_candidates(f)}
+        return self._valid_keys
 
     # ------------------------------------------------------------------ driving
 
@@ -205,11 +213,13 @@ class Search:
         and so does the time budget for trials whose evaluation it left unstarted."""
         s = self.summary
         s.requested = trials
-        self._recover()
-        s.best = best_trial(self.study.get_trials(deepcopy=False))
-        self.time_budget_s, self.started = time_budget_s, self.clock()
+        self.heartbeat.beat()             # this run's lease first: _recover fails the runs past theirs
         self.heartbeat.start()
         try:
+            self._recover()
+            s.best = best_trial(self.study.get_trials(deepcopy=False))
+            self.valid_keys()
+            self.time_budget_s, self.started = time_budget_s, self.clock()
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
                 self._recover()
@@ -272,9 +282,9 @@ class Search:
         if self._out_of_time():
             given_back = f" ({self.unstarted} unstarted trial(s) re-queued)" if self.unstarted else ""
             return 0, f"time budget of {self.time_budget_s:g} s spent{given_back}"
-        left = len(self.valid_keys - seen_keys(all_trials)) + waiting
+        left = len(self.valid_keys() - seen_keys(all_trials)) + waiting
         if left == 0 and running == 0:
-            return 0, f"search space exhausted: all {len(self.valid_keys)} valid candidates tried"
+            return 0, f"search space exhausted: all {len(self.valid_keys())} valid candidates tried"
         return max(0, min(self.batch, trials - done - running, left)), ""
 
     def _out_of_time(self) -> bool:
