@@ -2,7 +2,7 @@
 # One call on the GPU host: build, test, measure. Usage (from the repo root, with .whl carried):
 #   scripts/gpu-check.sh STAGE [STAGE ...]
 # Stages: env smoke tests throughput eval sweep:N run:N gpus:N wgmma:SECONDS bench promote seeds report
-#         profile fidelity probe:CASES ncu:CASES save pack:NAME
+#         profile fidelity probe:CASES ncu:CASES aa:CASES save pack:NAME
 # Results (logs, database, recordings, benchmark JSON) go under $OUT (default /tmp/evo-out).
 # The database db/evo.sqlite is carried between calls (the host starts bare each time).
 set -uo pipefail
@@ -107,6 +107,10 @@ for stage in "$@"; do
       for c in "${parts[@]}"; do cfgs+=(--config "$c"); done
       python3 scripts/probe_family.py flash_wgmma "${cfgs[@]}" --time "${arg:-F1-F8}" --time-first 99 \
         --timeout 240 --json "$OUT/probe.json" 2>&1 | tee -a "$OUT/probe.log" | grep -vE '^\s+[0-9]' ;;
+    aa)
+      # A/A: SDPA in the candidate's slot against SDPA as the baseline (an unbiased FAST gives 1.00)
+      log "A/A check of FAST on ${arg:-F4c,F5f,F6f}"
+      python3 scripts/aa_probe.py "${arg:-F4c,F5f,F6f}" 2>&1 | tee "$OUT/aa.log" | tail -12 ;;
     ncu)
       # where the issue slots go: stall reasons and the hottest SASS lines of the flash_wgmma
       # configuration $EVO_NCU_CONFIG (default genes if empty) and cuDNN on the cases given
