@@ -253,6 +253,7 @@ class Search:
             run_id = int(run) if run is not None and str(run).isdigit() else None
             self.store.record_trial(study or self.study.study_name, t.number, t.user_attrs.get(CANDIDATE), run_id,
                                     TrialState.FAIL.name, None)
+            # also fail_expired_runs' job, but the lease can end a _recover later (renewed after the trial's beat, own grace)
             if dead_runs and run_id is not None and (view := self.store.get_run(run_id)) \
                     and view.status == "running":
                 self.store.finish_run(run_id, "failed")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy import Engine, and_, delete, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -122,10 +122,10 @@ class Store:
         the ids this call failed. Every worker calls this before each batch, so the write lock
         is taken only when a read found such a run."""
         with self._read() as s:
-            if s.scalar(_expired(s).limit(1)) is None:
+            if s.scalar(_expired_ids(_server_now(s)).limit(1)) is None:
                 return []
         with self._tx() as s:
-            ids = list(s.scalars(_expired(s)))
+            ids = list(s.scalars(_expired_ids(_server_now(s))))
             if ids:
                 s.execute(update(Run).where(Run.id.in_(ids)).values(status="failed", finished=utcnow()))
             return ids
@@ -150,13 +150,14 @@ class Store:
 
     def get_run(self, run_id: int) -> RunView | None:
         with self._read() as s:
-            run = s.get(Run, run_id)
-            return None if run is None else _run_view(s, run)
+            row = s.execute(_with_expiry(_server_now(s)).where(Run.id == run_id)).first()
+            return None if row is None else _run_view(*row)
 
     def runs(self, study: str) -> list[RunView]:
-        """The study's runs, oldest first."""
+        """The study's runs, oldest first (the server's clock read once for all of them)."""
         with self._read() as s:
-            return [_run_view(s, r) for r in s.scalars(select(Run).where(Run.study == study).order_by(Run.id))]
+            rows = s.execute(_with_expiry(_server_now(s)).where(Run.study == study).order_by(Run.id))
+            return [_run_view(r, expired) for r, expired in rows]
 
     # ---- candidates, builds, lineage, trials ----------------------------------------------
 
@@ -453,9 +454,20 @@ def _lease_end(s: Session, lease_s: float) -> datetime:
     return _server_now(s) + timedelta(seconds=lease_s)
 
 
-def _expired(s: Session) -> Any:
-    """Select of the ids of runs still ``running`` whose lease has ended."""
-    return select(Run.id).where(Run.status == "running", Run.alive_until < _server_now(s)).order_by(Run.id)
+def _lease_expired(now: datetime) -> Any:
+    """The one rule for a dead run: still ``running`` and its lease ended before ``now`` (the
+    server's clock, :func:`_server_now`); NULL, read as not expired, for a run without a lease."""
+    return and_(Run.status == "running", Run.alive_until < now)
+
+
+def _expired_ids(now: datetime) -> Any:
+    """Select of the ids of runs whose lease has expired by ``now``, oldest first."""
+    return select(Run.id).where(_lease_expired(now)).order_by(Run.id)
+
+
+def _with_expiry(now: datetime) -> Any:
+    """Select of runs, each with whether its lease has expired by ``now``."""
+    return select(Run, _lease_expired(now))
 
 
 def _study_ids(study: str) -> Any:
@@ -492,12 +504,10 @@ def _timing(t: TimingRow) -> Timing:
     return Timing(_shape(t), t.backend, t.median_us, t.p20_us, t.p80_us, list(t.samples_us), t.flagged)
 
 
-def _run_view(s: Session, r: Run) -> RunView:
-    """The run's view; whether its lease has expired is judged as :func:`_expired` judges it
-    (the server's clock is read only for a leased run still ``running``)."""
-    expired = r.status == "running" and r.alive_until is not None and r.alive_until < _server_now(s)
+def _run_view(r: Run, expired: bool | None) -> RunView:
+    """The run's view; ``expired``: :func:`_lease_expired`, as :func:`_with_expiry` selects it."""
     return RunView(r.id, r.study, r.started, r.finished, r.status, r.command, dict(r.options), r.git_sha,
-                   r.host, dict(r.device), r.alive_until, expired)
+                   r.host, dict(r.device), r.alive_until, bool(expired))
 
 
 def _cand_view(c: Candidate) -> CandidateView:
