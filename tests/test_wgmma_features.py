@@ -6,7 +6,8 @@ from shared memory; at D=128 with BLOCK_N 128 it does not fit the consumers' reg
 spilled 104 bytes), and the manifest must say so before a build is spent; and its registers must
 stay Q's for the whole tile (ptxas 13.0 handed them to P without the overlap: the SASS is scanned
 for it). LAZY_* skip O *= alpha
-with a warp vote. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
+with a warp vote. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
+the softmax's add chain. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
 """
 
 from __future__ import annotations
@@ -90,6 +91,21 @@ def test_conditional_rescaling_votes_only_where_it_is_on(tmp_path: Path, monkeyp
     assert len(functions) == 8
     for name, body in functions.items():
         assert ("VOTE.ANY" in body) == ("_d128_" in name), name
+
+
+def test_row_sums_run_on_the_tensor_cores_instead_of_an_add_chain(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = sass_by_function({}, tmp_path / "plain", monkeypatch)
+    summed = sass_by_function({"ROWSUM_MMA": True}, tmp_path / "rowsum", monkeypatch)
+    assert plain.keys() == summed.keys() and len(summed) == 8
+    for name, body in summed.items():
+        # P (A from registers) against the ones (B from a descriptor), beside every P V step
+        steps = len(re.findall(r"HGMMA\.64x8x16\.F32\S* R\d+, R\d+, gdesc", body))
+        pv = len(re.findall(r"HGMMA\.64x(?:64|128)x16\.F32\S* R\d+, R\d+, gdesc\[\w+\]\.tnspB", body))
+        assert steps == pv > 0, name
+        assert "HGMMA.64x8x16" not in plain[name], name
+        # the row sum's FADD chain (BLOCK_N / 2 adds per row pair and tile, in each unrolled body) is gone
+        assert body.count(" FADD") * 10 < plain[name].count(" FADD"), name
 
 
 def q_register_clobbers(body: str) -> list[str]:
