@@ -312,7 +312,7 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         rejected: list[str] = []
         passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
         seed = secrets.randbelow(2**31)
-        while True:      # a winner that fails its verification is stored red, and the plan made again
+        while True:      # winners that fail their verification are stored red, and the plan made again
             routes, shipped, contenders = _plan(store, contenders, red, excluded, baseline, dev, min_speedup,
                                                 rejected[-1] if rejected else None)
             if not verify:
@@ -322,9 +322,11 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                 checked = _verify(shipped, routes, seed, passed)
                 break
             except verifier.VerifyFailed as failed:
-                store.record_evaluation(failed.evaluation)
-                rejected.append(str(failed))
-                contenders = [c for c in contenders if c.view.id != failed.evaluation.build_id]
+                for line, evaluation in failed.failures:
+                    store.record_evaluation(evaluation)
+                    rejected.append(line)
+                gone = {evaluation.build_id for _, evaluation in failed.failures}
+                contenders = [c for c in contenders if c.view.id not in gone]
                 red = red_kernels(store)
                 contenders, more = without_red(store, contenders, red)
                 excluded += more

@@ -5,9 +5,10 @@ length of its dispatch buckets, at any scale, on any data. So before promote wri
 each shipped kernel runs in a GPU worker (crash-isolated, like every evaluation) over each of
 its buckets: the bucket's edges, ragged lengths inside it, drawn B and H, non-default scales,
 inputs of standard deviation up to 3-4 and spiked keys (:func:`evo.draws.bucket_cases`),
-checked by GREEN's rule with :data:`TOLERANCE_SHARE` of its tolerance. A kernel that fails a check raises :class:`VerifyFailed` with its
-evaluation, which promote stores (the candidate turns red, its machine code with it) before it
-plans again without it; a crash or a hang refuses the promotion with one line. Then the package
+checked by GREEN's rule with :data:`TOLERANCE_SHARE` of its tolerance. Kernels that fail a
+check come back together in one :class:`VerifyFailed` with their evaluations, which promote
+stores (the candidates turn red, their machine code with them) before it plans again without
+them; a crash or a hang refuses the promotion with one line. Then the package
 is assembled in a scratch folder and its own test suite runs there, against the GPU; only if it
 passes is the package moved into place, and if it fails the refusal names the failed tests.
 
@@ -94,12 +95,12 @@ def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
 
 
 class VerifyFailed(EvoError):
-    """A kernel failed checks over its dispatch buckets: the refusal line, and the evaluation
-    (status red, with every check) for the database."""
+    """Kernels failed checks over their dispatch buckets: per kernel the refusal line and the
+    evaluation (status red, with every check) for the database; the message is the first line."""
 
-    def __init__(self, line: str, evaluation: Evaluation) -> None:
-        super().__init__(line)
-        self.evaluation = evaluation
+    def __init__(self, failures: Sequence[tuple[str, Evaluation]]) -> None:
+        super().__init__(failures[0][0])
+        self.failures = list(failures)
 
 
 def refusal(candidate: str, ev: Evaluation) -> str:
@@ -116,9 +117,11 @@ def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[
                    on_pass: Callable[[str, int], None] | None = None) -> dict[str, int]:
     """Run each ``(candidate id, cubin, entries, buckets)`` over its buckets in one GPU worker;
     checks run per candidate, and ``on_pass(candidate id, checks)`` hears of each that passes
-    as it does. The first that fails a check raises VerifyFailed; one that crashes or hangs,
-    an EvoError."""
+    as it does. Every kernel is checked; those that fail a check raise one VerifyFailed at the
+    end, so promote can plan again without all of them at once. One that crashes or hangs
+    raises an EvoError at once."""
     ran = {}
+    failures = []
     with Worker(device) as worker:
         for cid, cubin, entries, buckets in kernels:
             cases = cases_for(buckets, seed)
@@ -126,12 +129,15 @@ def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[
                                   options={"green_cases": cases, "salt": seed, "tolerance_share": TOLERANCE_SHARE})
             ev = worker.evaluate(request, timeout_s)
             if ev.status is Status.RED and any(not c.passed for c in ev.checks):
-                raise VerifyFailed(refusal(cid, ev), ev)
+                failures.append((refusal(cid, ev), ev))
+                continue
             if ev.status is not Status.GREEN:
                 raise EvoError(refusal(cid, ev))
             ran[cid] = len(ev.checks)
             if on_pass is not None:
                 on_pass(cid, len(ev.checks))
+    if failures:
+        raise VerifyFailed(failures)
     return ran
 
 

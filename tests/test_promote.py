@@ -310,15 +310,18 @@ def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         if seen.get("refuse"):
             raise EvoError(seen["refuse"])
         failing = seen.get("fail", set())
-        if bad := next((cid for cid, *_ in kernels if cid in failing), None):
-            failing.discard(bad)
-            check = CheckResult(Shape("P03 sc=0.0375 sd=3.0 spike", 2, 3, 600, 64, False), 0, False,
-                                2e-2, 1e-3, 2.5e-3, "max|err| 2.0e-02 > tol 2.5e-03")
-            ev = Evaluation(bad, Status.RED, f"P03 fp16 seed 0: {check.reason}", checks=[check], device=DEVICE)
-            raise VerifyFailed(refusal(bad, ev), ev)
+        failures = []
         for cid, *_ in kernels:
-            if kw.get("on_pass"):
+            if cid in failing:
+                failing.discard(cid)
+                check = CheckResult(Shape("P03 sc=0.0375 sd=3.0 spike", 2, 3, 600, 64, False), 0, False,
+                                    2e-2, 1e-3, 2.5e-3, "max|err| 2.0e-02 > tol 2.5e-03")
+                ev = Evaluation(cid, Status.RED, f"P03 fp16 seed 0: {check.reason}", checks=[check], device=DEVICE)
+                failures.append((refusal(cid, ev), ev))
+            elif kw.get("on_pass"):
                 kw["on_pass"](cid, 7)
+        if failures:
+            raise VerifyFailed(failures)
         return {cid: 7 for cid, *_ in kernels}
 
     def run_package_tests(folder: Path, name: str) -> str:
@@ -391,6 +394,7 @@ def test_when_no_kernel_survives_its_verification_nothing_is_written(
                                        r"bucket: nothing written$") as err:
         promote(NAME, tmp_path / "out", db_url=url, study="s")
     assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+    assert len(fake_gpu_verify["calls"]) == 1               # both failed in one round, both left at once
     with open_store(url) as store:                          # both verdicts are kept
         assert {store.get(db[k]).candidate.status for k in "AB"} == {Status.RED}
 
