@@ -24,7 +24,7 @@ for stage in "$@"; do
       log env
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
       python3 -c 'import torch,sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
-      nvcc --version | tail -1; git rev-parse --short HEAD 2>/dev/null
+      nvcc --version | tail -1; echo "git sha: ${EVO_GIT_SHA:-unknown (EVO_GIT_SHA unset; the host's .git is not this tree's)}"
       $EVO doctor ;;
     smoke)
       log smoke
