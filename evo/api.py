@@ -48,7 +48,7 @@ from evo.errors import EvoError
 from evo.manifest import Family, Value, list_families, load_family
 from evo.render import Rendered, render
 from evo.results import BuildResult, Evaluation, Shape, Status
-from evo.space import Candidate, all_candidates, make_candidate, parse_assignments
+from evo.space import Candidate, all_candidates, listable, make_candidate, parse_assignments, random_candidates
 from evo.store import Store, open_store
 from evo.vocab import DEFAULT_BASELINE
 
@@ -158,7 +158,10 @@ def _points(fam: Family, fixed: dict[str, Value], count: int | None, rng: _rando
     """The given point (defaults fill the rest), or ``count`` random valid points that keep ``fixed``."""
     if count is None:
         return [make_candidate(fam, fixed)]
-    pool = [c for c in all_candidates(fam) if all(c.p[k] == v for k, v in fixed.items())]
+    if listable(fam):
+        pool = [c for c in all_candidates(fam) if all(c.p[k] == v for k, v in fixed.items())]
+    else:                                   # too many to list: drawn, and these are all there are to draw from
+        pool = random_candidates(fam, count, rng, fixed)
     if not pool:
         shown = ", ".join(f"{k}={v}" for k, v in fixed.items())
         raise EvoError(f"no valid candidate of {fam.name} has {shown}")

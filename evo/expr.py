@@ -37,6 +37,12 @@ def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
         raise EvoError(f"manifest expression {expression!r}: {exc}") from None
 
 
+def names_in(expression: str) -> frozenset[str]:
+    """The names ``expression`` reads (min/max included when called); EvoError if it is not a
+    valid manifest expression."""
+    return _compiled(expression)[1]
+
+
 @functools.cache
 def _compiled(expression: str) -> tuple[Any, frozenset[str]]:
     """The checked, compiled expression and the names it reads (cached per expression)."""

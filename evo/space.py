@@ -2,8 +2,10 @@
 
 ``make_candidate`` fills defaults, checks every value against its domain and every manifest
 constraint, and raises :class:`InvalidCandidate` naming the parameter and what is allowed.
-``launch_config`` evaluates the family's launch formulas for a head dim; ``random_candidates``
-and ``mutations`` enumerate valid points for batch builds and for the evolutionary sampler, and
+``launch_config`` evaluates the family's launch formulas for a head dim; ``all_candidates``
+lists a small space's valid points and ``sample_valid`` draws from a large one;
+``random_candidates`` and ``mutations`` give valid points for batch builds and for the
+evolutionary sampler, and
 ``switch`` moves a candidate to a successor family, keeping the genes the two share.
 """
 
@@ -11,12 +13,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.expr import evaluate
+from evo.expr import evaluate, names_in
 from evo.manifest import Family, Value, load_family
 from evo.vocab import value_text
 
@@ -142,23 +145,92 @@ _VALID: dict[tuple[str, int, str], tuple[Candidate, ...]] = {}
 
 
 def all_candidates(family: Family) -> Iterator[Candidate]:
-    """Every valid point of the family, in manifest order. Enumerated once per process and
-    family version (a Hopper space has ~10^5 points), then served from memory."""
+    """Every valid point of the family, in manifest order (that of ``itertools.product`` over
+    the parameters' values). Enumerated once per process and family version, then served from
+    memory."""
     key = (str(family.path), family.version, json.dumps([c.expr for c in family.constraints]))
     if key not in _VALID:
-        names = list(family.params)
-        _VALID[key] = tuple(
-            Candidate(family.name, tuple(zip(names, combo, strict=True)))
-            for combo in itertools.product(*(family.params[n].values for n in names))
-            if not _constraint_violations(family, dict(zip(names, combo, strict=True))))
+        _VALID[key] = tuple(_valid_points(family))
     yield from _VALID[key]
 
 
-def random_candidates(family: Family, n: int, rng: random.Random) -> list[Candidate]:
-    """``n`` distinct valid points drawn uniformly from the valid set (fewer if it is smaller)."""
-    pool = list(all_candidates(family))
-    rng.shuffle(pool)
-    return pool[:n]
+def _valid_points(family: Family) -> list[Candidate]:
+    """Depth-first over the parameters in manifest order; each constraint is checked once its
+    last parameter is bound, so a broken one prunes the whole subtree under it. (Checking every
+    constraint on every full combination took 64 s for flash_wgmma's 4.5 million, longer than a
+    search's run lease; most are cut off a few parameters in.)"""
+    names = list(family.params)
+    position = {n: i for i, n in enumerate(names)}
+    checks: list[list[str]] = [[] for _ in names]      # constraints whose last parameter is names[i]
+    constant: list[str] = []                           # constraints that read no parameter
+    for c in family.constraints:
+        read = [position[n] for n in names_in(c.expr) if n in position]
+        (checks[max(read)] if read else constant).append(c.expr)
+    bound: dict[str, Value] = {}
+    out: list[Candidate] = []
+
+    def walk(depth: int) -> None:                      # appends, not yields: 16 nested generators cost more than the checks
+        if depth == len(names):
+            out.append(Candidate(family.name, tuple(bound.items())))
+            return
+        name = names[depth]
+        for value in family.params[name].values:
+            bound[name] = value
+            if all(evaluate(expr, bound) for expr in checks[depth]):
+                walk(depth + 1)
+        del bound[name]
+
+    if all(evaluate(expr, {}) for expr in constant):
+        walk(0)
+    return out
+
+
+# Above this many combinations of values a family's valid set is never listed: it is sampled
+# (flash_wgmma has 9 million combinations and 1.9 million valid points; listing them took a
+# minute of the GPU host's time at every search start, and twice that with one gene more).
+LIST_UP_TO = 250_000
+SAMPLE_TRIES = 20_000
+
+
+def combinations(family: Family) -> int:
+    """How many points the parameters' domains span, valid or not."""
+    return math.prod(len(spec.values) for spec in family.params.values())
+
+
+def listable(family: Family) -> bool:
+    """Whether the valid set is small enough to list (:func:`all_candidates`) rather than sample."""
+    return combinations(family) <= LIST_UP_TO
+
+
+def sample_valid(family: Family, rng: random.Random, accept: Callable[[Candidate], bool] = lambda c: True,
+                 fixed: Mapping[str, Value] | None = None) -> Candidate | None:
+    """A valid point drawn uniformly (among those ``accept`` takes, with the ``fixed`` values),
+    by drawing uniform combinations until one is valid and accepted; None after
+    ``SAMPLE_TRIES`` draws. Meant for spaces too large to list, where valid points are common."""
+    fixed = dict(fixed or {})
+    names = list(family.params)
+    for _ in range(SAMPLE_TRIES):
+        params = {n: fixed[n] if n in fixed else rng.choice(family.params[n].values) for n in names}
+        if not _constraint_violations(family, params):
+            cand = Candidate(family.name, tuple(params.items()))
+            if accept(cand):
+                return cand
+    return None
+
+
+def random_candidates(family: Family, n: int, rng: random.Random,
+                      fixed: Mapping[str, Value] | None = None) -> list[Candidate]:
+    """``n`` distinct valid points (with the ``fixed`` values) drawn uniformly from the valid
+    set, fewer if it is smaller: listed and shuffled where the space is listable, else sampled."""
+    fixed = dict(fixed or {})
+    if listable(family):
+        pool = [c for c in all_candidates(family) if all(c.p[k] == v for k, v in fixed.items())]
+        rng.shuffle(pool)
+        return pool[:n]
+    out: dict[Candidate, None] = {}
+    while len(out) < n and (c := sample_valid(family, rng, lambda c: c not in out, fixed)) is not None:
+        out[c] = None
+    return list(out)
 
 
 def mutations(family: Family, cand: Candidate, genes: int = 1) -> list[tuple[Candidate, dict[str, tuple[Value, Value]]]]:

@@ -52,3 +52,16 @@ def test_an_enqueued_retry_keeps_its_params_and_gets_no_proposal() -> None:
     fam, raw = suggest(t, [SCALAR])
     assert make_candidate(fam, raw) == retry and PROPOSAL not in study.trials[0].system_attrs
     study.tell(t, state=TrialState.FAIL)
+
+
+def test_an_unlisted_space_is_drawn_from_without_being_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flash_wgmma's 1.9 million valid points are never listed: the random sweep draws them."""
+    from evo.search import proposal
+
+    def refuse(fam):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"listed {fam.name}")
+
+    monkeypatch.setattr(proposal, "all_candidates", refuse)
+    wgmma = load_family("flash_wgmma")
+    keys = drive(SweepSampler([wgmma], seed=4, order="random"), 6, families=(wgmma,))
+    assert len(set(keys)) == 6

@@ -9,8 +9,8 @@ import pytest
 from evo.errors import EvoError, InvalidCandidate
 from evo.expr import evaluate
 from evo.manifest import load_family
-from evo.space import (all_candidates, diff, launch_config, make_candidate, mutations,
-                       parse_assignments, random_candidates, violations)
+from evo.space import (all_candidates, combinations, diff, launch_config, listable, make_candidate, mutations,
+                       parse_assignments, random_candidates, sample_valid, violations)
 
 FAMILIES = ["flash_mma", "flash_scalar"]
 
@@ -63,6 +63,32 @@ def test_enumeration_yields_only_valid_distinct_points(family: str) -> None:
     pts = list(all_candidates(fam))
     assert len(pts) == len(set(pts)) > 10
     assert all(violations(fam, c.p) == [] for c in pts)
+
+
+@pytest.mark.parametrize("family", ["flash_mma", "flash_scalar", "triton_flash", "seed_pipeline", "seed_wmma"])
+def test_enumeration_is_the_product_filtered_in_manifest_order(family: str) -> None:
+    """The depth-first enumeration that checks each constraint once its parameters are bound
+    gives exactly the filtered itertools.product, in its order."""
+    import itertools
+
+    fam = load_family(family)
+    names = list(fam.params)
+    brute = [tuple(zip(names, combo, strict=True)) for combo in itertools.product(*(fam.params[n].values for n in names))
+             if not violations(fam, dict(zip(names, combo, strict=True)))]
+    assert [c.params for c in all_candidates(fam)] == brute
+
+
+def test_a_space_too_large_to_list_is_sampled_uniformly_and_validly() -> None:
+    fam = load_family("flash_wgmma")
+    assert not listable(fam) and combinations(fam) > 1_000_000
+    picked = random_candidates(fam, 40, random.Random(5))
+    assert picked == random_candidates(fam, 40, random.Random(5)) and len(set(picked)) == 40
+    assert all(violations(fam, c.p) == [] for c in picked)
+    pinned = random_candidates(fam, 10, random.Random(1), {"WGS_D64": 3, "ROWSUM_MMA": True})
+    assert len(pinned) == 10 and all(c.p["WGS_D64"] == 3 and c.p["ROWSUM_MMA"] for c in pinned)
+    first = sample_valid(fam, random.Random(2))
+    assert first is not None and sample_valid(fam, random.Random(2), lambda c: c != first) != first
+    assert sample_valid(fam, random.Random(2), lambda c: False) is None       # gives up after its tries
 
 
 def test_random_candidates_are_seeded_and_distinct() -> None:

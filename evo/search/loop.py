@@ -56,7 +56,7 @@ from evo.search.proposal import seen_keys
 from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, recover, release
 from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
-from evo.space import Candidate, all_candidates, diff, make_candidate
+from evo.space import Candidate, all_candidates, combinations, diff, listable, make_candidate
 from evo.vocab import FAILED, PASSED
 
 CANDIDATE = "candidate"
@@ -198,12 +198,19 @@ class Search:
                                   not_evaluated=evaluator.not_evaluated)
 
     def valid_keys(self) -> set[str]:
-        """Every valid point of the families, enumerated on first use: a Hopper space takes about
-        a minute, longer than a run's lease, so :meth:`run` does it while the heartbeat renews
-        the lease, and before it takes the ask lock (other workers would wait that minute)."""
+        """Every valid point of the listable families (:func:`evo.space.listable`), enumerated
+        on first use, which :meth:`run` makes while the heartbeat renews the lease and before it
+        takes the ask lock. A family too large to list is never counted as used up."""
         if self._valid_keys is None:
-            self._valid_keys = {record_key(c.family, c.p) for f in self.families.values() for c in all_candidates(f)}
+            self._valid_keys = {record_key(c.family, c.p) for f in self.families.values() if listable(f)
+                                for c in all_candidates(f)}
         return self._valid_keys
+
+    def _untried(self, all_trials: Sequence[FrozenTrial]) -> int:
+        """Valid points no trial holds: exact over the listable families; a family too large to
+        list counts all its combinations (an upper bound no search comes near)."""
+        unlisted = sum(combinations(f) for f in self.families.values() if not listable(f))
+        return len(self.valid_keys() - seen_keys(all_trials)) + unlisted
 
     # ------------------------------------------------------------------ driving
 
@@ -283,7 +290,7 @@ class Search:
         if self._out_of_time():
             given_back = f" ({self.unstarted} unstarted trial(s) re-queued)" if self.unstarted else ""
             return 0, f"time budget of {self.time_budget_s:g} s spent{given_back}"
-        left = len(self.valid_keys() - seen_keys(all_trials)) + waiting
+        left = self._untried(all_trials) + waiting
         if left == 0 and running == 0:
             return 0, f"search space exhausted: all {len(self.valid_keys())} valid candidates tried"
         return max(0, min(self.batch, trials - done - running, left)), ""

@@ -24,7 +24,7 @@ from evo.manifest import Family, Value
 from evo.replay import record_key
 from evo.search.internals import enqueued_params, is_enqueued, set_trial_system_attr
 from evo.search.params import FAMILY, from_trial_params, param_name
-from evo.space import Candidate, all_candidates, make_candidate
+from evo.space import Candidate, all_candidates, listable, make_candidate, sample_valid
 
 PROPOSAL = "evo:proposal"
 RETRY_OF = "evo:retry_of"
@@ -81,6 +81,11 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         fams = list(self.families if families is None else families)
         self._rng.shuffle(fams)
         for fam in fams:
+            if not listable(fam):           # too many to list: drawn until one is untried
+                drawn = sample_valid(fam, self._rng, lambda c: record_key(c.family, c.p) not in seen)
+                if drawn is not None:
+                    return Proposal(drawn, op)
+                continue
             fresh = [c for k, c in self.valid_points(fam) if k not in seen]
             if fresh:
                 return Proposal(self._rng.choice(fresh), op)
