@@ -6,13 +6,15 @@ although the package makes the same SDPA call. Either the package path costs GPU
 favours the ops it times after the candidate. Here the candidate slot holds (a) SDPA's default
 call itself and (b) the call as the package makes it (explicit ``attn_mask=None,
 dropout_p=0.0, scale=None``), each timed by :func:`evo.timing.time_case` exactly as a search
-times a kernel; an unbiased harness gives 1.00 for both, within the spread.
+times a kernel; an unbiased harness gives 1.00 for both, within the spread. Given an installed
+package's name, (c) its ``attention`` too (on shapes it routes to SDPA that isolates the package).
 
-Usage: python scripts/aa_probe.py [CASES] [DTYPE]   (default F4c,F5f,F6f fp16)
+Usage: python scripts/aa_probe.py [CASES] [DTYPE] [PACKAGE]   (default F4c,F5f,F6f fp16, no package)
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -29,10 +31,22 @@ def package_call(causal: bool) -> Any:
     return op
 
 
-def main(cases: str, dtype: str) -> None:
+def installed(package: str, causal: bool) -> Any:
+    """The installed package's ``attention`` in the candidate's slot."""
+    attention = importlib.import_module(package).attention
+
+    def op(q: Any, k: Any, v: Any, o: Any) -> Any:
+        return attention(q, k, v, causal=causal)
+    return op
+
+
+def main(cases: str, dtype: str, package: str | None) -> None:
     for shape in fast_shapes(cases, dtype):
-        for label, cand in (("sdpa_default as candidate", sdpa_op("sdpa_default", shape.causal)),
-                            ("package's SDPA call as candidate", package_call(shape.causal))):
+        slots = [("sdpa_default as candidate", sdpa_op("sdpa_default", shape.causal)),
+                 ("package's SDPA call as candidate", package_call(shape.causal))]
+        if package:
+            slots.append((f"{package}.attention as candidate", installed(package, shape.causal)))
+        for label, cand in slots:
             res = time_case(cand, shape, ("sdpa_default",), fidelity=True)
             evo, base = res.timings[0], res.timings[1]
             busy = ""
@@ -43,4 +57,5 @@ def main(cases: str, dtype: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "F4c,F5f,F6f", sys.argv[2] if len(sys.argv) > 2 else "fp16")
+    main(sys.argv[1] if len(sys.argv) > 1 else "F4c,F5f,F6f", sys.argv[2] if len(sys.argv) > 2 else "fp16",
+         sys.argv[3] if len(sys.argv) > 3 else None)

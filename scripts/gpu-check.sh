@@ -110,7 +110,8 @@ for stage in "$@"; do
     aa)
       # A/A: SDPA in the candidate's slot against SDPA as the baseline (an unbiased FAST gives 1.00)
       log "A/A check of FAST on ${arg:-F4c,F5f,F6f}"
-      python3 scripts/aa_probe.py "${arg:-F4c,F5f,F6f}" 2>&1 | tee "$OUT/aa.log" | tail -12 ;;
+      # (after the promote stage, EVO_AA_PACKAGE=evoattn with PYTHONPATH=/tmp/pkgsite adds the package itself)
+      python3 scripts/aa_probe.py "${arg:-F4c,F5f,F6f}" fp16 ${EVO_AA_PACKAGE:-} 2>&1 | tee -a "$OUT/aa.log" | tail -12 ;;
     ncu)
       # where the issue slots go: stall reasons and the hottest SASS lines of the flash_wgmma
       # configuration $EVO_NCU_CONFIG (default genes if empty) and cuDNN on the cases given
