@@ -332,3 +332,18 @@ def test_a_run_whose_space_takes_longer_than_its_lease_to_enumerate_is_not_faile
     assert not [n for n in notes if "failed" in n], notes
     with open_store(db) as store:
         assert store.get_run(summary.run_id).status == "done"
+
+
+def test_a_search_of_a_space_too_large_to_list_never_lists_it(monkeypatch, db: str, recording: Path) -> None:
+    """flash_wgmma (1.9 million valid points) is searched without listing its space: proposals
+    are drawn, and the untried count stops at the listable families."""
+    from evo.search import loop, proposal
+
+    def refuse(family):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"listed {family.name}")
+
+    monkeypatch.setattr(loop, "all_candidates", refuse)
+    monkeypatch.setattr(proposal, "all_candidates", refuse)
+    summary = run(RunOptions(replay=recording, db=db, study="w", batch=4, seed=0, cases=CASES, trials=6,
+                             families=["flash_wgmma"]), NullReporter())
+    assert summary.total == 6 and summary.stopped == "reached 6 trials"
