@@ -4,8 +4,9 @@ setmaxnreg moves registers only within the pool a CTA was launched with: (WGS + 
 the per-thread count ptxas chose. Consumers that ask for more than the producer gave back wait
 in ``setmaxnreg.inc`` forever. Candidate d76408673dd9 (WGS_D128 = 2, PRODUCER_REGS = 32) did,
 on an H100: 32 + 2 x 240 registers against a pool of 3 x 168. These tests build the kernels with
-nvcc (skipped without it) and check the pool the template assumes against ptxas's count, and,
-where cuobjdump is at hand, the amounts the SASS really asks for.
+nvcc (skipped without it), refuse any spill (a spilling build is resource_rejected, not built),
+and check the pool the template assumes against ptxas's count, and, where cuobjdump is at hand,
+the amounts the SASS really asks for.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ CASES = [
     ({"WGS_D64": 2, "WGS_D128": 2, "PRODUCER_REGS": 40}, {64: 2, 128: 2}),
     ({"WGS_D64": 3, "BLOCK_N_D64": 64, "WGS_D128": 2, "PRODUCER_REGS": 24}, {64: 3, 128: 2}),
     ({"WGS_D64": 3, "BLOCK_N_D64": 64, "WGS_D128": 1, "PRODUCER_REGS": 32, "PINGPONG": False}, {64: 3, 128: 1}),
+    # spilled 52-108 B until the epilogue's addresses and the tile count stopped living across the loop
+    ({"WGS_D64": 3, "BLOCK_N_D64": 128, "PRODUCER_REGS": 24, "PERSISTENT": True}, {64: 3, 128: 2}),
 ]
 
 
