@@ -36,8 +36,9 @@ def point(**genes: object) -> dict[str, object]:
 
 
 def test_q_in_registers_is_refused_where_the_count_says_it_spills() -> None:
-    assert not is_valid(FAMILY, point(Q_IN_REGS=True, BLOCK_N_D128=128))
     assert not is_valid(FAMILY, point(Q_IN_REGS=True, BLOCK_N_D128=176))
+    # spilled until version 6 kept the epilogue's addresses out of the loop (test_wgmma_registers builds it)
+    assert is_valid(FAMILY, point(Q_IN_REGS=True, BLOCK_N_D128=128))
     assert is_valid(FAMILY, point(Q_IN_REGS=True, BLOCK_N_D128=96))
     assert is_valid(FAMILY, point(Q_IN_REGS=False, BLOCK_N_D128=128))
 

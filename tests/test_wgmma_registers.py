@@ -33,6 +33,8 @@ CASES = [
     ({"WGS_D64": 3, "BLOCK_N_D64": 64, "WGS_D128": 1, "PRODUCER_REGS": 32, "PINGPONG": False}, {64: 3, 128: 1}),
     # spilled 52-108 B until the epilogue's addresses and the tile count stopped living across the loop
     ({"WGS_D64": 3, "BLOCK_N_D64": 128, "PRODUCER_REGS": 24, "PERSISTENT": True}, {64: 3, 128: 2}),
+    # and Q in registers at D=128 with BLOCK_N 128 (spilled then; the manifest admits it now)
+    ({"Q_IN_REGS": True, "BLOCK_N_D128": 128, "PRODUCER_REGS": 24}, {64: 2, 128: 2}),
 ]
 
 
