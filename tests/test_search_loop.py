@@ -12,17 +12,20 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import func, select
 
+from evo.cli import run_cmds
+from evo.cli.output import console
 from evo.errors import EvoError
 from evo.insights import compute
 from evo.manifest import load_family
 from evo.render import Rendered
 from evo.replay import load_recording, record_key, save_recording
-from evo.results import BuildResult, Evaluation, Status
+from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status
 from evo.search import driver
 from evo.search.driver import RunOptions, run
 from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
 from evo.search.loop import NullReporter, RunSummary, Search
 from evo.search.resume import counted
+from evo.search.sampler_evo import EvoSampler
 from evo.space import all_candidates
 from evo.store import open_store
 from evo.store.models import EvaluationRow, Trial
@@ -347,3 +350,46 @@ def test_a_search_of_a_space_too_large_to_list_never_lists_it(monkeypatch, db: s
     summary = run(RunOptions(replay=recording, db=db, study="w", batch=4, seed=0, cases=CASES, trials=6,
                              families=["flash_wgmma"]), NullReporter())
     assert summary.total == 6 and summary.stopped == "reached 6 trials"
+
+
+class Marginal(ReplayEvaluator):
+    """Replay whose FAST evaluations carry GREEN checks: every flash_mma candidate with STAGES 3
+    passed its D=128 checks at 0.9 of the tolerance, everything else at 0.5."""
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        for job, ev in zip(jobs := list(jobs), super().evaluate(jobs), strict=True):
+            if isinstance(ev, Evaluation) and ev.status is Status.FAST:
+                cand = job.rendered.candidate
+                near = cand.family == "flash_mma" and cand.p["STAGES"] == 3
+                ev.checks = [CheckResult(Shape("G1", 1, 2, 64, D, False), 0, True, share * 1e-2, 3e-3, 1e-2)
+                             for D, share in ((64, 0.5), (128, 0.9 if near else 0.5))]
+            yield ev
+
+
+def test_the_green_margin_reaches_the_trial_and_keeps_unshippable_kernels_out_of_the_elites(
+        monkeypatch: pytest.MonkeyPatch, db: str, recording: Path) -> None:
+    monkeypatch.setattr(driver, "choose_evaluator", lambda opts, note: Marginal(load_recording(recording)))
+    search(db, recording, trials=24, families=["flash_mma"])
+    done = [t for t in trials(db) if t.state == TrialState.COMPLETE]
+    assert done and all(set(t.user_attrs["green_share"]) == {"64", "128"} for t in done)
+    over = [t for t in done if params_of(t)[1]["STAGES"] == 3]
+    assert over and all(t.user_attrs["green_share"]["128"] == pytest.approx(0.9) for t in over)
+    sampler = EvoSampler([load_family("flash_mma")], seed=0)
+    elites = sampler.elites(trials(db))
+    assert elites and all(c.p["STAGES"] != 3 for _, c in elites)
+
+
+def test_a_run_whose_best_promote_would_refuse_says_so(monkeypatch: pytest.MonkeyPatch, db: str, recording: Path) -> None:
+    class AllNear(Marginal):
+        def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+            for ev in super().evaluate(jobs):
+                for c in getattr(ev, "checks", []):
+                    c.max_abs_err = 0.8 * c.tolerance if c.shape.D == 128 else c.max_abs_err
+                yield ev
+
+    monkeypatch.setattr(driver, "choose_evaluator", lambda opts, note: AllNear(load_recording(recording)))
+    summary = search(db, recording, trials=6, families=["flash_mma"])
+    assert summary.best is not None and summary.best.over == [128]
+    with console.capture() as out:
+        run_cmds._print_best(summary, db, None)
+    assert "its D=128 kernel passed GREEN above 0.75 of the tolerance" in " ".join(out.get().split())

@@ -10,9 +10,10 @@ import pytest
 from optuna.trial import TrialState
 
 from evo.manifest import load_family
+from evo.margin import GREEN_SHARE
 from evo.search.params import distributions, suggest, trial_params
 from evo.search.proposal import PROPOSAL, seen_keys
-from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records
+from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records, shippable
 from evo.space import diff, make_candidate, mutations
 
 FAMS = [load_family("flash_mma"), load_family("flash_scalar")]
@@ -27,7 +28,9 @@ def made_up(cand) -> float:
                     + 0.05 * p["EXP2"])
 
 
-def run_study(n: int, seed: int = 0, fail=lambda c: False) -> optuna.Study:
+def run_study(n: int, seed: int = 0, fail=lambda c: False, share=lambda c: 0.5) -> optuna.Study:
+    """``n`` trials told the made-up score; ``fail``: told FAIL red; ``share``: the GREEN margin
+    recorded at both head dims, as the search loop records it."""
     study = optuna.create_study(direction="maximize", sampler=EvoSampler(FAMS, seed=seed))
     for _ in range(n):
         t = study.ask()
@@ -37,6 +40,7 @@ def run_study(n: int, seed: int = 0, fail=lambda c: False) -> optuna.Study:
             t.set_user_attr("status", "red")
             study.tell(t, state=TrialState.FAIL)
         else:
+            t.set_user_attr(GREEN_SHARE, {"64": 0.5, "128": share(cand)})
             study.tell(t, made_up(cand))
     return study
 
@@ -87,6 +91,22 @@ def test_moves_whose_children_failed_are_weighted_down() -> None:
     to3 = [r for (name, _, new), r in recs.items() if name == "STAGES" and new == 3]
     assert to3 and all(r.failures > 0 and not r.log_effects for r in to3)
     assert all(r.weight(8.0) < 1.0 for r in to3)
+
+
+def test_kernels_promote_would_refuse_are_neither_elites_nor_counted_as_wins() -> None:
+    # the best region (BLOCK_N 64, made_up's optimum) passes GREEN only near the tolerance
+    near = lambda c: 0.9 if c.family == "flash_mma" and c.p["BLOCK_N"] == 64 else 0.5  # noqa: E731
+    study = run_study(60, seed=4, share=near)
+    over = [t for t in study.trials if t.state == TrialState.COMPLETE and not shippable(t)]
+    assert over, "the study never reached the region over the share"
+    sampler = study.sampler
+    assert isinstance(sampler, EvoSampler)
+    elites = sampler.elites(study.trials)
+    assert elites and all(shippable(t) for t, _ in elites)
+    best = max((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    assert not shippable(best) and best.number not in {t.number for t, _ in elites}
+    to64 = [r for (name, _, new), r in move_records(study.trials).items() if name == "BLOCK_N" and new == 64]
+    assert to64 and all(r.failures > 0 and not r.log_effects for r in to64)
 
 
 @pytest.mark.parametrize("effects,failures,direction", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from pathlib import Path
 
@@ -10,11 +11,14 @@ import optuna
 import pytest
 
 from evo.manifest import load_family
+from evo.margin import GREEN_SHARE
+from evo.replay import record_key
 from evo.search.bench.entrants import Entrant
 from evo.search.bench.optuna_runner import run_optuna
 from evo.search.bench.problem import Problem
 from evo.search.encoding import Encoder
-from evo.search.sampler_gp import distance
+from evo.search.params import distributions, trial_params
+from evo.search.sampler_gp import GpSampler, distance
 from evo.search.surrogate import FailureModel, expected_improvement
 from evo.space import all_candidates, make_candidate
 from synthetic_sweep import make_recording
@@ -78,3 +82,18 @@ def test_the_failure_model_learns_which_genes_fail() -> None:
 def test_expected_improvement_prefers_a_higher_mean_and_more_doubt() -> None:
     ei = expected_improvement(np.array([0.0, 1.0, 0.0]), np.array([0.1, 0.1, 1.0]), best=0.5)
     assert ei[1] > ei[2] > ei[0] > 0
+
+
+def test_a_point_timed_above_promotes_share_counts_as_failed_not_as_a_value() -> None:
+    fam = load_family("flash_mma")
+    a, b = itertools.islice(all_candidates(fam), 2)
+    dists = {k: v for k, v in distributions([fam]).items() if k in trial_params(a)}
+
+    def done(cand, share: float) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(params=trial_params(cand), distributions=dists, value=1.2,
+                                         user_attrs={GREEN_SHARE: {"64": 0.5, "128": share}})
+
+    timed, built, _ = GpSampler([fam], seed=0).observations([done(a, 0.5), done(b, 0.9)])
+    key = lambda c: record_key(c.family, c.p)  # noqa: E731
+    assert list(timed) == [key(a)]
+    assert built[key(a)][1] is False and built[key(b)][1] is True

@@ -21,6 +21,7 @@ from evo.cli.app import cli, db_option, require_database, split_list
 from evo.cli.output import console, speedup_words, table
 from evo.cli.progress import TrialProgress
 from evo.errors import EvoError
+from evo.margin import TOLERANCE_SHARE
 from evo.paths import sqlite_file
 from evo.replay import export_sweep
 from evo.results import Shape
@@ -149,6 +150,11 @@ def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
             continue
         rows.add_row(f"vs {b}", f"x{x:.3f}", speedup_words(x, b))
     console.print(rows)
+    if s.best.over:
+        dims = ", ".join(f"D={d}" for d in s.best.over)
+        console.print(f"[yellow]its {dims} kernel passed GREEN above {TOLERANCE_SHARE:g} of the tolerance, the share "
+                      f"promote verifies at: promote will most likely refuse it (the evo sampler does not breed from "
+                      f"such kernels)[/]", soft_wrap=True)
     n_cases = f"the study's {len(cases)}" if cases else "its"
     console.print(f"[dim](speedup = SDPA's time / evo's time, geometric mean over {n_cases} FAST cases; "
                   f"above x1 evo is faster)[/]")

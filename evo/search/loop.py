@@ -12,7 +12,9 @@ then answered from the store. What is left is built as one batch ahead of the GP
 failures told at once), then gated and timed through the
 :class:`~evo.search.evaluators.Evaluator`, stored, and told: COMPLETE with the objective values,
 or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md says why FAIL
-and not a made-up value). A worker with nothing left to start waits while other workers' trials
+and not a made-up value). A COMPLETE trial also carries its GREEN margin, the worst
+max|err| / tolerance per head dim (user attr ``green_share``, :mod:`evo.margin`), which the
+evolutionary sampler reads to keep what promote would refuse out of its elites. A worker with nothing left to start waits while other workers' trials
 run, so a trial of a worker that dies is still retried.
 
 The time budget (``evo run --time-budget``) is checked before each batch and before each
@@ -44,10 +46,11 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
+from evo.margin import GREEN_SHARE, over_share, worst_shares
 from evo.manifest import Family, Value
 from evo.render import Rendered, render
 from evo.replay import record_key
-from evo.results import Evaluation, Shape, Status, Timing
+from evo.results import CheckResult, Evaluation, Shape, Status, Timing
 from evo.scoring import geomean, speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
@@ -77,6 +80,7 @@ class Outcome:
     candidate_id: str | None = None
     reused: bool = False
     speedups: dict[str, float] | None = None  # case tag -> speedup over the study's baseline
+    shares: dict[int, float] | None = None    # head dim -> worst GREEN max|err| / tolerance (evo.margin)
 
 
 @dataclass
@@ -96,12 +100,14 @@ class Pending:
 
 @dataclass
 class Best:
-    """The best trial so far: its candidate and objective values (``score``: their geometric mean)."""
+    """The best trial so far: its candidate and objective values (``score``: their geometric mean)
+    and the head dims whose GREEN margin is above the share promote verifies at (``over``)."""
 
     number: int
     candidate_id: str
     label: str
     values: list[float]
+    over: list[int] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -166,7 +172,8 @@ def best_trial(trials: Sequence[FrozenTrial]) -> Best | None:
     if not done:
         return None
     _, t = max(done, key=lambda ft: (ft[0], -ft[1].number))
-    return Best(t.number, t.user_attrs[CANDIDATE], t.user_attrs.get(LABEL, ""), list(t.values))
+    return Best(t.number, t.user_attrs[CANDIDATE], t.user_attrs.get(LABEL, ""), list(t.values),
+                over_share(t.user_attrs.get(GREEN_SHARE, {})))
 
 
 class Search:
@@ -454,10 +461,11 @@ class Search:
             return Outcome(known.status.value, known.reason, candidate_id=known.candidate_id, reused=True)
         if known.status in PASSED and not objective.missing_cases(
                 known.timings, self.baseline, self.cases):
-            return self._scored(known.candidate_id, known.timings, reused=True)
+            return self._scored(known.candidate_id, known.timings, known.checks, reused=True)
         return None
 
-    def _scored(self, cid: str, timings: Sequence[Timing], reused: bool = False) -> Outcome:
+    def _scored(self, cid: str, timings: Sequence[Timing], checks: Sequence[CheckResult],
+                reused: bool = False) -> Outcome:
         missing = objective.missing_cases(timings, self.baseline, self.cases)
         if missing:
             return Outcome("unscored", "no timing on " + ", ".join(s.tag for s in missing),
@@ -465,12 +473,13 @@ class Search:
         vals = objective.values(timings, self.baseline, self.cases, self.objective)
         per_case = speedups(timings, self.baseline)
         return Outcome(Status.FAST.value, values=vals, candidate_id=cid, reused=reused,
-                       speedups={s.tag: per_case[s.tag] for s in self.cases if s.tag in per_case})
+                       speedups={s.tag: per_case[s.tag] for s in self.cases if s.tag in per_case},
+                       shares=worst_shares(checks))
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
         builds = self.evaluator.build([groups[b][0].rendered for b in bids])  # type: ignore[misc]
-        jobs: list[tuple[Job, str, list[Timing]]] = []
+        jobs: list[tuple[Job, str, Known | None]] = []
         for bid, res in zip(bids, builds, strict=True):
             ps = groups[bid]
             if isinstance(res, Unmeasured):
@@ -484,10 +493,9 @@ class Search:
                 self._finish_all(ps, Outcome(NOT_EVALUATED, self.evaluator.not_evaluated, candidate_id=cid))
                 continue
             k = known[bid]
-            passed = k is not None and k.status in PASSED
-            prior = k.timings if passed and k is not None else []
-            need = objective.missing_cases(prior, self.baseline, self.cases) if passed else self.cases
-            jobs.append((Job(ps[0].rendered, res, not passed, tuple(need)), cid, list(prior)))  # type: ignore[arg-type]
+            prior = k if k is not None and k.status in PASSED else None
+            need = objective.missing_cases(prior.timings, self.baseline, self.cases) if prior else self.cases
+            jobs.append((Job(ps[0].rendered, res, prior is None, tuple(need)), cid, prior))  # type: ignore[arg-type]
         if not jobs:
             return
         told = 0
@@ -517,12 +525,15 @@ class Search:
             self.heartbeat.discard(tid)
         self.unstarted += self._mirror_abandoned(released, dead_runs=False)
 
-    def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: list[Timing]) -> Outcome:
+    def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: Known | None) -> Outcome:
+        """The outcome of an evaluation, on top of what the store held (``prior``: a passed
+        evaluation whose timings FAST completes and whose GREEN checks count for the margin)."""
         if isinstance(ev, Unmeasured):
             return Outcome(UNMEASURED, ev.reason)
         self.store.record_evaluation(ev, self.run_id, device=self.evaluator.device)
         if ev.status is Status.FAST:
-            return self._scored(cid, prior + list(ev.timings))
+            before = prior or Known(cid, Status.FAST)
+            return self._scored(cid, before.timings + list(ev.timings), before.checks + list(ev.checks))
         if ev.status is Status.GREEN:
             return Outcome(Status.GREEN.value, ev.reason or "passed GREEN, not timed", candidate_id=cid)
         return Outcome(ev.status.value, ev.reason, candidate_id=cid)
@@ -559,6 +570,8 @@ class Search:
                 trial.set_user_attr(REUSED, True)
             if outcome.speedups:  # per case, where Optuna's tools look (optuna-dashboard, load_study)
                 trial.set_user_attr(SPEEDUPS, outcome.speedups)
+            if outcome.shares:    # JSON keys are strings
+                trial.set_user_attr(GREEN_SHARE, {str(d): round(v, 4) for d, v in sorted(outcome.shares.items())})
             trial.set_user_attr(STATUS, outcome.status)  # last: a FAIL trial with a status is an outcome
             # the store first: if we die before tell, recovery marks both FAIL (see _recover)
             self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
@@ -578,7 +591,7 @@ class Search:
         s.counts[outcome.status] += 1
         s.reused += outcome.reused
         if outcome.values is not None and (s.best is None or Best(0, "", "", outcome.values).score > s.best.score):
-            s.best = Best(trial.number, cid or "", label, outcome.values)
+            s.best = Best(trial.number, cid or "", label, outcome.values, over_share(outcome.shares or {}))
         self.reporter.advance(trial.number, outcome, s.best)
 
 

@@ -11,7 +11,11 @@ lineage shows each step (immigrants, too, come only from the families that are s
 immigrants of those families first.
 
 Population: the best ``population`` distinct completed trials (multi-objective: by the
-geometric mean of their values). The evolutionary operators breed a child as
+geometric mean of their values) whose kernels promote would ship: a trial whose GREEN margin
+(user attr ``green_share``, the worst max|err| / tolerance per head dim, :mod:`evo.margin`) is
+above the share promote verifies at stays out of the population, and counts as a failed child
+of its move. Without that the search bred from conditional-rescaling kernels it could not ship
+(study wgmma8: 63 of 83 candidates). The evolutionary operators breed a child as
 
 - a random immigrant (uniform over untried valid points) at rate ``immigrant_rate`` and
   whenever there is no elite yet;
@@ -66,6 +70,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
 from evo.manifest import Family, Value
+from evo.margin import GREEN_SHARE, over_share
 from evo.replay import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
@@ -83,6 +88,12 @@ def fitness(t: FrozenTrial) -> float | None:
     if t.state != TrialState.COMPLETE or not t.values or min(t.values) <= 0:
         return None
     return sum(math.log(v) for v in t.values) / len(t.values)
+
+
+def shippable(t: FrozenTrial) -> bool:
+    """Whether a trial's kernels kept within the share of GREEN's tolerance that promote verifies
+    at, at every head dim (true where the trial records no margin: a replay, an older study)."""
+    return not over_share(t.user_attrs.get(GREEN_SHARE, {}))
 
 
 @dataclass
@@ -127,7 +138,7 @@ def move_records(trials: Sequence[FrozenTrial]) -> dict[Move, MoveRecord]:
             continue
         parent = by_number.get(prop["parents"][0])
         child_fit, parent_fit = fitness(t), parent and fitness(parent)
-        failed = t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES
+        failed = (t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES) or not shippable(t)
         if not failed and (child_fit is None or parent_fit is None):
             continue
         for name, (old, new) in prop["mutation"].items():
@@ -184,11 +195,12 @@ class EvoSampler(ProposalSampler):
         self.roots = [f for f in self.families if f.name not in reached] or list(self.families)
 
     def completed(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
-        """Per distinct completed candidate of the selected families: its best fitness and trial."""
+        """Per distinct completed candidate of the selected families whose kernels promote would
+        ship (:func:`shippable`): its best fitness and trial."""
         best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
         for t in trials:
             fit, got = fitness(t), from_trial_params(t.params)
-            if fit is None or got is None or got[0] not in self._by_name:
+            if fit is None or got is None or got[0] not in self._by_name or not shippable(t):
                 continue
             try:
                 cand = make_candidate(self._by_name[got[0]], got[1])

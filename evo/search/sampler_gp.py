@@ -22,7 +22,9 @@ than the model alone; global steps leave a local optimum.
   every newly finished trial; its length scales are the genes' importances in this study.
 - failure: :class:`evo.search.surrogate.FailureModel` over the points that were built (timed,
   or failed for a reason of their own: ``evo.search.sampler_evo.FAILURES``); ``unmeasured``,
-  ``built`` and ``abandoned`` say nothing about the kernel and are left out.
+  ``built`` and ``abandoned`` say nothing about the kernel and are left out. A point timed with
+  a GREEN margin above the share promote verifies at (:func:`evo.search.sampler_evo.shippable`)
+  counts as failed, and the value model leaves it out.
 - pending trials of the same batch are added to the GP at its predicted mean (the "kriging
   believer"), which lowers the uncertainty around them, so a batch spreads out.
 
@@ -46,7 +48,7 @@ from evo.search.params import from_trial_params
 from evo.search.proposal import Proposal, ProposalSampler, seen_keys
 from evo.search.resume import STATUS
 from evo.search import surrogate
-from evo.search.sampler_evo import FAILURES, fitness
+from evo.search.sampler_evo import FAILURES, fitness, shippable
 from evo.space import Candidate, make_candidate, mutations
 
 
@@ -92,12 +94,12 @@ class GpSampler(ProposalSampler):
                 continue
             key = record_key(cand.family, cand.p)
             fit = fitness(t)
-            if fit is not None:
+            if fit is not None and shippable(t):
                 if key not in timed or fit > timed[key][1]:
                     timed[key] = (cand, fit)
                 built[key] = (cand, False)
-            elif t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in FAILURES:
-                built.setdefault(key, (cand, True))
+            elif fit is not None or (t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in FAILURES):
+                built.setdefault(key, (cand, True))   # timed but not shippable counts as failed
             elif t.state in (TrialState.RUNNING, TrialState.WAITING):
                 pending.append(cand)
         return timed, built, pending

@@ -3,14 +3,14 @@
 The search never builds or evaluates the same candidate twice: a build failure (same build id,
 so same source, flags and arch) is final everywhere; an evaluation is reused on the device it
 was made on (red, crashed, timeout: final; green/fast: its timings, to which FAST adds only
-the cases still missing).
+the cases still missing, and its GREEN checks, whose margin the search records).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evo.results import Status, Timing
+from evo.results import CheckResult, Status, Timing
 from evo.store import Store
 from evo.vocab import BUILD_FAILED, PASSED
 
@@ -18,12 +18,14 @@ from evo.vocab import BUILD_FAILED, PASSED
 
 @dataclass(frozen=True)
 class Known:
-    """What the store already holds for a build on a device: its status, why, and its timings."""
+    """What the store already holds for a build on a device: its status, why, its timings and
+    (passed only) its GREEN checks."""
 
     candidate_id: str
     status: Status
     reason: str = ""
     timings: list[Timing] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
 
 
 def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
@@ -37,5 +39,7 @@ def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
     if not evaluations:
         return None
     last = evaluations[-1]
-    timings = store.timings_for(build_id, device) if last.status in PASSED else []
-    return Known(build_id, last.status, last.reason, timings)
+    if last.status not in PASSED:
+        return Known(build_id, last.status, last.reason)
+    return Known(build_id, last.status, last.reason, store.timings_for(build_id, device),
+                 [c for e in evaluations for c in e.checks])
