@@ -109,6 +109,25 @@ def test_row_sums_run_on_the_tensor_cores_instead_of_an_add_chain(tmp_path: Path
         assert body.count(" FADD") * 10 < plain[name].count(" FADD"), name
 
 
+def _code(body: str) -> list[str]:
+    """A function's SASS instructions without their addresses and encodings."""
+    return [ln.split("*/", 1)[1].split(";")[0].strip() for ln in body.splitlines()
+            if re.match(r"\s+/\*[0-9a-f]{4}\*/", ln)]
+
+
+@pytest.mark.parametrize("genes", [{"WGS_D64": 3}, {"BLOCK_N_D64": 64, "INTRA_WG_OVERLAP": False}])
+def test_causal_trim_changes_only_the_causal_kernels(genes: dict[str, object], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With three consumers, or ping-pong without the overlap and BLOCK_N 64, warpgroups stop
+    before the CTA's last KV tiles: the causal kernels change (no spill, sass_by_function checks)
+    and the full ones compile to the same machine code, as without the gene."""
+    plain = sass_by_function(genes, tmp_path / "plain", monkeypatch)
+    trimmed = sass_by_function(genes | {"CAUSAL_TRIM": True}, tmp_path / "trim", monkeypatch)
+    assert plain.keys() == trimmed.keys() and len(trimmed) == 8
+    for name, body in trimmed.items():
+        assert (_code(body) == _code(plain[name])) == ("_full" in name), name
+
+
 def q_register_clobbers(body: str) -> list[str]:
     """Instructions other than LDSM that write a register some S = Q K^T HGMMA reads Q from (A
     from registers, B not transposed: the P V ones read P with a transposed V)."""
