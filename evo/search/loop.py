@@ -14,8 +14,9 @@ failures told at once), then gated and timed through the
 or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md says why FAIL
 and not a made-up value). A COMPLETE trial also carries its GREEN margin, the worst
 max|err| / tolerance per head dim (user attr ``green_share``, :mod:`evo.margin`), which the
-evolutionary sampler reads to keep what promote would refuse out of its elites. A worker with nothing left to start waits while other workers' trials
-run, so a trial of a worker that dies is still retried.
+evolutionary samplers read to keep what promote would refuse out of their elites. A worker with
+nothing left to start waits while other workers' trials run, so a trial of a worker that dies
+is still retried.
 
 The time budget (``evo run --time-budget``) is checked before each batch and before each
 evaluation: once it is spent no evaluation starts (one in progress finishes and is stored and
