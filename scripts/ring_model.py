@@ -1,0 +1,248 @@
+"""A model of flash_wgmma's barrier protocol, run under random schedules (no GPU needed).
+
+The kernel's producer and consumer warpgroups synchronise through mbarriers (a full and an empty
+barrier per K and V stage, a full and an empty barrier for Q) and, with ping-pong, two named
+barriers that hand the GEMM turn back and forth. CAUSAL_TRIM lets a consumer stop at its own
+last KV tile and only wait for and release the CTA's later ones, with an empty turn each. A
+mistake there does not show as a wrong number but as a hang or a race, so this model plays the
+protocol as the template writes it (the order of waits, turns and releases per warpgroup), picks
+which agent moves next at random, and checks, over many schedules and tile sequences:
+
+- nothing deadlocks: every agent finishes;
+- every release lands in the phase it is meant for: a consumer releasing use u of a stage finds
+  that stage's empty barrier with exactly u completed phases (an early arrival would count
+  toward an earlier use and let the producer overwrite a buffer still being read);
+- the producer refills a stage only after every consumer has released its previous use;
+- a named barrier never holds two hand-overs at once (a second arrive would complete the
+  barrier without its partner).
+
+Usage: python scripts/ring_model.py [SCHEDULES]   (prints a summary; exits 1 on a violation)
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+class Violation(Exception):
+    """The protocol broke one of the checked rules."""
+
+
+@dataclass
+class MBarrier:
+    """An mbarrier: ``count`` arrivals complete a phase; ``phases`` completed so far."""
+
+    count: int
+    pending: int = 0
+    phases: int = 0
+
+    def __post_init__(self) -> None:
+        self.pending = self.count
+
+    def arrive(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self.phases += 1
+            self.pending = self.count
+
+    def done(self, use: int) -> bool:
+        """Whether phase ``use`` has completed (what ``mbar_wait(bar, use & 1)`` waits for)."""
+        return self.phases > use
+
+
+@dataclass
+class World:
+    stages: int
+    wgs: int
+    pingpong: bool
+    overlap: bool
+    tiles: list[tuple[int, list[int]]]          # per CTA tile: (n_tiles, n_mine per consumer)
+    full_k: list[MBarrier] = field(default_factory=list)
+    full_v: list[MBarrier] = field(default_factory=list)
+    empty_k: list[MBarrier] = field(default_factory=list)
+    empty_v: list[MBarrier] = field(default_factory=list)
+    full_q: MBarrier = field(default_factory=lambda: MBarrier(1))
+    empty_q: MBarrier = field(default_factory=lambda: MBarrier(1))
+    turn_tokens: list[int] = field(default_factory=lambda: [0, 0])
+    reading: dict[tuple[str, int], set[int]] = field(default_factory=dict)   # (K|V, stage) -> consumers in it
+
+    def snapshot(self) -> tuple:
+        """Every barrier's state and the turn tokens: a schedule that leaves it unchanged for
+        long is stuck."""
+        bars = [*self.full_k, *self.full_v, *self.empty_k, *self.empty_v, self.full_q, self.empty_q]
+        return tuple((b.phases, b.pending) for b in bars) + tuple(self.turn_tokens)
+
+    def __post_init__(self) -> None:
+        self.full_k = [MBarrier(1) for _ in range(self.stages)]
+        self.full_v = [MBarrier(1) for _ in range(self.stages)]
+        self.empty_k = [MBarrier(self.wgs) for _ in range(self.stages)]   # one arrival per consumer here
+        self.empty_v = [MBarrier(self.wgs) for _ in range(self.stages)]
+        self.empty_q = MBarrier(self.wgs)
+
+
+Step = Iterator[None]   # an agent yields while it waits; the scheduler resumes it
+
+
+def wait(cond) -> Step:
+    while not cond():
+        yield
+
+
+def producer(w: World) -> Step:
+    it = 0
+    for tc, (n_tiles, _) in enumerate(w.tiles):
+        for j in range(n_tiles):
+            s, use = it % w.stages, it // w.stages
+            if use > 0:
+                yield from wait(lambda s=s, use=use: w.empty_k[s].done(use - 1))
+            if w.reading.get(("K", s)):
+                raise Violation(f"K stage {s} refilled while consumers {w.reading[('K', s)]} read it")
+            w.full_k[s].arrive()
+            if j == 0:
+                if tc > 0:
+                    yield from wait(lambda tc=tc: w.empty_q.done(tc - 1))
+                w.full_q.arrive()
+            if use > 0:
+                yield from wait(lambda s=s, use=use: w.empty_v[s].done(use - 1))
+            if w.reading.get(("V", s)):
+                raise Violation(f"V stage {s} refilled while consumers {w.reading[('V', s)]} read it")
+            w.full_v[s].arrive()
+            it += 1
+            yield
+
+
+def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
+    """One consumer warpgroup as the template orders it; ``mutant`` breaks the trimmed path on
+    purpose (``no_wait``: release without waiting for the load; ``no_turns``: no empty turns), to
+    show that the checks catch it."""
+    pp = w.pingpong and w.wgs == 2
+
+    def turn() -> Step:                       # turn_begin(); ...; turn_end()
+        if pp:
+            yield from wait(lambda: w.turn_tokens[c] > 0)
+            w.turn_tokens[c] -= 1
+        yield
+        if pp:
+            w.turn_tokens[c ^ 1] += 1
+            if w.turn_tokens[c ^ 1] > 1:
+                raise Violation(f"named barrier of consumer {c ^ 1} holds two hand-overs")
+
+    def take(kind: str, j: int, it: int) -> Step:
+        s, use = (it + j) % w.stages, (it + j) // w.stages
+        full = (w.full_k if kind == "K" else w.full_v)[s]
+        yield from wait(lambda: full.done(use))
+        w.reading.setdefault((kind, s), set()).add(c)
+
+    def release(kind: str, j: int, it: int) -> None:
+        s, use = (it + j) % w.stages, (it + j) // w.stages
+        bar = (w.empty_k if kind == "K" else w.empty_v)[s]
+        if bar.phases != use:
+            raise Violation(f"consumer {c} released {kind} use {use} of stage {s} in phase {bar.phases}")
+        w.reading.get((kind, s), set()).discard(c)
+        bar.arrive()
+
+    if pp and c == 1:
+        w.turn_tokens[0] += 1                  # consumer 1 hands consumer 0 the first turn
+    it = 0
+    for tc, (n_tiles, mine) in enumerate(w.tiles):
+        n = mine[c] if trim else n_tiles
+        q_last = n - 1
+        yield from wait(lambda tc=tc: w.full_q.done(tc))
+        if w.overlap:
+            yield from take("K", 0, it)
+            yield from turn()
+            release("K", 0, it)
+            if q_last == 0:
+                w.empty_q.arrive()
+            for j in range(1, n):
+                yield from take("K", j, it)
+                yield from take("V", j - 1, it)
+                yield from turn()
+                release("K", j, it)
+                if j == q_last:
+                    w.empty_q.arrive()
+                yield
+                release("V", j - 1, it)
+            yield from take("V", n - 1, it)
+            yield from turn()
+            release("V", n - 1, it)
+        else:
+            for j in range(n):
+                yield from take("K", j, it)
+                yield from turn()
+                release("K", j, it)
+                if j == q_last:
+                    w.empty_q.arrive()
+                yield from take("V", j, it)
+                yield from turn()
+                release("V", j, it)
+        for j in range(n, n_tiles):            # CAUSAL_TRIM: keys past this consumer's rows
+            for _ in range(0 if mutant == "no_turns" else 1 if w.overlap else 2):
+                yield from turn()
+            for kind in ("K", "V"):
+                if mutant != "no_wait":
+                    yield from take(kind, j, it)
+                release(kind, j, it)
+        it += n_tiles
+    if pp and c == 0:
+        yield from wait(lambda: w.turn_tokens[0] > 0)   # the last hand-over
+        w.turn_tokens[0] -= 1
+
+
+def play(rng: random.Random, trim: bool, mutant: str = "") -> None:
+    wgs = rng.choice([1, 2, 3])
+    block_n = rng.choice([64, 96, 128])
+    block_m, L = 64 * wgs, rng.choice([1, 100, 700, 2048])
+    tiles = []
+    for m0 in rng.sample(range(0, L, block_m), k=min(6, len(range(0, L, block_m)))):
+        n_tiles = (min(L, m0 + block_m) + block_n - 1) // block_n
+        mine = [min(n_tiles, (min(L, m0 + 64 * c + 64) + block_n - 1) // block_n) for c in range(wgs)]
+        tiles.append((n_tiles, mine))
+    w = World(stages=rng.choice([2, 3, 4]), wgs=wgs, pingpong=rng.random() < 0.7, overlap=rng.random() < 0.7,
+              tiles=tiles)
+    agents = {"producer": producer(w)} | {f"consumer {c}": consumer(w, c, trim, mutant) for c in range(wgs)}
+    stalled = 0
+    while agents:
+        name = rng.choice(sorted(agents))
+        before = w.snapshot()
+        try:
+            next(agents[name])
+        except StopIteration:
+            del agents[name]
+            stalled = 0
+            continue
+        after = w.snapshot()
+        stalled = 0 if after != before else stalled + 1
+        if stalled > 20000:
+            raise Violation(f"deadlock: {sorted(agents)} wait forever (wgs {wgs}, tiles {tiles})")
+
+
+def main(schedules: int) -> int:
+    rng = random.Random(0)
+    for trim in (False, True):
+        for k in range(schedules):
+            try:
+                play(rng, trim)
+            except Violation as err:
+                print(f"CAUSAL_TRIM={trim}: schedule {k}: {err}")
+                return 1
+        print(f"CAUSAL_TRIM={trim}: {schedules} random schedules, no deadlock, every release in its phase")
+    for mutant in ("no_wait", "no_turns"):     # the checks must catch a broken trim
+        caught = []
+        for _ in range(schedules):
+            try:
+                play(rng, True, mutant)
+            except Violation as err:
+                caught.append(str(err))
+        print(f"mutant {mutant}: caught in {len(caught)} of {schedules} schedules"
+              + (f", e.g. {caught[0]}" if caught else ""))
+        if not caught:
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 300))
