@@ -285,6 +285,7 @@ class Promoted:
     verification: dict[str, Any] = field(default_factory=dict)
     excluded: list[Excluded] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
@@ -307,6 +308,13 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         contenders = [Contender(v, measurements(timed[v.id][1], baseline)) for v in views
                       if v.id in timed and v.arch is not None and capability(v.arch) == cap
                       and ships_cubin(v.family)]
+        stale: list[str] = []
+        if not candidate_ids:   # named candidates are shipped as asked or refused (_ship)
+            stale = [c.view.id for c in contenders if not renders_as_stored(c.view)]
+            contenders = [c for c in contenders if c.view.id not in stale]
+            if stale and not contenders:
+                raise EvoError(f"every timed candidate ({len(stale)}) renders differently with today's templates: "
+                               "its measurements belong to code they no longer make; evaluate fresh builds")
         red = red_kernels(store)
         contenders, excluded = without_red(store, contenders, red)
         rejected: list[str] = []
@@ -338,10 +346,20 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
     cases = _case_table(routes, contenders)
     context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
                        list(candidate_ids), baseline, min_speedup) | {"verification": checked,
-                                                                       "excluded": [x.as_dict() for x in excluded]}
+                                                                       "excluded": [x.as_dict() for x in excluded],
+                                                                       "stale": stale}
     _write(target, context, shipped, run_tests=verify)
     return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
-                    if candidate_ids else [], cases, context["verification"], excluded, rejected)
+                    if candidate_ids else [], cases, context["verification"], excluded, rejected, stale)
+
+
+def renders_as_stored(view: CandidateView) -> bool:
+    """Whether ``view``'s family templates still render its parameters to the source it was built
+    and measured from. A database keeps candidates of older template texts (a family's gene whose
+    code changed, an older version); their measurements belong to code that today's templates no
+    longer make, so a plan over the whole database leaves them out."""
+    fam = load_family(view.family)
+    return render(make_candidate(fam, view.params), fam).source_hash == view.source_hash
 
 
 def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str, str], RedCheck],
@@ -554,6 +572,7 @@ def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
         "geomean_speedup_served": ctx["geomean_served"],
         "verification": ctx.get("verification", {"verified": False}),
         "excluded_red_kernels": ctx.get("excluded", []),
+        "excluded_stale_candidates": ctx.get("stale", []),
     }
 
 

@@ -266,6 +266,20 @@ def test_input_errors_are_one_line(tmp_path: Path, db: dict[str, str], kwargs: d
     assert not (tmp_path / NAME).exists()
 
 
+def test_a_plan_over_the_database_leaves_out_candidates_of_older_template_text(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'mixed.sqlite'}"
+    with open_store(url) as store:   # O was built from a text today's templates no longer render
+        run = store.start_run("test", study="mixed", device=DEVICE)
+        new = add(store, tiny(ROWS=32), run, Status.FAST, {MID: 5.0})
+        old = add(store, tiny(ROWS=64), run, Status.FAST, {MID: 1.0}, source_hash="1" * 64)
+    result = promote(NAME, tmp_path / "out", db_url=url, verify=False)
+    assert result.stale == [old]                            # 5x faster than the other, and still left out
+    assert {r.winner for r in result.routes} == {new}
+    assert _json(tmp_path / "out" / NAME, "PROVENANCE.json")["excluded_stale_candidates"] == [old]
+    with pytest.raises(EvoError, match="renders differently"):   # asked for by id: refused, not skipped
+        promote(NAME, tmp_path / "named", db_url=url, candidate_ids=[old], verify=False)
+
+
 def test_cli_promotes_chosen_candidates(tmp_path: Path, db: dict[str, str],
                                         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["promote", "--name", NAME, "--out", str(tmp_path), "--db", db["url"],

@@ -60,6 +60,10 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
         console.print(f"failed its verification, stored red, planned again without it: {escape(line)}")
     for x in result.excluded:
         console.print(f"kept out: {escape(x.line())}")
+    if result.stale:
+        console.print(f"kept out: {len(result.stale)} candidate{'s' if len(result.stale) != 1 else ''} built from "
+                      "older template text (today's templates render them differently; evo eval makes a fresh "
+                      "build): " + ", ".join(i[:12] for i in result.stale))
     if result.unused:
         console.print("not shipped (won no bucket): " + ", ".join(i[:12] for i in result.unused))
     console.print(f"install: pip install {escape(str(result.path))}")
