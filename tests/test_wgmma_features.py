@@ -6,7 +6,7 @@ from shared memory; at D=128 with BLOCK_N 128 it does not fit the consumers' reg
 spilled 104 bytes), and the manifest must say so before a build is spent; and its registers must
 stay Q's for the whole tile (ptxas 13.0 handed them to P without the overlap: the SASS is scanned
 for it). LAZY_* skip O *= alpha
-with a warp vote. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
+with a warp vote, and their row sums add P as rounded for P V. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
 the softmax's add chain. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
 """
 
@@ -92,6 +92,17 @@ def test_conditional_rescaling_votes_only_where_it_is_on(tmp_path: Path, monkeyp
     assert len(functions) == 8
     for name, body in functions.items():
         assert ("VOTE.ANY" in body) == ("_d128_" in name), name
+        # the row sum adds P as rounded for P V: fp16 P goes back to fp32 (HADD2.F32) only there
+        if "_fp16_" in name:
+            assert ("HADD2.F32" in body) == ("_d128_" in name), name
+
+
+@pytest.mark.parametrize("genes", [{}, {"Q_IN_REGS": True}, {"ROWSUM_MMA": True, "WGS_D64": 3}])
+def test_the_rounded_row_sum_is_rendered_only_for_conditional_rescaling(genes: dict[str, object]) -> None:
+    # candidates without LAZY render the text of family version 7 (their stored builds stay valid)
+    assert "round_pair" not in render(make_candidate(FAMILY, point(**genes))).source
+    for lazy in ("LAZY_D64", "LAZY_D128"):
+        assert "round_pair<T>(s[" in render(make_candidate(FAMILY, point(**genes, **{lazy: True}))).source
 
 
 def test_row_sums_run_on_the_tensor_cores_instead_of_an_add_chain(tmp_path: Path,
