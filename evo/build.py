@@ -189,8 +189,8 @@ def geometry_problems(entries: Sequence[Entry]) -> list[str]:
 
 def resource_problems(resources: Mapping[str, Resources], entries: Sequence[Entry], arch: str) -> list[str]:
     """Why the entries cannot run well on ``arch`` (empty when they can): a launch geometry that
-    cannot be set up, spills, shared memory (static + dynamic) over the per-CTA limit,
-    registers x threads over the register file. An entry missing from ``resources`` is
+    cannot be set up, spills, wgmma that ptxas serialized, shared memory (static + dynamic) over
+    the per-CTA limit, registers x threads over the register file. An entry missing from ``resources`` is
     checked for its launch config alone."""
     limit = smem_limit(arch)
     problems = geometry_problems(entries)
@@ -198,6 +198,8 @@ def resource_problems(resources: Mapping[str, Resources], entries: Sequence[Entr
         r = resources.get(e.name, _UNREPORTED)
         if r.spill_stores or r.spill_loads:
             problems.append(f"{e.name} spills ({r.spill_stores} B stores, {r.spill_loads} B loads)")
+        if r.wgmma_serialized:
+            problems.append(f"{e.name}: ptxas serialized its wgmma ({r.wgmma_serialized})")
         smem = r.smem_static + e.launch.smem_bytes
         if smem > limit:
             problems.append(f"{e.name} needs {smem} B shared memory ({r.smem_static} static + "

@@ -12,6 +12,13 @@ sm_80 and sm_90a word them the same way up to optional fields)::
 
 "Function properties" blocks also appear for non-inlined device functions; only entries
 (functions named by a "Compiling entry function" line) are reported.
+
+On sm_90a ptxas may also give up overlapping an entry's ``wgmma.mma_async`` instructions (every
+one then waits for the one before: a Hopper kernel's main loop loses its point), said in an
+info line of its own, which is kept as the entry's ``wgmma_serialized`` reason::
+
+    ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized
+    due to insufficient register resources for the wgmma pipeline in the function 'evo_attn_...'
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ _PROPS = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
+_SERIAL = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?) in the function '([^']+)'")
 
 
 def parse_ptxas(log: str) -> dict[str, Resources]:
@@ -36,10 +44,13 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
     entries: list[str] = []
     used: dict[str, tuple[int, int]] = {}
     frames: dict[str, tuple[int, int, int]] = {}
+    serialized: dict[str, str] = {}
     current_entry: str | None = None
     props_for: str | None = None
     for line in log.splitlines():
-        if m := _ENTRY.search(line):
+        if m := _SERIAL.search(line):
+            serialized[m.group(2)] = m.group(1)
+        elif m := _ENTRY.search(line):
             current_entry = m.group(1)
             if current_entry not in entries:
                 entries.append(current_entry)
@@ -58,5 +69,5 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         registers, smem_static = used.get(name, (0, 0))
         stack, stores, loads = frames.get(name, (0, 0, 0))
         out[name] = Resources(registers=registers, smem_static=smem_static, spill_stores=stores,
-                              spill_loads=loads, stack_frame=stack)
+                              spill_loads=loads, stack_frame=stack, wgmma_serialized=serialized.get(name, ""))
     return out

@@ -26,6 +26,7 @@ class Resources:
     spill_loads: int
     stack_frame: int
     smem_dynamic: int = 0
+    wgmma_serialized: str = ""           # ptxas's reason when it serialized the entry's wgmma (C7511)
 
 
 @dataclass

@@ -138,6 +138,8 @@ def entry(threads: int = 128, smem: int = 0) -> Entry:
     (Resources(64, 4096, 0, 0, 0), entry(smem=229376), "sm_90a", "shared memory"),
     (Resources(64, 0, 0, 0, 0), entry(smem=200000), "sm_80", "shared memory"),
     (Resources(255, 0, 0, 0, 0), entry(threads=512), "sm_90a", "registers"),
+    (Resources(168, 0, 0, 0, 0, wgmma_serialized="insufficient register resources"), entry(), "sm_90a",
+     "serialized its wgmma"),
 ])
 def test_resource_problems_name_the_limit(res: Resources, ent: Entry, arch: str, needle: str) -> None:
     problems = resource_problems({"k": res}, [ent], arch)

@@ -2,6 +2,9 @@
 
 The logs under tests/fixtures/ptxas/ were produced from mixed.cu next to them with
 ``nvcc -O3 -cubin -Xptxas -v -gencode arch=compute_90a,code=sm_90a mixed.cu`` (and 80).
+sm_90a-wgmma-serialized.log is the ptxas log of a flash_wgmma build (LAZY_D128 and Q_IN_REGS at
+the default tiles) under a variant of the template that kept packed P in the S accumulator
+registers (tried and dropped on 2026-11-26): ptxas serialized the wgmma of its four D=128 entries.
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ LOGS = Path(__file__).parent / "fixtures" / "ptxas"
 ])
 def test_entries_of_real_logs(log: str, expected: dict[str, Resources]) -> None:
     assert parse_ptxas((LOGS / log).read_text()) == expected
+
+
+def test_serialized_wgmma_is_kept_per_entry() -> None:
+    got = parse_ptxas((LOGS / "sm_90a-wgmma-serialized.log").read_text())
+    assert len(got) == 8 and all(r.registers == 168 and r.spill_stores == 0 for r in got.values())
+    serialized = {name for name, r in got.items() if r.wgmma_serialized}
+    assert serialized == {f"evo_attn_d128_{t}_{c}" for t in ("fp16", "bf16") for c in ("full", "causal")}
+    assert got["evo_attn_d128_fp16_full"].wgmma_serialized == \
+        "insufficient register resources for the wgmma pipeline"
 
 
 def test_device_function_properties_are_not_entries() -> None:
