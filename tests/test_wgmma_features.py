@@ -139,6 +139,23 @@ def test_causal_trim_changes_only_the_causal_kernels(genes: dict[str, object], t
         assert (_code(body) == _code(plain[name])) == ("_full" in name), name
 
 
+def test_the_section_order_changes_only_the_causal_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CAUSAL_ORDER = "sections" deals each L2 section's tiles by a snake of its own; the order of a
+    non-causal launch is unchanged, so those kernels compile to the default's machine code."""
+    plain = sass_by_function({}, tmp_path / "plain", monkeypatch)
+    dealt = sass_by_function({"CAUSAL_ORDER": "sections"}, tmp_path / "sections", monkeypatch)
+    assert plain.keys() == dealt.keys() and len(dealt) == 8
+    for name, body in dealt.items():
+        assert (_code(body) == _code(plain[name])) == ("_full" in name), name
+
+
+@pytest.mark.parametrize("order", ["natural", "reverse", "global"])
+def test_the_older_orders_render_the_text_they_had(order: str) -> None:
+    # the Jinja guard keeps every stored candidate's source (and build id) valid
+    assert "in_section" not in render(make_candidate(FAMILY, point(CAUSAL_ORDER=order))).source
+    assert "in_section" in render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections"))).source
+
+
 def q_register_clobbers(body: str) -> list[str]:
     """Instructions other than LDSM that write a register some S = Q K^T HGMMA reads Q from (A
     from registers, B not transposed: the P V ones read P with a transposed V)."""
