@@ -239,7 +239,12 @@ class Worker:
             proc.join()
         if conn is not None:
             conn.close()
-        proc.close()
+        # multiprocessing reaps finished children from whichever thread starts a process (another
+        # worker's restart in a pool): our poll may then have met ECHILD before that thread stored
+        # the exit code, and close() takes the child for running. It is gone either way; in that
+        # race the handle is left to the garbage collector.
+        with contextlib.suppress(ValueError):
+            proc.close()
 
     def evaluate(self, request: EvalRequest, timeout_s: float, stall_s: float = STALL_S) -> Evaluation:
         """Run ``request`` in the child within ``timeout_s`` (counted from when the started child

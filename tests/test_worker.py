@@ -184,6 +184,21 @@ def test_pool_draws_a_request_only_when_a_worker_is_free_to_start_it() -> None:
     assert [r.build_id for r in [first, *rest]] == [str(i) for i in drawn]
 
 
+def test_stopping_a_child_another_thread_reaped_does_not_raise(worker: Worker,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # the race of multiprocessing's child cleanup: close() sees the reaped child as running
+    assert worker.evaluate(req(act="answer"), 30).status is Status.FAST
+    proc = worker._proc
+    assert proc is not None
+
+    def close() -> None:
+        raise ValueError("Cannot close a process while it is still running.")
+
+    monkeypatch.setattr(proc, "close", close)
+    worker._restart()
+    assert worker._proc is not None and worker._proc is not proc and worker.restarts == 1
+
+
 def test_pool_survives_a_crash_among_requests() -> None:
     with WorkerPool([0, 1], target="standins:serve") as pool:
         acts = ["answer", "segfault", "answer", "exit", "answer"]
