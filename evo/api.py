@@ -405,6 +405,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
         arch: str | None = None, baseline: str | None = None, objective: str | None = None,
         jobs: int | None = None, gpus: str | None = None, heartbeat_s: int | None = None,
         grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
+        start_from: Sequence[str] | None = None, start_top: int | None = None,
         reporter: Reporter | None = None) -> RunSummary:
     """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
 
@@ -415,9 +416,11 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     with; a later run continues it up to ``trials``. ``reporter`` hears progress
     (:class:`~evo.search.loop.Reporter`; default: silent). Ctrl-C stops the search: open trials
     are re-queued, the run is recorded ``interrupted``, and the summary so far comes back with
-    ``interrupted`` set.
+    ``interrupted`` set. ``start_from``: a new study's first trials are the best ``start_top``
+    (default 8) candidates of each of these studies (:mod:`evo.search.warmstart`).
     """
     from evo.search.driver import RunOptions
+    from evo.search.warmstart import DEFAULT_TOP
     from evo.search.fanout import start
     from evo.search.loop import NullReporter
     from evo.search.study import GRACE_S, HEARTBEAT_S
@@ -429,7 +432,9 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
                       study=study, replay=Path(replay) if replay is not None else None, batch=batch, arch=arch,
                       baseline=baseline, objective=objective, jobs=jobs,
                       heartbeat_s=HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
-                      grace_s=GRACE_S if grace_s is None else grace_s, target=target)
+                      grace_s=GRACE_S if grace_s is None else grace_s, target=target,
+                      start_from=list(start_from) if start_from else None,
+                      start_top=DEFAULT_TOP if start_top is None else start_top)
     return start(opts, gpus, reporter or NullReporter())
 
 

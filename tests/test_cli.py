@@ -120,6 +120,17 @@ def test_bad_databases_are_one_line_and_create_nothing(tmp_path: Path, argv: lis
     assert snapshot(tmp_path) == before
 
 
+def test_a_start_from_study_that_does_not_exist_is_one_line_and_creates_no_study(
+        replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    cwd, _ = replayed
+    before = snapshot(cwd)
+    proc = evo(cwd, "run", "--study", "fresh", "--start-from", "evo-replay,nope", "--trials", "2",
+               "--replay", str(newest_recording(paths.root() / "data")))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert "no study named 'nope' in this database" in proc.stderr
+    assert snapshot(cwd) == before
+
+
 def test_promote_after_a_replay_says_a_gpu_evaluation_comes_first(
         replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     cwd, _ = replayed

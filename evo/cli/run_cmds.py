@@ -30,6 +30,7 @@ from evo.search import objective
 from evo.search.loop import RunSummary
 from evo.search.samplers import SAMPLERS
 from evo.search.study import GRACE_S, HEARTBEAT_S, study_cases
+from evo.search.warmstart import DEFAULT_TOP
 from evo.store import open_store, short_id
 from evo.store.engine import safe_url
 from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS, assignment_text
@@ -79,10 +80,15 @@ class SamplerChoice(click.Choice):
 @click.option("--grace", type=click.IntRange(min=2), default=GRACE_S, show_default=True, metavar="SECONDS",
               help="seconds without a heartbeat before a worker's trial is failed and retried by another; "
               "its run is marked failed once its lease (the same grace) has passed")
+@click.option("--start-from", multiple=True, metavar="LIST",
+              help="a new study's first trials: the best candidates of these studies, comma-separated, read "
+              "through today's manifests (docs/search.md)")
+@click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
+              help="with --start-from: how many candidates from each study")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
             sampler: str, seed: int | None, db: str, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
-            gpus: str | None, heartbeat: int, grace: int) -> None:
+            gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int) -> None:
     """Start or resume an evolution.
 
     Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
@@ -94,7 +100,8 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
         summary = api.run(db, trials=trials, time_budget_s=time_budget, families=split_list(families),
                           cases=split_list(cases), sampler=sampler, seed=seed, study=study, replay=replay,
                           batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
-                          heartbeat_s=heartbeat, grace_s=grace, reporter=reporter)
+                          heartbeat_s=heartbeat, grace_s=grace, start_from=split_list(start_from),
+                          start_top=start_top, reporter=reporter)
     finally:
         reporter.stop()
     print_summary(summary, db)

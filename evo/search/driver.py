@@ -34,6 +34,7 @@ from evo.search.resume import Retry
 from evo.search.samplers import make_sampler
 from evo.search.samplers import require as require_sampler
 from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, storage, stored_settings
+from evo.search.warmstart import DEFAULT_TOP, check_sources, start_from
 from evo.store import Store, open_store
 from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
 from evo.suites import DTYPES, fast_cases
@@ -66,6 +67,8 @@ class RunOptions:
     grace_s: int = GRACE_S
     gpu: int | None = None      # the GPU this worker evaluates on (None: the first visible one)
     target: str | None = None   # the worker process's "module:function" (None: the GPU worker, if a GPU is visible)
+    start_from: list[str] | None = None  # a new study's first trials: these studies' best (evo.search.warmstart)
+    start_top: int = DEFAULT_TOP          # how many from each
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
@@ -179,10 +182,14 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
                 store = owned = open_store(url)
             rdb = storage(url, opts.heartbeat_s, opts.grace_s, retry)
             name, settings, families, cases = settle(opts, ev, rdb)
+            if opts.start_from:
+                check_sources(rdb, name, opts.start_from, opts.start_top)
             kind = settings["objective"]
             study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
                                ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
-        check_compatible(study, families)
+            check_compatible(study, families)
+            if opts.start_from:
+                note(f"study {name}: " + start_from(study, rdb, opts.start_from, families, opts.start_top).summary())
         device = {"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()}
         options = {"trials": opts.trials, "time_budget_s": opts.time_budget_s, "sampler": opts.sampler,
                    "seed": opts.seed, "batch": opts.batch, **settings}

@@ -60,6 +60,7 @@ from evo.search.proposal import seen_keys
 from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, recover, release
 from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
+from evo.search.warmstart import IMPORTED_FROM
 from evo.space import Candidate, all_candidates, combinations, diff, listable, make_candidate
 from evo.vocab import FAILED, PASSED
 
@@ -423,6 +424,8 @@ class Search:
         trials = self.study.get_trials(deepcopy=False)
         by_number = {t.number: t for t in trials}
         frozen = by_number.get(trial.number)
+        if frozen is not None and IMPORTED_FROM in frozen.user_attrs:
+            return []  # its ancestry is its source study's (evo.search.warmstart)
         prop = proposal_of(frozen, by_number) if frozen is not None else None
         if prop and prop.get("op") in ("mutation", "crossover"):
             out = []
