@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import optuna
@@ -11,6 +12,7 @@ from optuna.trial import TrialState
 
 from evo.errors import EvoError
 from evo.manifest import load_family
+from evo.search import loop
 from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
 from evo.search.params import distributions, from_trial_params
@@ -67,6 +69,29 @@ def test_the_first_trials_are_the_sources_best_and_keep_their_values(recording: 
     store = open_store(db)
     b_runs = {r.id for r in store.runs("b")}
     assert b_runs and not [e for e in store.edges("b") if e.child_id in imported_ids and e.run_id in b_runs]
+
+def test_an_import_that_renders_differently_now_gets_an_import_edge(recording: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    search(db, recording, "a", trials=8)
+    real = loop.render
+
+    def changed(cand, fam):  # today's template: one more line, so every candidate gets a new id
+        r = real(cand, fam)
+        return dataclasses.replace(r, source=r.source + "// changed\n", source_hash="0" + r.source_hash[1:])
+
+    monkeypatch.setattr(loop, "render", changed)
+    search(db, recording, "b", trials=4, start_from=["a"], start_top=2)
+    src = {t.number: t for t in trials(db, "a")}
+    imported = [t for t in trials(db, "b") if IMPORTED_FROM in t.user_attrs]
+    store = open_store(db)
+    b_runs = {r.id for r in store.runs("b")}
+    for t in imported:
+        was = src[t.user_attrs[IMPORTED_FROM]["trial"]].user_attrs["candidate"]
+        assert t.user_attrs[IMPORTED_FROM]["candidate"] == was != t.user_attrs["candidate"]
+        edges = [e for e in store.parents(t.user_attrs["candidate"]) if e.run_id in b_runs]
+        assert [(e.parent_id, e.kind, e.mutation) for e in edges] == [(was, "import", {})]
+
 
 def test_continuing_imports_nothing_more_and_other_sources_are_refused(recording: Path, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'evo.sqlite'}"

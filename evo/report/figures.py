@@ -26,7 +26,7 @@ BACKEND_COLORS = {EVO: CANDIDATE_COLOR, "sdpa_default": "#1f77b4", "sdpa_flash":
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f")
 DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#1a9850"]]  # slower | parity | faster
-EDGE_STYLES = {"mutation": "solid", "crossover": "dash", "nearest": "dot"}
+EDGE_STYLES = {"mutation": "solid", "crossover": "dash", "nearest": "dot", "import": "dashdot"}
 EDGE_TEXT_MAX = 150  # edges whose effect is written on the graph; above, it is in the hover only
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from evo.lineage import Lineage, Link
 
-KIND_RANK = {"mutation": 0, "crossover": 1, "nearest": 2}
+KIND_RANK = {"mutation": 0, "crossover": 1, "nearest": 2, "import": 3}
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from evo.results import CheckResult, Evaluation, Shape, Status, Timing
 from evo.scoring import geomean, speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
-from evo.search.params import from_trial_params, suggest
+from evo.search.params import CANDIDATE, from_trial_params, suggest
 from evo.search.proposal import seen_keys
 from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, recover, release
 from evo.search.sampler_evo import fitness, proposal_of
@@ -64,7 +64,6 @@ from evo.search.warmstart import IMPORTED_FROM
 from evo.space import Candidate, all_candidates, combinations, diff, listable, make_candidate
 from evo.vocab import FAILED, PASSED
 
-CANDIDATE = "candidate"
 LABEL = "label"
 REUSED = "reused"
 SPEEDUPS = "speedups"
@@ -425,7 +424,10 @@ class Search:
         by_number = {t.number: t for t in trials}
         frozen = by_number.get(trial.number)
         if frozen is not None and IMPORTED_FROM in frozen.user_attrs:
-            return []  # its ancestry is its source study's (evo.search.warmstart)
+            # its ancestry is its source study's; where today's template renders it differently
+            # (a new id), an import edge ties it to the candidate it was (evo.search.warmstart)
+            src = frozen.user_attrs[IMPORTED_FROM].get(CANDIDATE)
+            return [(src, {}, "import")] if src else []
         prop = proposal_of(frozen, by_number) if frozen is not None else None
         if prop and prop.get("op") in ("mutation", "crossover"):
             out = []
@@ -560,7 +562,8 @@ class Search:
         label = (p.candidate or Candidate(p.family.name, tuple(p.raw.items()))).label()
         if cid is not None and cid not in self.in_study:
             for parent, mutation, kind in p.parents:
-                self.store.add_edge(parent, cid, mutation, kind, self.run_id)
+                if parent != cid:  # an import that renders as it did is the same candidate
+                    self.store.add_edge(parent, cid, mutation, kind, self.run_id)
             self.in_study.add(cid)
         state = TrialState.COMPLETE if outcome.values is not None else TrialState.FAIL
         value = None if outcome.values is None else Best(0, "", "", outcome.values).score

@@ -18,6 +18,7 @@ from evo.manifest import Family, Value
 from evo.space import Candidate
 
 FAMILY = "family"
+CANDIDATE = "candidate"  # the user attr a told trial keeps its stored candidate id under
 
 
 def param_name(family: str, name: str) -> str:

@@ -15,9 +15,10 @@ that changed since). The evolutionary samplers then take them as elites.
 A source candidate that today's manifest rejects (a value left the domain, a constraint that
 tightened) is skipped and counted. Imports happen once, when the study has no trials yet; the
 study records what it imported (study user attr ``evo:started_from``) and each imported trial
-names its source (user attr ``evo:imported_from``: study and trial number), which is also why
-the search loop gives an imported trial no lineage edge of its own: its ancestry is the
-source study's.
+names its source (user attr ``evo:imported_from``: study, trial number and candidate id). Its
+ancestry is the source study's: an import that renders as it did is the same stored candidate,
+with the edges it had; one that renders differently now (a new id) gets one edge of kind
+``import`` from the candidate it was.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from optuna.trial import FrozenTrial
 from evo.errors import EvoError, InvalidCandidate
 from evo.manifest import Family, Value
 from evo.replay import record_key
-from evo.search.params import from_trial_params, trial_params
+from evo.search.params import CANDIDATE, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
 from evo.space import make_candidate
 
@@ -127,8 +128,9 @@ def start_from(study: optuna.Study, storage: optuna.storages.BaseStorage, source
                 done.duplicates += 1
                 continue
             taken.add(key)
-            study.enqueue_trial(params, user_attrs={IMPORTED_FROM: {"study": src, "trial": t.number}},
-                                skip_if_exists=False)
+            origin = {"study": src, "trial": t.number} | ({CANDIDATE: t.user_attrs[CANDIDATE]}
+                                                          if CANDIDATE in t.user_attrs else {})
+            study.enqueue_trial(params, user_attrs={IMPORTED_FROM: origin}, skip_if_exists=False)
             n += 1
         done.enqueued[src] = n
     study.set_user_attr(STARTED_FROM, {"sources": done.enqueued, "top": top})

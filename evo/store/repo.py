@@ -35,7 +35,7 @@ from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView
                              RunView, TrialView)
 from evo.vocab import DEFAULT_BASELINE, EVALUATED
 
-EDGE_KINDS = ("mutation", "crossover", "nearest")
+EDGE_KINDS = ("mutation", "crossover", "nearest", "import")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 
 
