@@ -48,7 +48,9 @@ from sqlalchemy.exc import ArgumentError
 
 import evo
 from evo import build, paths
+from evo import confirm as confirming
 from evo import verify as verifier
+from evo.confirm import Confirmation
 from evo.errors import EvoError
 from evo.machine_code import kernel_digests
 from evo.manifest import load_family
@@ -286,17 +288,20 @@ class Promoted:
     excluded: list[Excluded] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    confirmed: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)  # evo.confirm
 
 
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
             candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
             min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
-            verify: bool = True) -> Promoted:
+            verify: bool = True, confirm: bool = False) -> Promoted:
     """Write the package ``out/name`` from the per-bucket winners in the database, after
-    verifying them on the GPU (unless ``verify`` is False)."""
+    verifying them on the GPU (unless ``verify`` is False); with ``confirm``, every winner is
+    first timed beside SDPA on its buckets' FAST cases and the table planned from those numbers
+    (:mod:`evo.confirm`)."""
     check_name(name)
     target = Path(out).expanduser().resolve() / name
-    if verify:
+    if verify or confirm:
         verifier.require_gpu()
     with open_store(db_url) as store:
         views = select_candidates(store, study, candidate_ids)
@@ -320,13 +325,17 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         rejected: list[str] = []
         passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
         seed = secrets.randbelow(2**31)
+        confirmation = Confirmation()
         while True:      # winners that fail their verification are stored red, and the plan made again
             routes, shipped, contenders = _plan(store, contenders, red, excluded, baseline, dev, min_speedup,
                                                 rejected[-1] if rejected else None)
-            if not verify:
-                checked: dict[str, Any] = {"verified": False}
-                break
             try:
+                if confirm and (todo := confirmation.todo(routes, shipped)):
+                    contenders = _confirm(store, confirmation, contenders, routes, todo, seed, dev, baseline)
+                    continue
+                if not verify:
+                    checked: dict[str, Any] = {"verified": False}
+                    break
                 checked = _verify(shipped, routes, seed, passed)
                 break
             except verifier.VerifyFailed as failed:
@@ -347,10 +356,26 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
     context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
                        list(candidate_ids), baseline, min_speedup) | {"verification": checked,
                                                                        "excluded": [x.as_dict() for x in excluded],
-                                                                       "stale": stale}
+                                                                       "stale": stale,
+                                                                       "confirmation": confirmation.as_dict()
+                                                                       if confirm else {"interleaved": False}}
     _write(target, context, shipped, run_tests=verify)
     return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
-                    if candidate_ids else [], cases, context["verification"], excluded, rejected, stale)
+                    if candidate_ids else [], cases, context["verification"], excluded, rejected, stale,
+                    confirmation.speedups)
+
+
+def _confirm(store: Store, confirmation: Confirmation, contenders: Sequence[Contender], routes: Sequence[Route],
+             todo: Sequence[confirming.Todo], seed: int, dev: str, baseline: str) -> list[Contender]:
+    """One round of :mod:`evo.confirm`: the winners in ``todo`` timed beside SDPA, their
+    evaluations stored, their measurements replaced; after the last round, no GPU work: only the
+    confirmed measurements stay where an unconfirmed winner still serves."""
+    if confirmation.rounds >= confirming.ROUNDS:
+        return confirmation.only_confirmed(contenders, routes)
+    evaluations = verifier.confirm_speed(todo, seed)
+    for ev in evaluations:
+        store.record_evaluation(ev, device=dev)
+    return confirmation.take(contenders, todo, evaluations, lambda timings: measurements(timings, baseline))
 
 
 def renders_as_stored(view: CandidateView) -> bool:
@@ -573,6 +598,7 @@ def _provenance_json(ctx: dict[str, Any]) -> dict[str, Any]:
         "verification": ctx.get("verification", {"verified": False}),
         "excluded_red_kernels": ctx.get("excluded", []),
         "excluded_stale_candidates": ctx.get("stale", []),
+        "confirmation": ctx.get("confirmation", {"interleaved": False}),
     }
 
 

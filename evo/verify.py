@@ -31,7 +31,7 @@ from evo.draws import bucket_cases, stress_cases
 from evo.errors import EvoError
 from evo.margin import TOLERANCE_SHARE  # why 0.75: evo.margin
 from evo.render import Entry
-from evo.results import Evaluation, Status
+from evo.results import Evaluation, Shape, Status
 from evo.suites import DrawSettings, GreenCase, green_settings
 from evo.vocab import WORKER_FAILED
 from evo.worker import EvalRequest, Worker, gpu_count
@@ -132,6 +132,29 @@ def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[
     if failures:
         raise VerifyFailed(failures)
     return ran
+
+
+def confirm_speed(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[Shape]]], seed: int, *,
+                  device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S) -> list[Evaluation]:
+    """Time each ``(candidate id, cubin, entries, FAST cases)`` in one GPU worker, interleaved
+    round by round with every SDPA backend as ``evo eval`` and ``evo bench`` time it (a search
+    times its candidate alone against baselines measured earlier). The timed outputs are checked
+    as in any FAST run: a kernel whose outputs come out wrong raises VerifyFailed (promote stores
+    it red and plans again); one that crashes or hangs refuses the promotion."""
+    done = []
+    with Worker(device) as worker:
+        for cid, cubin, entries, shapes in kernels:
+            request = EvalRequest(cid, str(cubin), tuple(entries), green=False, fast_cases=tuple(shapes),
+                                  options={"interleave": True, "salt": seed})
+            ev = worker.evaluate(request, timeout_s)
+            if ev.status is Status.RED:
+                raise VerifyFailed([(f"refusing to promote {cid[:12]}: timed beside SDPA to confirm its speed, "
+                                     f"it went wrong: {ev.reason}", ev)])
+            if ev.status is not Status.FAST:
+                raise EvoError(f"refusing to promote {cid[:12]}: it {ev.status.value} while timed beside SDPA "
+                               f"to confirm its speed: {ev.reason}")
+            done.append(ev)
+    return done
 
 
 def summary_line(output: str) -> str:

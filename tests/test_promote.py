@@ -554,3 +554,91 @@ def test_installed_package_answers_cpu_calls_with_sdpa(installed: dict[str, Any]
 
 def test_installed_package_passes_its_own_tests(installed: dict[str, Any]) -> None:
     assert installed["tests"] == 0, installed["output"][-3000:]
+
+
+# ----------------------------------------------------------------------------- --confirm
+
+
+@pytest.fixture
+def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any]) -> dict[str, Any]:
+    """The GPU's interleaved timing as a stand-in: ``now[(candidate, shape)]`` is the candidate's
+    time beside SDPA (SDPA at BASE_US); a pair not listed times as the database had it."""
+    seen: dict[str, Any] = {"calls": [], "now": {}}
+
+    def confirm_speed(kernels, seed, **kw):
+        seen["calls"].append({cid: sorted(s.tag for s in shapes) for cid, _, _, shapes in kernels})
+        out = []
+        for cid, cubin, entries, shapes in kernels:
+            assert Path(cubin).is_file() and entries
+            us = {s: seen["now"].get((cid, s), seen["db"][cid][s]) for s in shapes}
+            out.append(Evaluation(cid, Status.FAST, timings=timings(us), device=DEVICE))
+        return out
+
+    monkeypatch.setattr("evo.verify.confirm_speed", confirm_speed)
+    return seen
+
+
+DB_US = {"A": {SHORT: 5.0, MID: 12.0, MID_C: 9.0, LONG: 50.0}, "B": {SHORT: 8.0, MID: 5.0, MID_C: 20.0, LONG: 80.0}}
+
+
+def test_confirm_routes_on_numbers_timed_beside_sdpa(tmp_path: Path, db: dict[str, str], db_copy: str,
+                                                     fake_confirm: dict[str, Any]) -> None:
+    a, b = db["A"], db["B"]
+    fake_confirm["db"] = {db[k]: v for k, v in DB_US.items()}
+    fake_confirm["now"] = {(a, LONG): 120.0, (b, LONG): 90.0}   # A loses F5 to SDPA beside it; B still wins
+    result = promote(NAME, tmp_path, db_url=db_copy, study="s", confirm=True)
+    first, second = fake_confirm["calls"]
+    assert first == {a: ["F1c-fp16", "F3-fp16", "F5-fp16"], b: ["F1-fp16"]} and second == {b: ["F5-fp16"]}
+    long_route, = [r for r in result.routes if LONG in r.shapes]
+    assert long_route.winner == b and long_route.speedup == pytest.approx(100 / 90)
+    assert result.confirmed[a]["F5-fp16"] == [pytest.approx(2.0), pytest.approx(100 / 120)]
+    assert _json(tmp_path / NAME, "PROVENANCE.json")["confirmation"]["rounds"] == 2
+    with open_store(db_copy) as store:                  # stored: the newest numbers for the next promotion
+        newest = {(t.shape, t.backend): t.median_us for t in store.timings_for(a)}
+        assert newest[(LONG, "evo")] == 120.0
+
+
+def test_after_the_last_round_only_confirmed_numbers_route(tmp_path: Path, db: dict[str, str], db_copy: str,
+                                                           fake_confirm: dict[str, Any],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evo.confirm.ROUNDS", 1)
+    a, b = db["A"], db["B"]
+    fake_confirm["db"] = {db[k]: v for k, v in DB_US.items()}
+    fake_confirm["now"] = {(a, LONG): 120.0}            # B would be next on F5, but no round is left
+    result = promote(NAME, tmp_path, db_url=db_copy, study="s", confirm=True)
+    assert len(fake_confirm["calls"]) == 1
+    long_route, = [r for r in result.routes if LONG in r.shapes]
+    assert long_route.winner is None                     # B's F5 number is the search's alone: SDPA serves it
+    assert {r.winner for r in result.routes if LONG not in r.shapes} - {None} == {a, b}
+
+
+def test_without_confirm_nothing_is_timed_again(tmp_path: Path, db: dict[str, str], fake_confirm: dict[str, Any]) -> None:
+    promote(NAME, tmp_path, db_url=db["url"], study="s")
+    assert fake_confirm["calls"] == []
+    assert _json(tmp_path / NAME, "PROVENANCE.json")["confirmation"] == {"interleaved": False}
+
+
+def test_confirm_speed_asks_the_worker_for_interleaved_fast_without_green(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo import verify
+
+    sent: list[Any] = []
+    status = {"abc": Status.FAST, "red": Status.RED, "hung": Status.TIMEOUT}
+
+    class FakeWorker:
+        def __init__(self, device: int) -> None: ...
+        def __enter__(self) -> FakeWorker: return self
+        def __exit__(self, *exc: object) -> None: ...
+
+        def evaluate(self, request, timeout_s):  # type: ignore[no-untyped-def]
+            sent.append(request)
+            return Evaluation(request.build_id, status[request.build_id], "why", device=DEVICE)
+
+    monkeypatch.setattr(verify, "Worker", FakeWorker)
+    got = verify.confirm_speed([("abc", Path("k.cubin"), [], [LONG])], seed=5)
+    assert [e.build_id for e in got] == ["abc"]
+    assert not sent[0].green and sent[0].fast_cases == (LONG,)
+    assert sent[0].options == {"interleave": True, "salt": 5}
+    with pytest.raises(VerifyFailed, match="refusing to promote red: timed beside SDPA"):
+        verify.confirm_speed([("red", Path("k.cubin"), [], [LONG])], seed=5)
+    with pytest.raises(EvoError, match="refusing to promote hung: it timeout while timed beside SDPA"):
+        verify.confirm_speed([("hung", Path("k.cubin"), [], [LONG])], seed=5)

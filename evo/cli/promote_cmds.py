@@ -37,8 +37,11 @@ from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 @click.option("--force", is_flag=True, help="replace OUT/NAME if promote wrote it before")
 @click.option("--no-verify", is_flag=True, help="write without running the kernels over their buckets and the "
               "package's tests on the GPU (for machines without one)")
+@click.option("--confirm", is_flag=True, help="time each bucket's winner again beside SDPA (as evo bench does) "
+              "and route only on those numbers (a search times candidates alone; docs/promote.md)")
 def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, ...], db: str, baseline: str,
-                device: str | None, min_speedup: float, version: str, force: bool, no_verify: bool) -> None:
+                device: str | None, min_speedup: float, version: str, force: bool, no_verify: bool,
+                confirm: bool) -> None:
     """Verify the winners on the GPU, then build a pip package.
 
     Per-bucket winners (GREEN on a GPU) are run over their buckets and the package's tests on the
@@ -48,7 +51,7 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
     """
     result = api.promote_winners(name, out, db=db, study=study, candidate_ids=list(candidate), baseline=baseline,
                                  device=device, min_speedup=min_speedup, version=version, force=force,
-                                 verify=not no_verify)
+                                 verify=not no_verify, confirm=confirm)
     console.print(_routes_table(result))
     v = result.verification
     console.print(f"verified on the GPU: {sum(v['checks'].values())} checks over the dispatch buckets "
@@ -56,6 +59,9 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
                   else "[yellow]not verified[/] (--no-verify): PROVENANCE.json says so")
     console.print(f"wrote {escape(str(result.path))} ({len(result.shipped)} kernel"
                   f"{'s' if len(result.shipped) != 1 else ''}, timings from {escape(result.device)})")
+    for cid, cases in result.confirmed.items():
+        console.print(f"timed beside SDPA: {cid[:12]} " + ", ".join(
+            f"{tag} {_x(db_x)} in the database, {_x(now)} now" for tag, (db_x, now) in sorted(cases.items())))
     for line in result.rejected:
         console.print(f"failed its verification, stored red, planned again without it: {escape(line)}")
     for x in result.excluded:
@@ -67,6 +73,10 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
     if result.unused:
         console.print("not shipped (won no bucket): " + ", ".join(i[:12] for i in result.unused))
     console.print(f"install: pip install {escape(str(result.path))}")
+
+
+def _x(speedup: float | None) -> str:
+    return "—" if speedup is None else f"x{speedup:.3f}"
 
 
 def _routes_table(result: Promoted) -> Table:
