@@ -462,10 +462,12 @@ def test_verification_cases_cover_each_bucket_in_order() -> None:
     assert all(c.spike == round(200.0 / (c.scale * 8 * 9.0), 1) for c in stress if c.scale)
 
 
-def test_verification_asks_the_worker_for_a_share_of_the_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
+
+def fake_worker(monkeypatch: pytest.MonkeyPatch, reply: Any) -> list[Any]:
+    """evo.verify's GPU worker as a stand-in answering ``reply(request)``; the requests it got."""
     from evo import verify
 
-    sent = []
+    sent: list[Any] = []
 
     class FakeWorker:
         def __init__(self, device: int) -> None: ...
@@ -474,9 +476,17 @@ def test_verification_asks_the_worker_for_a_share_of_the_tolerance(monkeypatch: 
 
         def evaluate(self, request, timeout_s):  # type: ignore[no-untyped-def]
             sent.append(request)
-            return Evaluation(request.build_id, Status.GREEN, checks=[], device=DEVICE)
+            return reply(request)
 
     monkeypatch.setattr(verify, "Worker", FakeWorker)
+    return sent
+
+
+def test_verification_asks_the_worker_for_a_share_of_the_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo import verify
+
+    sent = fake_worker(monkeypatch, lambda request: Evaluation(request.build_id, Status.GREEN, checks=[],
+                                                                 device=DEVICE))
     ran = verify.verify_kernels([("abc", Path("k.cubin"), [], [verify.Bucket((64, "fp16", False), 1, 362)])], seed=5)
     assert ran == {"abc": 0}
     assert sent[0].options["tolerance_share"] == verify.TOLERANCE_SHARE == 0.75
@@ -621,19 +631,9 @@ def test_without_confirm_nothing_is_timed_again(tmp_path: Path, db: dict[str, st
 def test_confirm_speed_asks_the_worker_for_interleaved_fast_without_green(monkeypatch: pytest.MonkeyPatch) -> None:
     from evo import verify
 
-    sent: list[Any] = []
     status = {"abc": Status.FAST, "red": Status.RED, "hung": Status.TIMEOUT}
-
-    class FakeWorker:
-        def __init__(self, device: int) -> None: ...
-        def __enter__(self) -> FakeWorker: return self
-        def __exit__(self, *exc: object) -> None: ...
-
-        def evaluate(self, request, timeout_s):  # type: ignore[no-untyped-def]
-            sent.append(request)
-            return Evaluation(request.build_id, status[request.build_id], "why", device=DEVICE)
-
-    monkeypatch.setattr(verify, "Worker", FakeWorker)
+    sent = fake_worker(monkeypatch, lambda request: Evaluation(request.build_id, status[request.build_id], "why",
+                                                                 device=DEVICE))
     got = verify.confirm_speed([("abc", Path("k.cubin"), [], [LONG])], seed=5)
     assert [e.build_id for e in got] == ["abc"]
     assert not sent[0].green and sent[0].fast_cases == (LONG,)

@@ -18,12 +18,13 @@ TEST_TEMPLATES = Path(__file__).parent / "templates"
 F1 = Shape("F1", 1, 8, 512, 64, False)
 
 
-def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study: str) -> tuple[str, str]:
+    """A ``faulty`` kernel built for this GPU and stored as a search might have stored it: passing
+    checks on GREEN's fixed core and an F1 win (5 us against SDPA's 9); (build id, database URL)."""
     import torch
 
     from evo.build import build_batch, default_arch
     from evo.manifest import load_family
-    from evo.promote import promote
     from evo.render import render
     from evo.space import make_candidate
     from evo.store import open_store
@@ -32,7 +33,7 @@ def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatc
     monkeypatch.setenv("EVO_TEMPLATE_PATH", str(TEST_TEMPLATES))
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "cache"))
     fam = load_family("faulty")
-    rendered = render(make_candidate(fam, {"FAULT": "shape_keyed"}), fam)
+    rendered = render(make_candidate(fam, {"FAULT": fault}), fam)
     (built,) = build_batch([rendered], arch=default_arch())
     assert built.status is Status.BUILT, built.reason
     major, minor = torch.cuda.get_device_capability()
@@ -41,15 +42,22 @@ def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatc
     timings = [Timing(F1, "evo", 5.0, 4.9, 5.1), Timing(F1, "sdpa_default", 9.0, 8.9, 9.1)]
     url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
     with open_store(url) as store:
-        run = store.start_run("test", study="planted", device=device)
+        run = store.start_run("test", study=study, device=device)
         store.record_build(rendered, built, run)
         store.record_evaluation(Evaluation(built.build_id, Status.FAST, checks=checks, timings=timings,
                                            device=device), run)
+    return built.build_id, url
+
+
+def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo.promote import promote
+
+    build_id, url = flattered(tmp_path, monkeypatch, "shape_keyed", "planted")
     with pytest.raises(EvoError) as err:
         promote("planted", tmp_path / "out", db_url=url, study="planted")
     message = str(err.value)
     print(message)
-    assert message.startswith(f"refusing to promote {built.build_id[:12]}: ") and "\n" not in message
+    assert message.startswith(f"refusing to promote {build_id[:12]}: ") and "\n" not in message
     assert "checks over its dispatch buckets failed (at 0.75 of GREEN's tolerance); first: P" in message
     assert "max|err|" in message
     assert not (tmp_path / "out" / "planted").exists()
@@ -60,36 +68,14 @@ def test_confirm_times_the_winner_beside_sdpa_and_a_flattering_record_ships_noth
     """A correct but slow kernel (FAULT=none: a warp per row from global memory) stored with a
     search-time F1 win it never had: `promote --confirm` times it beside SDPA, stores that, and
     finds no bucket it wins."""
-    import torch
-
-    from evo.build import build_batch, default_arch
-    from evo.manifest import load_family
     from evo.promote import promote
-    from evo.render import render
-    from evo.space import make_candidate
     from evo.store import open_store
-    from evo.suites import green_cases
 
-    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(TEST_TEMPLATES))
-    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "cache"))
-    fam = load_family("faulty")
-    rendered = render(make_candidate(fam, {"FAULT": "none"}), fam)
-    (built,) = build_batch([rendered], arch=default_arch())
-    assert built.status is Status.BUILT, built.reason
-    major, minor = torch.cuda.get_device_capability()
-    device = {"name": torch.cuda.get_device_name(), "sm": f"{major}{minor}"}
-    checks = [CheckResult(s, seed, True, 1e-4, 2e-4, 9e-4) for s in green_cases() for seed in (0, 1)]
-    timings = [Timing(F1, "evo", 5.0, 4.9, 5.1), Timing(F1, "sdpa_default", 9.0, 8.9, 9.1)]
-    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
-    with open_store(url) as store:
-        run = store.start_run("test", study="flattered", device=device)
-        store.record_build(rendered, built, run)
-        store.record_evaluation(Evaluation(built.build_id, Status.FAST, checks=checks, timings=timings,
-                                           device=device), run)
+    build_id, url = flattered(tmp_path, monkeypatch, "none", "flattered")
     with pytest.raises(EvoError, match="no candidate beats sdpa_default in any length bucket"):
         promote("flattered", tmp_path / "out", db_url=url, study="flattered", verify=False, confirm=True)
     with open_store(url) as store:
-        now = {t.backend: t.median_us for t in store.timings_for(built.build_id) if t.shape == F1}
+        now = {t.backend: t.median_us for t in store.timings_for(build_id) if t.shape == F1}
     print(now)
     assert now["evo"] > now["sdpa_default"] > 0 and now["evo"] != 5.0    # timed for real, beside SDPA
     assert {"sdpa_flash", "sdpa_cudnn", "sdpa_efficient"} <= set(now)
