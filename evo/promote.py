@@ -373,8 +373,12 @@ def _confirm(store: Store, confirmation: Confirmation, contenders: Sequence[Cont
     if confirmation.rounds >= confirming.ROUNDS:
         return confirmation.only_confirmed(contenders, routes)
     evaluations = verifier.confirm_speed(todo, seed)
+    here = {ev.device.get("name", "") for ev in evaluations}
+    if here != {dev}:
+        raise EvoError(f"--confirm times on this GPU ({', '.join(sorted(here))}), but the timings compared are "
+                       f"from {dev!r}: run it there, or leave --confirm out")
     for ev in evaluations:
-        store.record_evaluation(ev, device=dev)
+        store.record_evaluation(ev)
     return confirmation.take(contenders, todo, evaluations, lambda timings: measurements(timings, baseline))
 
 

@@ -581,7 +581,7 @@ def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any
         for cid, cubin, entries, shapes in kernels:
             assert Path(cubin).is_file() and entries
             us = {s: seen["now"].get((cid, s), seen["db"][cid][s]) for s in shapes}
-            out.append(Evaluation(cid, Status.FAST, timings=timings(us), device=DEVICE))
+            out.append(Evaluation(cid, Status.FAST, timings=timings(us), device=seen.get("device", DEVICE)))
         return out
 
     monkeypatch.setattr("evo.verify.confirm_speed", confirm_speed)
@@ -620,6 +620,18 @@ def test_after_the_last_round_only_confirmed_numbers_route(tmp_path: Path, db: d
     long_route, = [r for r in result.routes if LONG in r.shapes]
     assert long_route.winner is None                     # B's F5 number is the search's alone: SDPA serves it
     assert {r.winner for r in result.routes if LONG not in r.shapes} - {None} == {a, b}
+
+
+def test_confirm_on_another_gpu_than_the_timings_is_refused(tmp_path: Path, db: dict[str, str], db_copy: str,
+                                                            fake_confirm: dict[str, Any]) -> None:
+    fake_confirm["db"] = {db[k]: v for k, v in DB_US.items()}
+    fake_confirm["device"] = DEVICE | {"name": "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(EvoError, match=r"^--confirm times on this GPU \(NVIDIA H100 80GB HBM3\), but the timings "
+                                       r"compared are from 'NVIDIA H200'"):
+        promote(NAME, tmp_path, db_url=db_copy, study="s", confirm=True)
+    with open_store(db_copy) as store:                  # nothing measured elsewhere was stored as this GPU's
+        assert [t.median_us for t in store.timings_for(db["A"]) if t.shape == LONG and t.backend == "evo"] == [50.0]
+    assert not (tmp_path / NAME).exists()
 
 
 def test_without_confirm_nothing_is_timed_again(tmp_path: Path, db: dict[str, str], fake_confirm: dict[str, Any]) -> None:
