@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from evo.search.params import IMPORTED_FROM
 from evo.search.proposal import RETRY_OF
 from evo.search.resume import (ABANDONED, RETRIES, STATUS, Heartbeat, Retry, counted, given_up, recover,
                                release)
@@ -56,6 +57,17 @@ def test_a_trial_whose_heartbeat_stopped_is_failed_and_retried(study, rdb) -> No
     assert retry.user_attrs[RETRY_OF] == t.number and retry.user_attrs[RETRIES] == [t.number]
     assert retry.system_attrs["fixed_params"] == {"family": "flash_scalar"}
     assert given_up(study.trials) == {t.number} and counted(study.trials) == 0
+
+
+def test_a_retried_import_keeps_its_origin(study, rdb) -> None:
+    origin = {"study": "old", "trial": 7, "candidate": "abc"}
+    study.enqueue_trial({"family": "flash_scalar"}, user_attrs={IMPORTED_FROM: origin})
+    t = running_trial(study)
+    assert t.user_attrs[IMPORTED_FROM] == origin
+    stale()
+    recover(study, rdb, rdb.get_heartbeat_stale_trial_callback())
+    (retry,) = study.get_trials(states=(TrialState.WAITING,))
+    assert retry.user_attrs[IMPORTED_FROM] == origin and retry.user_attrs[RETRY_OF] == t.number
 
 
 def test_a_beating_trial_is_never_failed(study, rdb) -> None:

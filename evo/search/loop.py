@@ -55,12 +55,11 @@ from evo.results import CheckResult, Evaluation, Shape, Status, Timing
 from evo.scoring import geomean, speedups
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
-from evo.search.params import CANDIDATE, from_trial_params, suggest
+from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, suggest
 from evo.search.proposal import seen_keys
 from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, recover, release
 from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
-from evo.search.warmstart import IMPORTED_FROM
 from evo.space import Candidate, all_candidates, combinations, diff, listable, make_candidate
 from evo.vocab import FAILED, PASSED
 

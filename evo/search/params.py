@@ -19,6 +19,7 @@ from evo.space import Candidate
 
 FAMILY = "family"
 CANDIDATE = "candidate"  # the user attr a told trial keeps its stored candidate id under
+IMPORTED_FROM = "evo:imported_from"  # the user attr of a trial evo.search.warmstart enqueued: where from
 
 
 def param_name(family: str, name: str) -> str:

@@ -41,6 +41,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.search.internals import enqueued_params, unbeaten
+from evo.search.params import IMPORTED_FROM
 from evo.search.proposal import RETRY_OF
 
 log = logging.getLogger("evo")
@@ -70,13 +71,15 @@ def counted(trials: Sequence[FrozenTrial]) -> int:
 
 def requeue(study: optuna.Study, t: FrozenTrial, max_retry: int = MAX_RETRY) -> bool:
     """Enqueue a failed trial's candidate again: its params, or those it was enqueued with (a
-    retry that died before drawing them). False when it had proposed nothing yet, or when its
-    chain of retries is ``max_retry`` long already."""
+    retry that died before drawing them), and where an imported one came from (its lineage).
+    False when it had proposed nothing yet, or when its chain of retries is ``max_retry`` long
+    already."""
     params = enqueued_params(t)
     chain = [*t.user_attrs.get(RETRIES, ()), t.number]
     if not params or len(chain) > max_retry:
         return False
-    study.enqueue_trial(params, user_attrs={RETRY_OF: chain[0], RETRIES: chain}, skip_if_exists=False)
+    origin = {IMPORTED_FROM: t.user_attrs[IMPORTED_FROM]} if IMPORTED_FROM in t.user_attrs else {}
+    study.enqueue_trial(params, user_attrs={RETRY_OF: chain[0], RETRIES: chain} | origin, skip_if_exists=False)
     return True
 
 

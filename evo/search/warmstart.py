@@ -32,12 +32,11 @@ from optuna.trial import FrozenTrial
 from evo.errors import EvoError, InvalidCandidate
 from evo.manifest import Family, Value
 from evo.replay import record_key
-from evo.search.params import CANDIDATE, from_trial_params, trial_params
+from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
 from evo.space import make_candidate
 
 STARTED_FROM = "evo:started_from"
-IMPORTED_FROM = "evo:imported_from"
 DEFAULT_TOP = 8
 
 
