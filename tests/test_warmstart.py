@@ -55,16 +55,25 @@ def test_the_first_trials_are_the_sources_best_and_keep_their_values(recording: 
     search(db, recording, "b", trials=8, start_from=["a"], start_top=3)
     src, new = trials(db, "a"), trials(db, "b")
     imported = [t for t in new if IMPORTED_FROM in t.user_attrs]
-    assert [t.number for t in imported] == [0, 1, 2]
-    assert [tuple(sorted(t.params.items())) for t in imported] == ranked_keys(src)[:3]
+    top = [t for t in imported if "bucket" not in t.user_attrs[IMPORTED_FROM]]
+    leaders = [t for t in imported if "bucket" in t.user_attrs[IMPORTED_FROM]]
+    assert [t.number for t in imported] == list(range(len(imported))) and [t.number for t in top] == [0, 1, 2]
+    assert [tuple(sorted(t.params.items())) for t in top] == ranked_keys(src)[:3]
+    for bucket, tag in (("d64-full", "F1-fp16"), ("d128-full", "F6-fp16")):   # one FAST case each here
+        timed = [t for t in src if fitness(t) is not None and shippable(t) and tag in t.user_attrs.get("speedups", {})]
+        best = max(timed, key=lambda t: (t.user_attrs["speedups"][tag], -t.number))
+        mine = [t for t in leaders if t.user_attrs[IMPORTED_FROM]["bucket"] == bucket]
+        assert best.params in [t.params for t in top + mine]            # the bucket's leader came in
+        assert len(mine) <= 1 and all(t.params == best.params for t in mine)
     by_number = {t.number: t for t in src}
     for t in imported:
         origin = by_number[t.user_attrs[IMPORTED_FROM]["trial"]]
         assert t.user_attrs[IMPORTED_FROM]["study"] == "a" and t.params == origin.params
         assert t.state == TrialState.COMPLETE and t.values == origin.values  # the same recording answers
-    assert optuna.load_study(study_name="b", storage=db).user_attrs[STARTED_FROM] == {"sources": {"a": 3}, "top": 3}
+    assert optuna.load_study(study_name="b", storage=db).user_attrs[STARTED_FROM] == {
+        "sources": {"a": 3}, "top": 3, "bucket_leaders": len(leaders)}
     # the search went on past the imports, and an import got no lineage edge of its own in b
-    assert len(new) == 8 and any(IMPORTED_FROM not in t.user_attrs for t in new)
+    assert leaders and len(new) == 8 and any(IMPORTED_FROM not in t.user_attrs for t in new)
     imported_ids = {t.user_attrs["candidate"] for t in imported}
     store = open_store(db)
     b_runs = {r.id for r in store.runs("b")}
@@ -99,7 +108,8 @@ def test_continuing_imports_nothing_more_and_other_sources_are_refused(recording
     search(db, recording, "c", trials=4)
     search(db, recording, "b", trials=6, start_from=["a"], start_top=2)
     search(db, recording, "b", trials=10, start_from=["a"], start_top=2)
-    assert sum(IMPORTED_FROM in t.user_attrs for t in trials(db, "b")) == 2
+    assert sum(IMPORTED_FROM in t.user_attrs and "bucket" not in t.user_attrs[IMPORTED_FROM]
+               for t in trials(db, "b")) == 2
     assert len(trials(db, "b")) == 10
     with pytest.raises(EvoError, match="started from a; leave --start-from out"):
         search(db, recording, "b", trials=12, start_from=["c"])

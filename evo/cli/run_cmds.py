@@ -84,7 +84,7 @@ class SamplerChoice(click.Choice):
               help="a new study's first trials: the best candidates of these studies, comma-separated, read "
               "through today's manifests (docs/search.md)")
 @click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
-              help="with --start-from: how many candidates from each study")
+              help="with --start-from: how many of each study's best (each bucket's leader comes too)")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
             sampler: str, seed: int | None, db: str, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,

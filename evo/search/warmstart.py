@@ -7,7 +7,9 @@ re-finding what the earlier study knew. ``--start-from`` gives it that knowledge
 ``enqueue_trial`` and Kernel Tuner's ``x0`` do: the best ``top`` shippable candidates of each
 source study (by the source's own objective, each source ranked on its own, since values of two
 studies need not be comparable), read through today's manifests, are enqueued as the new
-study's first trials. Nothing is carried over but the parameters: each imported trial is
+study's first trials, and after them each bucket's leader (the best on one head dim x causal
+bucket's FAST cases, which promote would route that bucket to) where it is not among them.
+Nothing is carried over but the parameters: each imported trial is
 answered from the store when the same build was already measured on this kind of device (same
 rendered source), and built, gated and timed like any other trial when it was not (a template
 that changed since). The evolutionary samplers then take them as elites.
@@ -23,7 +25,8 @@ with the edges it had; one that renders differently now (a new id) gets one edge
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import optuna
@@ -32,9 +35,13 @@ from optuna.trial import FrozenTrial
 from evo.errors import EvoError, InvalidCandidate
 from evo.manifest import Family, Value
 from evo.replay import record_key
+from evo.search import objective
+from evo.search.loop import SPEEDUPS
+from evo.search.objective import Bucket
 from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
 from evo.space import make_candidate
+from evo.suites import DTYPES, fast_cases
 
 STARTED_FROM = "evo:started_from"
 DEFAULT_TOP = 8
@@ -47,24 +54,47 @@ class Imported:
     enqueued: dict[str, int] = field(default_factory=dict)
     invalid: int = 0        # rejected by today's manifest
     duplicates: int = 0     # already taken from an earlier source
+    leaders: int = 0        # bucket leaders enqueued beyond the top ones
     already: bool = False   # the study had started from these sources before: nothing done
 
     def summary(self) -> str:
         if self.already:
             return "started from " + ", ".join(self.enqueued) + " before: nothing more imported"
         got = ", ".join(f"{n} from {s}" for s, n in self.enqueued.items())
+        got += f", and {self.leaders} bucket leader{'s' if self.leaders != 1 else ''} not among them" if self.leaders else ""
         extra = [f"{self.invalid} that today's manifests reject"] if self.invalid else []
         extra += [f"{self.duplicates} already imported"] if self.duplicates else []
         return f"enqueued {got}" + (f" (skipped {' and '.join(extra)})" if extra else "")
 
 
-def best_trials(trials: Sequence[FrozenTrial], families: Sequence[Family]
-                ) -> list[tuple[FrozenTrial, dict[str, Value]]]:
-    """A source study's completed, shippable trials of ``families``, best first (earlier on
-    ties), each with its Optuna params read through today's manifest; one per candidate.
-    A trial whose candidate today's manifest rejects comes with an empty dict."""
+def bucket_fitness(bucket: Bucket) -> Callable[[FrozenTrial], float | None]:
+    """A trial's mean log speedup over the FAST cases of one (head dim, causal) bucket (its
+    ``speedups`` user attr), None when it was not timed there: whom promote would route that
+    bucket to, where the study's own objective may be one mean over every bucket."""
+    shapes = {s.tag: (s.D, s.causal) for dtype in DTYPES for s in fast_cases(dtype=dtype)}
+
+    def fit(t: FrozenTrial) -> float | None:
+        mine = [v for tag, v in t.user_attrs.get(SPEEDUPS, {}).items() if shapes.get(tag) == bucket and v > 0]
+        return sum(math.log(v) for v in mine) / len(mine) if fitness(t) is not None and mine else None
+
+    return fit
+
+
+def buckets_timed(trials: Sequence[FrozenTrial]) -> list[Bucket]:
+    """The (head dim, causal) buckets a study's trials were timed on."""
+    shapes = {s.tag: s for dtype in DTYPES for s in fast_cases(dtype=dtype)}
+    return objective.buckets([shapes[tag] for t in trials for tag in t.user_attrs.get(SPEEDUPS, {})
+                              if tag in shapes])
+
+
+def best_trials(trials: Sequence[FrozenTrial], families: Sequence[Family],
+                score: Callable[[FrozenTrial], float | None] = fitness) -> list[tuple[FrozenTrial, dict[str, Value]]]:
+    """A source study's completed, shippable trials of ``families``, best first by ``score``
+    (default: the study's objective; earlier on ties), each with its Optuna params read through
+    today's manifest; one per candidate. A trial whose candidate today's manifest rejects comes
+    with an empty dict."""
     by_name = {f.name: f for f in families}
-    scored = sorted(((fit, t) for t in trials if (fit := fitness(t)) is not None and shippable(t)),
+    scored = sorted(((fit, t) for t in trials if (fit := score(t)) is not None and shippable(t)),
                     key=lambda x: (-x[0], x[1].number))
     out: list[tuple[FrozenTrial, dict[str, Value]]] = []
     seen: set[str] = set()
@@ -115,22 +145,36 @@ def start_from(study: optuna.Study, storage: optuna.storages.BaseStorage, source
     taken: set[str] = set()
     for src in sources:
         trials = optuna.load_study(study_name=src, storage=storage).get_trials(deepcopy=False)
-        n = 0
-        for t, params in best_trials(trials, families):
-            if n >= top:
-                break
-            if not params:
-                done.invalid += 1
-                continue
-            key = record_key(*from_trial_params(params))  # type: ignore[misc]
-            if key in taken:
-                done.duplicates += 1
-                continue
-            taken.add(key)
-            origin = {"study": src, "trial": t.number} | ({CANDIDATE: t.user_attrs[CANDIDATE]}
-                                                          if CANDIDATE in t.user_attrs else {})
-            study.enqueue_trial(params, user_attrs={IMPORTED_FROM: origin}, skip_if_exists=False)
-            n += 1
+        n = _enqueue(study, src, best_trials(trials, families), top, taken, done)
+        for b in buckets_timed(trials):
+            done.leaders += _enqueue(study, src, best_trials(trials, families, bucket_fitness(b)), 1, taken, done,
+                                     objective.bucket_name(b))
         done.enqueued[src] = n
-    study.set_user_attr(STARTED_FROM, {"sources": done.enqueued, "top": top})
+    study.set_user_attr(STARTED_FROM, {"sources": done.enqueued, "top": top, "bucket_leaders": done.leaders})
     return done
+
+
+def _enqueue(study: optuna.Study, src: str, ranked: Sequence[tuple[FrozenTrial, dict[str, Value]]], limit: int,
+             taken: set[str], done: Imported, bucket: str | None = None) -> int:
+    """Enqueue the first ``limit`` of ``ranked`` that today's manifest accepts and no earlier
+    import took (counted in ``done`` as skipped); how many were enqueued."""
+    n = 0
+    for t, params in ranked:
+        if n >= limit:
+            break
+        if not params:
+            done.invalid += 1
+            continue
+        key = record_key(*from_trial_params(params))  # type: ignore[misc]
+        if key in taken:
+            if bucket is not None:  # the bucket's best is imported already
+                break
+            done.duplicates += 1
+            continue
+        taken.add(key)
+        origin = {"study": src, "trial": t.number} | ({CANDIDATE: t.user_attrs[CANDIDATE]}
+                                                      if CANDIDATE in t.user_attrs else {})
+        study.enqueue_trial(params, user_attrs={IMPORTED_FROM: origin | ({"bucket": bucket} if bucket else {})},
+                            skip_if_exists=False)
+        n += 1
+    return n
