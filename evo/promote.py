@@ -50,7 +50,6 @@ import evo
 from evo import build, paths
 from evo import confirm as confirming
 from evo import verify as verifier
-from evo.confirm import Confirmation
 from evo.errors import EvoError
 from evo.machine_code import kernel_digests
 from evo.manifest import load_family
@@ -325,7 +324,7 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         rejected: list[str] = []
         passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
         seed = secrets.randbelow(2**31)
-        confirmation = Confirmation()
+        confirmation = confirming.Confirmation()
         while True:      # winners that fail their verification are stored red, and the plan made again
             routes, shipped, contenders = _plan(store, contenders, red, excluded, baseline, dev, min_speedup,
                                                 rejected[-1] if rejected else None)
@@ -365,7 +364,7 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                     confirmation.speedups)
 
 
-def _confirm(store: Store, confirmation: Confirmation, contenders: Sequence[Contender], routes: Sequence[Route],
+def _confirm(store: Store, confirmation: confirming.Confirmation, contenders: Sequence[Contender], routes: Sequence[Route],
              todo: Sequence[confirming.Todo], seed: int, dev: str, baseline: str) -> list[Contender]:
     """One round of :mod:`evo.confirm`: the winners in ``todo`` timed beside SDPA, their
     evaluations stored, their measurements replaced; after the last round, no GPU work: only the

@@ -216,6 +216,12 @@ def fast_cases(select: Sequence[str] | None = None, dtype: str | None = None,
     return out
 
 
+def fast_cases_by_tag() -> dict[str, Shape]:
+    """Every FAST case of the suite in every dtype, by tag (``F4c-fp16``): what a stored tag
+    (a study's settings, a trial's speedups) names."""
+    return {s.tag: s for dtype in DTYPES for s in fast_cases(dtype=dtype)}
+
+
 def _parse_one(item: str, names: list[str], where: Path) -> tuple[list[str], tuple[bool, ...]]:
     m = _SELECT.match(item)
     if m:

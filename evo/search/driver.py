@@ -37,7 +37,7 @@ from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, s
 from evo.search.warmstart import DEFAULT_TOP, check_sources, start_from
 from evo.store import Store, open_store
 from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
-from evo.suites import DTYPES, fast_cases
+from evo.suites import fast_cases, fast_cases_by_tag
 from evo.worker import DEFAULT_TARGET, gpu_count
 
 DEFAULT_STUDY = {"gpu": "evo", "replay": "evo-replay", "build-only": "evo-build-only"}
@@ -111,7 +111,7 @@ def _case_pool(ev: Evaluator) -> list[Shape]:
     """Every FAST case a study may score: the recording's, or the suite's in each dtype."""
     if isinstance(ev, ReplayEvaluator):
         return ev.recording.shapes()
-    return [s for dtype in DTYPES for s in fast_cases(dtype=dtype)]
+    return list(fast_cases_by_tag().values())
 
 
 def _select_cases(ev: Evaluator, select: Sequence[str] | None) -> list[str] | None:

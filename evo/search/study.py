@@ -27,7 +27,7 @@ from evo.results import Shape
 from evo.search.resume import Retry
 from evo.paths import sqlite_file
 from evo.store.engine import BUSY_TIMEOUT_MS, describe, is_sqlite, safe_url
-from evo.suites import fast_cases
+from evo.suites import fast_cases_by_tag
 
 SETTINGS = "evo:settings"
 HEARTBEAT_S = 20
@@ -111,7 +111,7 @@ def study_cases(url: str, name: str) -> list[Shape] | None:
     settings = stored_settings(rdb, name) if rdb is not None else None
     if not settings or not settings.get("cases"):
         return None
-    known = {s.tag: s for dtype in ("fp16", "bf16") for s in fast_cases(dtype=dtype)}
+    known = fast_cases_by_tag()
     return [known[t] for t in settings["cases"] if t in known] or None
 
 

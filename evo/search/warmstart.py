@@ -41,7 +41,8 @@ from evo.search.objective import Bucket
 from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
 from evo.space import make_candidate
-from evo.suites import DTYPES, fast_cases
+from evo.scoring import geomean
+from evo.suites import fast_cases_by_tag
 
 STARTED_FROM = "evo:started_from"
 DEFAULT_TOP = 8
@@ -71,18 +72,19 @@ def bucket_fitness(bucket: Bucket) -> Callable[[FrozenTrial], float | None]:
     """A trial's mean log speedup over the FAST cases of one (head dim, causal) bucket (its
     ``speedups`` user attr), None when it was not timed there: whom promote would route that
     bucket to, where the study's own objective may be one mean over every bucket."""
-    shapes = {s.tag: (s.D, s.causal) for dtype in DTYPES for s in fast_cases(dtype=dtype)}
+    shapes = fast_cases_by_tag()
 
     def fit(t: FrozenTrial) -> float | None:
-        mine = [v for tag, v in t.user_attrs.get(SPEEDUPS, {}).items() if shapes.get(tag) == bucket and v > 0]
-        return sum(math.log(v) for v in mine) / len(mine) if fitness(t) is not None and mine else None
+        mine = [v for tag, v in t.user_attrs.get(SPEEDUPS, {}).items()
+                if tag in shapes and (shapes[tag].D, shapes[tag].causal) == bucket and v > 0]
+        return math.log(geomean(mine)) if fitness(t) is not None and mine else None
 
     return fit
 
 
 def buckets_timed(trials: Sequence[FrozenTrial]) -> list[Bucket]:
     """The (head dim, causal) buckets a study's trials were timed on."""
-    shapes = {s.tag: s for dtype in DTYPES for s in fast_cases(dtype=dtype)}
+    shapes = fast_cases_by_tag()
     return objective.buckets([shapes[tag] for t in trials for tag in t.user_attrs.get(SPEEDUPS, {})
                               if tag in shapes])
 
