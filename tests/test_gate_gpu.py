@@ -1,5 +1,7 @@
-"""GREEN on the GPU: both families' defaults pass the full suite (the fixed core and this run's
-draws); every planted control of tests/templates/faulty is caught, for its own reason.
+"""GREEN on the GPU: the families' defaults pass the full suite (the fixed core and this run's
+draws), and so do flash_wgmma's feature genes (turn-taking of three consumers, the two-row
+softmax, lazy rescaling, per-warpgroup causal trimming, Q in registers) switched on; every
+planted control of tests/templates/faulty is caught, for its own reason.
 
 - Bugs the fixed core always caught: no_write, zeros, skip_tail, no_scale, no_causal, oob_write.
 - Bugs and cheats only the draws catch (issue 11): ignore_scale, no_max_sub, small_tail,
@@ -41,7 +43,16 @@ DRAW_KEYED = ("ignore_scale", "no_max_sub", "small_tail", "shape_keyed")
 TIMED = ("first_n", "jitter")
 HOPPER = default_arch() == "sm_90a"
 FAMILIES = ["flash_scalar", "flash_mma", *(["flash_wgmma"] if HOPPER else []), "faulty"]
-CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED))]
+# flash_wgmma's mechanisms that change the main loop's synchronisation or the softmax, on (with
+# the warpgroups they need) where the default leaves them off: each is a different kernel.
+WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
+    "pingpong3": {"WGS_D64": 3, "WGS_D128": 3, "BLOCK_N_D128": 64, "PINGPONG": False, "PINGPONG3": True},
+    "softmax_ilp_lazy": {"SOFTMAX_ILP": True, "LAZY_D64": True, "LAZY_D128": True},
+    "pingpong3_ilp_trim_qregs": {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True,
+                                 "CAUSAL_TRIM": True, "Q_IN_REGS": True},
+}
+CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED)),
+              *((("flash_wgmma", f) for f in WGMMA_FEATURES) if HOPPER else ())]
 F1 = Shape("F1", 1, 8, 512, 64, False)
 Built = dict[tuple[str, str], tuple[CandidateKernels, tuple[Entry, ...], str]]
 
@@ -52,8 +63,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
         mp.setenv("EVO_TEMPLATE_PATH", str(Path(__file__).parent / "templates"))
-        rendered = [render(make_candidate(f, {"FAULT": fault} if f == "faulty" else {}))
-                    for f, fault in CANDIDATES]
+        rendered = [render(make_candidate(f, {"FAULT": v} if f == "faulty" else WGMMA_FEATURES.get(v, {})))
+                    for f, v in CANDIDATES]
         results = build_batch(rendered, default_arch())
     device = torch.cuda.current_device()
     loaded = {}
@@ -84,6 +95,12 @@ def _green(item: tuple[CandidateKernels, tuple[Entry, ...], str], core_only: boo
 def test_default_candidate_is_green(built: Built, family: str) -> None:
     status, reason = _green(built[(family, "none")])
     assert status is Status.GREEN, reason
+
+
+@pytest.mark.parametrize("feature", list(WGMMA_FEATURES) if HOPPER else [])
+def test_wgmma_feature_is_green(built: Built, feature: str) -> None:
+    status, reason = _green(built[("flash_wgmma", feature)])
+    assert status is Status.GREEN, f"{feature}: {reason}"
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
