@@ -7,8 +7,13 @@ and only if every gating check passed times the candidate on the requested FAST 
 the outputs of its timed launches checked by GREEN's rule (a wrong one makes it red). SDPA
 baselines are measured in this same process by the same method: once per shape and again
 every ``baseline_every`` evaluations (drift), or interleaved with the candidate when the
-request asks (``evo eval``, ``evo bench``). The candidate's Timings come back together with
-the baseline Timings it was compared with, so both are stored with the evaluation.
+request asks (``evo eval``, ``evo bench``). A search's request names the backend it is scored
+against (``paired``): that one is timed beside the candidate, round by round, every time, and
+only the others come from the cache. (A candidate timed alone against a cached baseline read
+2-7 % faster on the long FAST cases than the same kernel beside SDPA, on an H200 and on an H100
+(dev/perf-notes.md, 2026-11-26): the search then ranked, and promote routed, by a flattering
+clock.) The candidate's Timings come back together with the baseline Timings it was compared
+with, so both are stored with the evaluation.
 
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
@@ -70,6 +75,7 @@ class Plan:
     salt: int
     remeasure: int = 2          # more attempts at a case whose spread is wide
     fidelity: bool = False      # profile every op after timing it (evo bench)
+    paired: str | None = None   # not interleaved: the backend timed beside the candidate anyway
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
@@ -84,7 +90,13 @@ class Plan:
                    backends=tuple(options.get("backends", SDPA_BACKENDS)),
                    salt=int(options.get("salt", 0)),
                    remeasure=int(options.get("remeasure", base["remeasure"])),
-                   fidelity=bool(options.get("fidelity", False)))
+                   fidelity=bool(options.get("fidelity", False)),
+                   paired=str(options["paired"]) if options.get("paired") else None)
+
+    def beside(self) -> tuple[str, ...]:
+        """The backends timed round by round with the candidate: all of them when interleaved,
+        else the paired one (if any)."""
+        return self.backends if self.interleave else (self.paired,) if self.paired else ()
 
 
 def _describe(exc: BaseException) -> str:
@@ -268,6 +280,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
 
     settings = green_settings()
     checked = 0
+    if plan.paired and not plan.interleave:
+        ev.device["paired"] = plan.paired        # which baseline was timed beside the candidate
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
@@ -275,8 +289,9 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
                 return op(q, k, v, o, causal=_causal)
 
             progress(f"FAST {shape.tag}")
-            known = [] if plan.interleave else session.baselines(shape, plan)
-            got = time_case(cand, shape, plan.backends if plan.interleave else (), rounds=plan.rounds,
+            beside = plan.beside()
+            known = [] if plan.interleave else [t for t in session.baselines(shape, plan) if t.backend not in beside]
+            got = time_case(cand, shape, beside, rounds=plan.rounds,
                             reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
                             check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
             checked += got.outputs_checked

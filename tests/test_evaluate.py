@@ -12,6 +12,7 @@ from evo.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, supported
 from evo.render import Entry
 from evo.results import Shape, Status
 from evo.space import LaunchConfig
+from evo.vocab import SDPA_BACKENDS
 
 CFG = LaunchConfig(128, 64, 0)
 
@@ -219,6 +220,28 @@ def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dic
     serve(conn)
     assert fake_worker["time_case"] == ["evo"]
     assert [t.backend for t in conn.sent[0].timings] == ["evo", "sdpa_flash"]
+
+
+def test_a_search_request_times_its_paired_baseline_beside_the_candidate(fake_worker: dict[str, list]) -> None:
+    """The backend a search is scored against is timed with the candidate every time (never
+    from the cache); the others still come from the cache, once, and each backend appears once."""
+    from evo.evaluate import serve
+
+    conn = FakeConn([_request(quick=True, paired="sdpa_default") for _ in range(2)] + [None])
+    serve(conn)
+    assert fake_worker["time_case"] == ["baselines", "evo", "evo"]
+    beside = [kw for kw in fake_worker["time_kw"] if "check" in kw]
+    assert len(beside) == 2
+    for ev in conn.sent:
+        backends = [t.backend for t in ev.timings]
+        assert backends[0] == "evo" and sorted(backends[1:]) == sorted(SDPA_BACKENDS)
+        assert len(backends) == len(set(backends)) and ev.device["paired"] == "sdpa_default"
+
+
+def test_plan_pairs_only_when_not_interleaved() -> None:
+    assert Plan.of({"quick": True, "paired": "sdpa_flash"}).beside() == ("sdpa_flash",)
+    assert Plan.of({"quick": True}).beside() == ()
+    assert Plan.of({"interleave": True, "paired": "sdpa_flash"}).beside() == Plan.of({}).backends
 
 
 def test_red_candidate_is_never_timed(fake_worker: dict[str, list]) -> None:

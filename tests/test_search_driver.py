@@ -106,6 +106,21 @@ def test_every_gpu_request_gets_a_fresh_green_salt() -> None:
     assert len(set(salts)) == 8 and all(r.options["quick"] for r in seen)
 
 
+def test_a_paired_evaluator_asks_for_its_baseline_beside_every_candidate() -> None:
+    from types import SimpleNamespace
+
+    from evo.search.evaluators import Job
+
+    seen = []
+    ev = GpuEvaluator.__new__(GpuEvaluator)
+    ev.options, ev.timeout_s = {"quick": True}, 1.0
+    ev.pool = SimpleNamespace(map=lambda reqs, timeout: seen.extend(reqs) or iter(()))
+    ev.pair("sdpa_flash")
+    job = Job(SimpleNamespace(entries=()), SimpleNamespace(build_id="b", cubin_path="x"), True, ())
+    list(ev.evaluate([job]))
+    assert seen[0].options["paired"] == "sdpa_flash" and seen[0].options["quick"]
+
+
 def test_a_gpu_request_is_made_only_when_the_pool_draws_it() -> None:
     """The pool draws a request only as a worker starts it, so a search's time budget can end a
     batch between evaluations: the evaluator must not draw jobs ahead of it."""

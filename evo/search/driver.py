@@ -185,6 +185,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             if opts.start_from:
                 check_sources(rdb, name, opts.start_from, opts.start_top)
             kind = settings["objective"]
+            if isinstance(ev, GpuEvaluator):
+                ev.pair(settings["baseline"])
             study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
                                ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
             check_compatible(study, families)

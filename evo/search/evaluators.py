@@ -105,6 +105,12 @@ class GpuEvaluator(Evaluator):
         self.device = gpu_name(self.pool.workers[0].device)
         self.where = {"host": socket.gethostname(), "gpu_index": str(self.pool.workers[0].device)}
 
+    def pair(self, baseline: str) -> None:
+        """Time ``baseline`` (the study's) beside every candidate, round by round, instead of
+        comparing with a cached timing of it (:mod:`evo.evaluate`: a candidate alone read faster
+        than beside SDPA on long cases)."""
+        self.options["paired"] = baseline
+
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []
 
