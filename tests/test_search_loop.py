@@ -393,3 +393,42 @@ def test_a_run_whose_best_promote_would_refuse_says_so(monkeypatch: pytest.Monke
     with console.capture() as out:
         run_cmds._print_best(summary, db, None)
     assert "its D=128 kernel passed GREEN above 0.75 of the tolerance" in " ".join(out.get().split())
+
+
+class Pairing(ReplayEvaluator):
+    """Replay that says it times ``sdpa_default`` beside every candidate (as the GPU evaluator
+    does) and marks its evaluations so; it keeps each job it was asked for."""
+
+    def __init__(self, recording: Path) -> None:
+        super().__init__(load_recording(recording))
+        self.jobs: list[Job] = []
+
+    def paired(self) -> str:
+        return "sdpa_default"
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        jobs = list(jobs)
+        self.jobs += jobs
+        for ev in super().evaluate(jobs):
+            if isinstance(ev, Evaluation):
+                ev.device["paired"] = "sdpa_default"
+            yield ev
+
+
+def test_a_paired_search_times_again_what_was_timed_beside_a_cached_baseline(
+        monkeypatch: pytest.MonkeyPatch, db: str, recording: Path) -> None:
+    """Timings taken against a cached baseline are not reused by a search that times its baseline
+    beside the candidate: every case is timed again (GREEN's checks are kept, so no GREEN);
+    what that search measured is reused by the next one."""
+    plain = search(db, recording, trials=6, families=["flash_scalar"], sampler="grid", study="plain")
+    measured = plain.counts["fast"]
+    first = Pairing(recording)
+    monkeypatch.setattr(driver, "choose_evaluator", lambda opts, note: first)
+    again = search(db, recording, trials=6, families=["flash_scalar"], sampler="grid", study="paired")
+    assert measured > 0 and again.reused == 6 - measured and len(first.jobs) == measured
+    every = {"F1-fp16", "F1c-fp16", "F6-fp16", "F6c-fp16"}    # CASES, both causal modes
+    assert all(not job.green and {s.tag for s in job.cases} == every for job in first.jobs)
+    second = Pairing(recording)
+    monkeypatch.setattr(driver, "choose_evaluator", lambda opts, note: second)
+    third = search(db, recording, trials=6, families=["flash_scalar"], sampler="grid", study="paired-again")
+    assert third.reused == 6 and second.jobs == []

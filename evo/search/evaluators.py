@@ -80,6 +80,12 @@ class Evaluator(abc.ABC):
         ``jobs`` only when about to start it: the search stops handing out jobs once its time
         budget is spent, and gives the trials of those never drawn back for a later run."""
 
+    def paired(self) -> str:
+        """The baseline this evaluator times beside every candidate ("" when it compares with
+        cached or recorded baseline timings): a stored passed evaluation is reused only when it
+        was timed the same way."""
+        return ""
+
     def close(self) -> None:  # noqa: B027 - optional: most evaluators hold nothing to release
         """Release workers (nothing to release by default)."""
 
@@ -110,6 +116,9 @@ class GpuEvaluator(Evaluator):
         comparing with a cached timing of it (:mod:`evo.evaluate`: a candidate alone read faster
         than beside SDPA on long cases)."""
         self.options["paired"] = baseline
+
+    def paired(self) -> str:
+        return str(self.options.get("paired", ""))
 
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []

@@ -3,7 +3,9 @@
 The search never builds or evaluates the same candidate twice: a build failure (same build id,
 so same source, flags and arch) is final everywhere; an evaluation is reused on the device it
 was made on (red, crashed, timeout: final; green/fast: its timings, to which FAST adds only
-the cases still missing, and its GREEN checks, whose margin the search records).
+the cases still missing, and its GREEN checks, whose margin the search records), and a passed
+one only when it was timed as this search times (:attr:`Known.paired`, the baseline timed beside
+the candidate, against :meth:`Evaluator.paired <evo.search.evaluators.Evaluator.paired>`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Known:
     reason: str = ""
     timings: list[Timing] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
+    paired: str = ""   # passed: the baseline its newest evaluation timed beside the candidate ("": cached)
 
 
 def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
@@ -42,4 +45,4 @@ def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
     if last.status not in PASSED:
         return Known(build_id, last.status, last.reason)
     return Known(build_id, last.status, last.reason, store.timings_for(build_id, device),
-                 [c for e in evaluations for c in e.checks])
+                 [c for e in evaluations for c in e.checks], str(last.device_info.get("paired", "")))
