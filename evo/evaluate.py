@@ -9,11 +9,12 @@ baselines are measured in this same process by the same method: once per shape a
 every ``baseline_every`` evaluations (drift), or interleaved with the candidate when the
 request asks (``evo eval``, ``evo bench``). A search's request names the backend it is scored
 against (``paired``): that one is timed beside the candidate, round by round, every time, and
-only the others come from the cache. (A candidate timed alone against a cached baseline read
-2-7 % faster on the long FAST cases than the same kernel beside SDPA, on an H200 and on an H100
-(dev/perf-notes.md, 2026-11-26): the search then ranked, and promote routed, by a flattering
-clock.) The candidate's Timings come back together with the baseline Timings it was compared
-with, so both are stored with the evaluation.
+only the others come from the cache, so the ratio a search scores is taken in one clock state.
+(On an H100 a candidate alone read 3-5 % faster than beside SDPA on the long FAST cases, and so
+did SDPA itself: re-timed paired, 19 candidates' ratios moved by a median 0.96-1.03 per case,
+but by up to 9 % one way or the other for one candidate; dev/perf-notes.md, 2026-11-26.) The
+candidate's Timings come back together with the baseline Timings it was compared with, so both
+are stored with the evaluation.
 
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases

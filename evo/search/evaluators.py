@@ -113,8 +113,8 @@ class GpuEvaluator(Evaluator):
 
     def pair(self, baseline: str) -> None:
         """Time ``baseline`` (the study's) beside every candidate, round by round, instead of
-        comparing with a cached timing of it (:mod:`evo.evaluate`: a candidate alone read faster
-        than beside SDPA on long cases)."""
+        comparing with a cached timing of it (:mod:`evo.evaluate`: a score is then one clock
+        state's ratio, not a ratio of two states)."""
         self.options["paired"] = baseline
 
     def paired(self) -> str:
