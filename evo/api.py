@@ -456,15 +456,16 @@ def lineage_graph(db: DB = None, study: str | None = None, baseline: str = DEFAU
 def promote_winners(name: str, out: str | os.PathLike[str], *, db: DB = None, study: str | None = None,
                     candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
                     min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
-                    verify: bool = True, confirm: bool = False) -> Promoted:
+                    verify: bool = True, confirm: bool = False, note: Callable[[str], None] | None = None) -> Promoted:
     """Write the pip package ``out/name`` from the per-bucket winners (``evo promote``); returns
     :class:`evo.promote.Promoted`. The winners are first verified on the GPU over every bucket
     they serve and the package's tests run there; ``verify=False`` skips both (for a machine
     without a GPU) and the package's PROVENANCE.json says so. ``confirm``: route a bucket to a
-    kernel only on a win timed beside SDPA (:mod:`evo.confirm`; needs the GPU)."""
+    kernel only on a win timed beside SDPA (:mod:`evo.confirm`; needs the GPU); ``note`` hears of
+    each winner as its timing starts."""
     from evo.promote import promote
 
     url = require_database(_url(db))
     return promote(name, Path(out), db_url=url, study=study, candidate_ids=list(candidate_ids),
                    baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force,
-                   verify=verify, confirm=confirm)
+                   verify=verify, confirm=confirm, note=note)

@@ -37,7 +37,7 @@ import secrets
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,11 +293,11 @@ class Promoted:
 def promote(name: str, out: Path, *, db_url: str | None = None, study: str | None = None,
             candidate_ids: Sequence[str] = (), baseline: str = DEFAULT_BASELINE, device: str | None = None,
             min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
-            verify: bool = True, confirm: bool = False) -> Promoted:
+            verify: bool = True, confirm: bool = False, note: Callable[[str], None] | None = None) -> Promoted:
     """Write the package ``out/name`` from the per-bucket winners in the database, after
     verifying them on the GPU (unless ``verify`` is False); with ``confirm``, every winner is
     first timed beside SDPA on its buckets' FAST cases and the table planned from those numbers
-    (:mod:`evo.confirm`)."""
+    (:mod:`evo.confirm`), beside the baseline routed on; ``note`` hears of each as it starts."""
     check_name(name)
     target = Path(out).expanduser().resolve() / name
     if verify or confirm:
@@ -330,7 +330,7 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
                                                 rejected[-1] if rejected else None)
             try:
                 if confirm and (todo := confirmation.todo(routes, shipped)):
-                    contenders = _confirm(store, confirmation, contenders, routes, todo, seed, dev, baseline)
+                    contenders = _confirm(store, confirmation, contenders, routes, todo, seed, dev, baseline, note)
                     continue
                 if not verify:
                     checked: dict[str, Any] = {"verified": False}
@@ -365,13 +365,14 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
 
 
 def _confirm(store: Store, confirmation: confirming.Confirmation, contenders: Sequence[Contender], routes: Sequence[Route],
-             todo: Sequence[confirming.Todo], seed: int, dev: str, baseline: str) -> list[Contender]:
+             todo: Sequence[confirming.Todo], seed: int, dev: str, baseline: str,
+             note: Callable[[str], None] | None = None) -> list[Contender]:
     """One round of :mod:`evo.confirm`: the winners in ``todo`` timed beside SDPA, their
     evaluations stored, their measurements replaced; after the last round, no GPU work: only the
     confirmed measurements stay where an unconfirmed winner still serves."""
     if confirmation.rounds >= confirming.ROUNDS:
         return confirmation.only_confirmed(contenders, routes)
-    evaluations = verifier.confirm_speed(todo, seed)
+    evaluations = verifier.confirm_speed(todo, seed, backends=(baseline,), note=note)
     here = {ev.device.get("name", "") for ev in evaluations}
     if here != {dev}:
         raise EvoError(f"--confirm times on this GPU ({', '.join(sorted(here))}), but the timings compared are "

@@ -135,17 +135,26 @@ def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[
 
 
 def confirm_speed(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[Shape]]], seed: int, *,
+                  backends: Sequence[str] = (), note: Callable[[str], None] | None = None,
                   device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S) -> list[Evaluation]:
     """Time each ``(candidate id, cubin, entries, FAST cases)`` in one GPU worker, interleaved
-    round by round with every SDPA backend as ``evo eval`` and ``evo bench`` time it (a search
-    times its candidate alone against baselines measured earlier). The timed outputs are checked
+    round by round with the SDPA ``backends`` (default: every one) as ``evo eval`` and ``evo bench``
+    time it. Promote asks for the baseline it routes on alone: each backend beside a long case
+    costs its own settling and samples every round (with all four, a real promote spent over 10
+    minutes here). ``note`` hears of each kernel as it starts. The timed outputs are checked
     as in any FAST run: a kernel whose outputs come out wrong raises VerifyFailed (promote stores
     it red and plans again); one that crashes or hangs refuses the promotion."""
     done = []
+    options: dict[str, object] = {"interleave": True, "salt": seed}
+    if backends:
+        options["backends"] = list(backends)
     with Worker(device) as worker:
-        for cid, cubin, entries, shapes in kernels:
+        for i, (cid, cubin, entries, shapes) in enumerate(kernels, 1):
+            if note is not None:
+                note(f"timing {cid[:12]} beside {', '.join(backends) or 'every SDPA backend'} on "
+                     f"{', '.join(s.tag for s in shapes)} ({i} of {len(kernels)})")
             request = EvalRequest(cid, str(cubin), tuple(entries), green=False, fast_cases=tuple(shapes),
-                                  options={"interleave": True, "salt": seed})
+                                  options=options)
             ev = worker.evaluate(request, timeout_s)
             if ev.status is Status.RED:
                 raise VerifyFailed([(f"refusing to promote {cid[:12]}: timed beside SDPA to confirm its speed, "

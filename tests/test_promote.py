@@ -577,6 +577,7 @@ def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any
 
     def confirm_speed(kernels, seed, **kw):
         seen["calls"].append({cid: sorted(s.tag for s in shapes) for cid, _, _, shapes in kernels})
+        seen.setdefault("backends", []).append(tuple(kw.get("backends", ())))
         out = []
         for cid, cubin, entries, shapes in kernels:
             assert Path(cubin).is_file() and entries
@@ -603,6 +604,7 @@ def test_confirm_routes_on_numbers_timed_beside_sdpa(tmp_path: Path, db: dict[st
     assert long_route.winner == b and long_route.speedup == pytest.approx(100 / 90)
     assert result.confirmed[a]["F5-fp16"] == [pytest.approx(2.0), pytest.approx(100 / 120)]
     assert _json(tmp_path / NAME, "PROVENANCE.json")["confirmation"]["rounds"] == 2
+    assert fake_confirm["backends"] == [("sdpa_default",)] * 2     # beside the baseline routed on, alone
     with open_store(db_copy) as store:                  # stored: the newest numbers for the next promotion
         newest = {(t.shape, t.backend): t.median_us for t in store.timings_for(a)}
         assert newest[(LONG, "evo")] == 120.0
@@ -650,6 +652,10 @@ def test_confirm_speed_asks_the_worker_for_interleaved_fast_without_green(monkey
     assert [e.build_id for e in got] == ["abc"]
     assert not sent[0].green and sent[0].fast_cases == (LONG,)
     assert sent[0].options == {"interleave": True, "salt": 5}
+    heard: list[str] = []
+    verify.confirm_speed([("abc", Path("k.cubin"), [], [LONG])], seed=5, backends=("sdpa_default",), note=heard.append)
+    assert sent[1].options == {"interleave": True, "salt": 5, "backends": ["sdpa_default"]}
+    assert heard == [f"timing abc beside sdpa_default on {LONG.tag} (1 of 1)"]
     with pytest.raises(VerifyFailed, match="refusing to promote red: timed beside SDPA"):
         verify.confirm_speed([("red", Path("k.cubin"), [], [LONG])], seed=5)
     with pytest.raises(EvoError, match="refusing to promote hung: it timeout while timed beside SDPA"):

@@ -51,7 +51,8 @@ def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, .
     """
     result = api.promote_winners(name, out, db=db, study=study, candidate_ids=list(candidate), baseline=baseline,
                                  device=device, min_speedup=min_speedup, version=version, force=force,
-                                 verify=not no_verify, confirm=confirm)
+                                 verify=not no_verify, confirm=confirm,
+                                 note=lambda line: console.print(escape(line)))
     console.print(_routes_table(result))
     v = result.verification
     console.print(f"verified on the GPU: {sum(v['checks'].values())} checks over the dispatch buckets "
