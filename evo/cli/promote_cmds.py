@@ -37,8 +37,8 @@ from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 @click.option("--force", is_flag=True, help="replace OUT/NAME if promote wrote it before")
 @click.option("--no-verify", is_flag=True, help="write without running the kernels over their buckets and the "
               "package's tests on the GPU (for machines without one)")
-@click.option("--confirm", is_flag=True, help="time each bucket's winner again beside SDPA (as evo bench does) "
-              "and route only on those numbers (a search times candidates alone; docs/promote.md)")
+@click.option("--confirm", is_flag=True, help="time each bucket's winner again beside the baseline it is routed "
+              "against, with evo eval's full rounds, and route only on those numbers (docs/promote.md)")
 def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, ...], db: str, baseline: str,
                 device: str | None, min_speedup: float, version: str, force: bool, no_verify: bool,
                 confirm: bool) -> None:
