@@ -281,8 +281,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
 
     settings = green_settings()
     checked = 0
-    if plan.paired and not plan.interleave:
-        ev.device["paired"] = plan.paired        # which baseline was timed beside the candidate
+    if plan.beside():                            # the baselines timed beside the candidate
+        ev.device["paired"] = ",".join(plan.beside())
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):

@@ -216,10 +216,11 @@ def test_a_wrong_timed_output_is_red_with_its_case(fake_worker: dict[str, list])
 def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dict[str, list]) -> None:
     from evo.evaluate import serve
 
-    conn = FakeConn([_request(interleave=True, backends=["sdpa_flash"])])
+    conn = FakeConn([_request(interleave=True, backends=["sdpa_flash", "sdpa_default"])])
     serve(conn)
     assert fake_worker["time_case"] == ["evo"]
-    assert [t.backend for t in conn.sent[0].timings] == ["evo", "sdpa_flash"]
+    assert [t.backend for t in conn.sent[0].timings] == ["evo", "sdpa_flash", "sdpa_default"]
+    assert conn.sent[0].device["paired"] == "sdpa_flash,sdpa_default"   # a paired search may reuse it
 
 
 def test_a_search_request_times_its_paired_baseline_beside_the_candidate(fake_worker: dict[str, list]) -> None:

@@ -432,3 +432,13 @@ def test_a_paired_search_times_again_what_was_timed_beside_a_cached_baseline(
     monkeypatch.setattr(driver, "choose_evaluator", lambda opts, note: second)
     third = search(db, recording, trials=6, families=["flash_scalar"], sampler="grid", study="paired-again")
     assert third.reused == 6 and second.jobs == []
+
+
+def test_what_was_timed_beside_which_baselines_answers_which_search() -> None:
+    from evo.search.storeview import Known
+
+    cached, paired = Known("c", Status.FAST), Known("c", Status.FAST, paired="sdpa_default")
+    interleaved = Known("c", Status.FAST, paired="sdpa_flash,sdpa_cudnn,sdpa_efficient,sdpa_default")
+    assert cached.timed_beside("") and not cached.timed_beside("sdpa_default")
+    assert paired.timed_beside("sdpa_default") and not paired.timed_beside("sdpa_flash") and not paired.timed_beside("")
+    assert interleaved.timed_beside("sdpa_flash") and interleaved.timed_beside("sdpa_default")

@@ -464,7 +464,7 @@ class Search:
             return None
         if known.status in FAILED:
             return Outcome(known.status.value, known.reason, candidate_id=known.candidate_id, reused=True)
-        if known.status in PASSED and known.paired == self.evaluator.paired() and not objective.missing_cases(
+        if known.status in PASSED and known.timed_beside(self.evaluator.paired()) and not objective.missing_cases(
                 known.timings, self.baseline, self.cases):
             return self._scored(known.candidate_id, known.timings, known.checks, reused=True)
         return None
@@ -499,7 +499,7 @@ class Search:
                 continue
             k = known[bid]
             prior = k if k is not None and k.status in PASSED else None
-            if prior is not None and prior.paired != self.evaluator.paired():
+            if prior is not None and not prior.timed_beside(self.evaluator.paired()):
                 prior = replace(prior, timings=[])   # timed another way: every case again, GREEN's checks kept
             need = objective.missing_cases(prior.timings, self.baseline, self.cases) if prior else self.cases
             jobs.append((Job(ps[0].rendered, res, prior is None, tuple(need)), cid, prior))  # type: ignore[arg-type]

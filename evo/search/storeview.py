@@ -28,7 +28,12 @@ class Known:
     reason: str = ""
     timings: list[Timing] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
-    paired: str = ""   # passed: the baseline its newest evaluation timed beside the candidate ("": cached)
+    paired: str = ""   # passed: the baselines its newest evaluation timed beside the candidate, comma-separated ("": cached)
+
+    def timed_beside(self, baseline: str) -> bool:
+        """Whether ``baseline`` was timed beside the candidate ("": whether nothing was, as in a
+        recording or a search that compares with cached timings)."""
+        return baseline in self.paired.split(",") if baseline else not self.paired
 
 
 def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
