@@ -47,7 +47,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 import evo
-from evo import build, paths
+from evo import build, paths, smi
 from evo import confirm as confirming
 from evo import verify as verifier
 from evo.errors import EvoError
@@ -247,15 +247,19 @@ def ships_cubin(family: str) -> bool:
         return True
 
 
-def choose_device(store: Store, ids: Sequence[str], device: str | None) -> str:
-    """The device the timings are compared on: ``device``, else the one most candidates were
-    last timed on."""
+def choose_device(store: Store, ids: Sequence[str], device: str | None, here: str | None = None) -> str:
+    """The device the timings are compared on: ``device``, else ``here`` (the GPU promote
+    verifies on) when some candidate's newest timings were taken on it, else the one most
+    candidates were last timed on. (A database holding an H200's studies and an H100's would
+    otherwise route a package verified on the H100 by the H200's timings.)"""
     if device is not None:
         return device
     newest = store.latest_timings(ids)
     if not newest:
         raise EvoError("none of the green candidates has FAST timings; run evo eval or evo run first")
     counts = Counter(dev for dev, _ in newest.values())
+    if here is not None and here in counts:
+        return here
     return sorted(counts, key=lambda d: (-counts[d], d))[0]
 
 
@@ -304,7 +308,9 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         verifier.require_gpu()
     with open_store(db_url) as store:
         views = select_candidates(store, study, candidate_ids)
-        dev = choose_device(store, [v.id for v in views], device)
+        names = smi.query("name") if verify or confirm else None
+        here = names[0] if names else None   # GPU 0, the one that verifies
+        dev = choose_device(store, [v.id for v in views], device, here)
         timed = store.latest_timings([v.id for v in views], dev)
         info = next((e.device_info for v in views for e in reversed(store.evaluations(v.id, dev))
                      if e.device_info), {})

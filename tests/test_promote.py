@@ -660,3 +660,20 @@ def test_confirm_speed_asks_the_worker_for_interleaved_fast_without_green(monkey
         verify.confirm_speed([("red", Path("k.cubin"), [], [LONG])], seed=5)
     with pytest.raises(EvoError, match="refusing to promote hung: it timeout while timed beside SDPA"):
         verify.confirm_speed([("hung", Path("k.cubin"), [], [LONG])], seed=5)
+
+
+def test_promote_compares_the_timings_of_the_gpu_it_verifies_on() -> None:
+    """A database of two GPUs' studies: the GPU present wins over the one most candidates were
+    timed on, when any candidate was timed on it; a named device wins over both."""
+    from types import SimpleNamespace
+
+    from evo.promote import choose_device
+
+    newest: dict[str, tuple[str, list[Any]]] = {"a": ("NVIDIA H200", []), "b": ("NVIDIA H200", []),
+                                                "c": ("NVIDIA H100 80GB HBM3", [])}
+    store: Any = SimpleNamespace(latest_timings=lambda ids: {i: newest[i] for i in ids})
+    ids = list(newest)
+    assert choose_device(store, ids, None) == "NVIDIA H200"                        # no GPU here: the majority
+    assert choose_device(store, ids, None, "NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
+    assert choose_device(store, ids, None, "NVIDIA A100") == "NVIDIA H200"        # nothing timed on it
+    assert choose_device(store, ids, "NVIDIA H200", "NVIDIA H100 80GB HBM3") == "NVIDIA H200"

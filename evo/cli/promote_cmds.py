@@ -28,8 +28,8 @@ from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 @db_option()
 @click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend to beat")
-@click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the one most "
-              "candidates were last timed on)")
+@click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the GPU it verifies "
+              "on, if any candidate was timed there, else the one most candidates were last timed on)")
 @click.option("--min-speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               metavar="X", help="a bucket's winner must beat the baseline by more than this")
 @click.option("--version", "version", default="0.1.0", show_default=True, metavar="VERSION",
