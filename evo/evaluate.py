@@ -281,8 +281,9 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
 
     settings = green_settings()
     checked = 0
-    if plan.beside():                            # the baselines timed beside the candidate
-        ev.device["paired"] = ",".join(plan.beside())
+    beside = plan.beside()
+    if beside:                                   # the baselines timed beside the candidate
+        ev.device["paired"] = ",".join(beside)
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
@@ -290,7 +291,6 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
                 return op(q, k, v, o, causal=_causal)
 
             progress(f"FAST {shape.tag}")
-            beside = plan.beside()
             known = [] if plan.interleave else [t for t in session.baselines(shape, plan) if t.backend not in beside]
             got = time_case(cand, shape, beside, rounds=plan.rounds,
                             reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,

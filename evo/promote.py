@@ -308,8 +308,7 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         verifier.require_gpu()
     with open_store(db_url) as store:
         views = select_candidates(store, study, candidate_ids)
-        names = smi.query("name") if verify or confirm else None
-        here = names[0] if names else None   # GPU 0, the one that verifies
+        here = smi.gpu_name(0) if verify or confirm else None   # GPU 0, the one that verifies
         dev = choose_device(store, [v.id for v in views], device, here)
         timed = store.latest_timings([v.id for v in views], dev)
         info = next((e.device_info for v in views for e in reversed(store.evaluations(v.id, dev))

@@ -24,3 +24,9 @@ def query(field: str) -> list[str] | None:
     if out.returncode != 0:
         return None
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def gpu_name(index: int = 0) -> str | None:
+    """The name nvidia-smi gives GPU ``index``; None when it cannot tell."""
+    names = query("name") or []
+    return names[index] if len(names) > index else None

@@ -92,8 +92,7 @@ class Evaluator(abc.ABC):
 
 def gpu_name(index: int = 0) -> str:
     """The name nvidia-smi gives GPU ``index`` (``cuda`` when it cannot tell)."""
-    names = smi.query("name") or []
-    return names[index] if len(names) > index else "cuda"
+    return smi.gpu_name(index) or "cuda"
 
 
 class GpuEvaluator(Evaluator):
