@@ -191,3 +191,40 @@ def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: 
         assert all(n == 0 for n in clobbered.values()), clobbered
     else:
         assert all(n > 0 for n in clobbered.values()), clobbered
+
+
+def test_tile_overlap_needs_a_persistent_overlapped_loop() -> None:
+    assert is_valid(FAMILY, point(TILE_OVERLAP=True))
+    assert not is_valid(FAMILY, point(TILE_OVERLAP=True, PERSISTENT=False))
+    assert not is_valid(FAMILY, point(TILE_OVERLAP=True, INTRA_WG_OVERLAP=False))
+
+
+def test_tile_overlap_gives_q_a_second_buffer_only_without_q_in_registers() -> None:
+    from evo.space import launch_config
+
+    def smem(**genes: object) -> int:
+        return launch_config(FAMILY, make_candidate(FAMILY, point(**genes)), 128).smem_bytes
+
+    # D=128, two consumers: Q is 2 x 64 x 128 x 2 bytes = 32 KB, plus two more barriers
+    assert smem(TILE_OVERLAP=True) - smem() == 32768 + 16
+    assert smem(TILE_OVERLAP=True, Q_IN_REGS=True, BLOCK_N_D128=96) == smem(Q_IN_REGS=True, BLOCK_N_D128=96)
+    # the D=128 tile that needs the second buffer no longer fits with BLOCK_N 160
+    assert not is_valid(FAMILY, point(TILE_OVERLAP=True, BLOCK_N_D128=160))
+
+
+@pytest.mark.parametrize("genes", [
+    {},
+    {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True, "CAUSAL_TRIM": True, "Q_IN_REGS": True},
+    {"ROWSUM_MMA": True, "LAZY_D128": True},
+])
+def test_tile_overlap_keeps_the_wgmma_pipeline(genes: dict[str, object], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tile's last P V issued with the next tile's first S, both first steps spelled out apart:
+    ptxas must not inject warpgroup waits or fences (C7517, C7519: it did when one text branched
+    around the P V), and the S and P V GEMMs are all on wgmma (no spill: sass_by_function checks)."""
+    functions = sass_by_function(genes | {"TILE_OVERLAP": True}, tmp_path, monkeypatch)
+    assert len(functions) == 8
+    (log,) = [p.read_text() for p in tmp_path.rglob("ptxas.log")]
+    assert "C7517" not in log and "C7519" not in log and "serialized" not in log, log
+    for name, body in functions.items():
+        assert "HGMMA" in body and "HMMA" not in body.replace("HGMMA", ""), name
