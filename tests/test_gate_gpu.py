@@ -50,11 +50,6 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
     "softmax_ilp_lazy": {"SOFTMAX_ILP": True, "LAZY_D64": True, "LAZY_D128": True},
     "pingpong3_ilp_trim_qregs": {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True,
                                  "CAUSAL_TRIM": True, "Q_IN_REGS": True},
-    # a tile's last P V with the next tile's first S: Q in two buffers, or in registers
-    "tile_overlap": {"TILE_OVERLAP": True},
-    "tile_overlap_qregs_trim_rowsum": {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "CAUSAL_TRIM": True,
-                                       "Q_IN_REGS": True, "BLOCK_N_D128": 96, "ROWSUM_MMA": True,
-                                       "LAZY_D64": True, "TILE_OVERLAP": True},
 }
 CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED)),
               *((("flash_wgmma", f) for f in WGMMA_FEATURES) if HOPPER else ())]
