@@ -126,7 +126,7 @@ def _code(body: str) -> list[str]:
             if re.match(r"\s+/\*[0-9a-f]{4}\*/", ln)]
 
 
-@pytest.mark.parametrize("genes", [{"WGS_D64": 3}, {"BLOCK_N_D64": 64, "INTRA_WG_OVERLAP": False}])
+@pytest.mark.parametrize("genes", [{"WGS_D64": 3, "BLOCK_N_D64": 96}, {"BLOCK_N_D64": 64, "INTRA_WG_OVERLAP": False}])
 def test_causal_trim_changes_only_the_causal_kernels(genes: dict[str, object], tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """With three consumers, or ping-pong without the overlap and BLOCK_N 64, warpgroups stop
@@ -191,3 +191,37 @@ def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: 
         assert all(n == 0 for n in clobbered.values()), clobbered
     else:
         assert all(n > 0 for n in clobbered.values()), clobbered
+
+
+def softmax_exps_beside_pv(body: str) -> list[int]:
+    """For each wait for S (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: P V of the tile before is still in
+    flight), the exponentials (MUFU.EX2) issued before the wait for that P V (``gsb0, 0x0``)."""
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?(WARPGROUP\.DEPBAR\.LE gsb0, 0x[01]|MUFU\.EX2)", body)
+    counts = []
+    for i, op in enumerate(ops):
+        if op.endswith("0x1"):
+            rest = ops[i + 1:]
+            end = next((k for k, o in enumerate(rest) if o.endswith("0x0")), len(rest))
+            counts.append(sum(o.startswith("MUFU") for o in rest[:end]))
+    return counts
+
+
+@pytest.mark.parametrize("genes", [
+    {},
+    {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True},
+    {"LAZY_D64": True, "ROWSUM_MMA": True, "BLOCK_N_D128": 96},
+])
+def test_the_softmax_runs_beside_the_previous_p_v(genes: dict[str, object], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """INTRA_WG_OVERLAP's point: tile j's exponentials run while P V of tile j-1 is on the tensor
+    cores. ptxas schedules a warpgroup wait at the top of its basic block, and in family version 8
+    that put the wait for P V above every exponential of the two-row softmax (above one row's of
+    the other): the template now ends a block (the spin on V's barrier) between them."""
+    functions = sass_by_function(genes, tmp_path, monkeypatch)
+    assert len(functions) == 8
+    for name, body in functions.items():
+        block_n = int(point(**genes)["BLOCK_N_D128" if "_d128_" in name else "BLOCK_N_D64"])  # type: ignore[call-overload]
+        counts = softmax_exps_beside_pv(body)
+        # a thread's BLOCK_N / 2 exponentials a tile (and its rows' two rescale factors): all but
+        # a few (LAZY's conditional ones) before the wait; version 8 had none or half of them
+        assert counts and all(n >= 0.9 * block_n // 2 for n in counts), (name, counts)
