@@ -10,7 +10,10 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
   with a spiked key; ``long_spiked``: a ``long`` length with the stress inputs of ``spiked``
   (a stale row maximum, FlashAttention-4's conditional rescaling, shows only when a peaked row
   runs over many tiles: such a kernel passed every other kind and failed the promoted package's
-  stress test at L = 4096).
+  stress test at L = 4096); ``wide``: an odd length of 4 to 16 tiles over ``wide_heads`` (96-192)
+  batch x heads, more query tiles than a GPU has SMs, so a persistent grid's CTAs each walk several
+  tiles, the last of a head ragged (the fixed core's many-tile shapes G2 and G3 have aligned
+  lengths, and every other kind has at most 8 heads: one tile per CTA).
 - B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
   are drawn from the ones the kernel has.
 - Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
@@ -36,7 +39,8 @@ from collections.abc import Collection
 from evo.results import Shape
 from evo.suites import DTYPES, DrawSettings, GreenCase
 
-KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked")
+KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide")   # new kinds go last: a
+# stored salt then still draws the same cases for the kinds it had
 LONG_KINDS = ("long", "long_spiked")  # lengths in ``[draws] long``, at most 2 heads
 LONG_STD = (2.0, 3.0)            # long draws: large values, softmax still spread over many keys
 LONG_SCALE = (0.3, 1.0)
@@ -77,12 +81,17 @@ def _length(kind: str, settings: DrawSettings, rng: random.Random) -> int:
         return rng.randint(*settings.long)
     if kind == "spiked":
         return rng.randint(2, 16 * tile)
+    if kind == "wide":
+        return rng.randint(4 * tile + 1, 16 * tile - 1) | 1
     raise ValueError(f"unknown draw kind {kind!r}")
 
 
-def _batch_heads(long: bool, settings: DrawSettings, rng: random.Random) -> tuple[int, int]:
+def _batch_heads(long: bool, settings: DrawSettings, rng: random.Random, wide: bool = False) -> tuple[int, int]:
     if long:
         return 1, rng.randint(1, 2)
+    if wide:
+        b = rng.randint(1, 4)
+        return b, max(1, rng.randint(*settings.wide_heads) // b)
     b = rng.randint(1, min(3, settings.max_heads))
     return b, rng.randint(1, max(1, settings.max_heads // b))
 
@@ -135,7 +144,7 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
         for dt in dtypes:
             D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
             L = _length(kind, settings, rng)
-            B, H = _batch_heads(kind in LONG_KINDS, settings, rng)
+            B, H = _batch_heads(kind in LONG_KINDS, settings, rng, wide=kind == "wide")
             spiked = kind in ("spiked", "long_spiked") or (kind not in ("one", "long") and rng.random() < SPIKED)
             out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long", spiked,
                                  settings, rng))

@@ -30,10 +30,11 @@ _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 class DrawSettings:
     """The ranges GREEN draws from, per evaluation, on top of the fixed core (``[draws]``)."""
 
-    kinds: tuple[str, ...] = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked")
+    kinds: tuple[str, ...] = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide")
     tile: int = 64                           # "short" lengths lie below it
     long: tuple[int, int] = (2049, 4608)     # "long" lengths
     max_heads: int = 8                       # B * H of a drawn case (long ones: 2)
+    wide_heads: tuple[int, int] = (96, 192)  # B * H of a "wide" case: more tiles than a GPU has SMs
     scale: tuple[float, float] = (0.1, 3.0)  # drawn scales, in units of 1/sqrt(D)
     std: tuple[float, float] = (1.0, 4.0)    # input standard deviations
     spike: float = 200.0                     # score size a spiked key reaches
@@ -172,10 +173,12 @@ def _draw_settings(d: Mapping[str, Any], where: Path) -> DrawSettings:
     if bad:
         raise EvoError(f"{where}: unknown [draws] kind {', '.join(bad)}; known: {', '.join(KINDS)}")
     long = _pair(d.get("long", list(default.long)), "long", where)
+    wide = _pair(d.get("wide_heads", list(default.wide_heads)), "wide_heads", where)
     tile, heads = int(d.get("tile", default.tile)), int(d.get("max_heads", default.max_heads))
     if tile < 4 or heads < 2 or long[0] < 2:
         raise EvoError(f"{where}: [draws] needs tile >= 4, max_heads >= 2 and long lengths >= 2")
     return DrawSettings(kinds=kinds, tile=tile, long=(int(long[0]), int(long[1])), max_heads=heads,
+                        wide_heads=(int(wide[0]), int(wide[1])),
                         scale=_pair(d.get("scale", list(default.scale)), "scale", where),
                         std=_pair(d.get("std", list(default.std)), "std", where),
                         spike=float(d.get("spike", default.spike)))

@@ -48,7 +48,7 @@ def test_lengths_cover_what_a_kernel_could_key_on(seed: int) -> None:
     assert all(s.L % 2 == 1 and SETTINGS.tile < s.L < 32 * SETTINGS.tile for s in by_kind["odd"])
     assert all(SETTINGS.long[0] <= s.L <= SETTINGS.long[1] and s.B * s.H <= 2 for s in by_kind["long"])
     assert all(c.spike > 0 for c in cases[10:12])                      # the spiked kind
-    assert all(SETTINGS.max_heads >= s.B * s.H for s in (c.shape for c in cases))
+    assert all(SETTINGS.max_heads >= s.B * s.H for s in (c.shape for c in cases[:2 * KINDS.index("wide")]))
     assert all(len(c.shape.case) <= 32 for c in cases)                 # the store's column
 
 
@@ -85,6 +85,24 @@ def test_long_spiked_draws_stress_a_long_row() -> None:
                          and c.spike > 0 for c in cases)
     factors = [c.scale * math.sqrt(c.shape.D) for c in cases if c.scale is not None]
     assert factors and all(f <= 0.51 or f >= 1.99 for f in factors) and max(c.std for c in cases) > 3.0
+
+
+def test_wide_draws_give_a_persistent_grid_several_tiles_a_cta() -> None:
+    """More query tiles than an H100 or H200 has SMs (132) at the largest tile (192 rows), an
+    odd length so each head's last tile is ragged."""
+    cases = _of_kind(KINDS.index("wide"), range(40))
+    lo, hi = SETTINGS.wide_heads
+    assert cases and all(lo - 4 < c.shape.B * c.shape.H <= hi and c.shape.L % 2 == 1
+                         and 4 * SETTINGS.tile < c.shape.L < 16 * SETTINGS.tile for c in cases)
+    assert all(c.shape.B * c.shape.H * math.ceil(c.shape.L / 192) > 132 for c in cases)
+    assert len({c.shape.B for c in cases}) >= 3 and {c.shape.causal for c in cases} == {False, True}
+
+
+def test_a_new_kind_leaves_the_draws_of_the_kinds_before_it() -> None:
+    """A stored salt still names the same cases for the kinds its evaluation drew."""
+    older = DrawSettings(kinds=KINDS[:-1])
+    for seed in range(10):
+        assert drawn_cases(SETTINGS, ALL_KEYS, seed)[:-2] == drawn_cases(older, ALL_KEYS, seed)
 
 
 def test_a_spiked_key_reaches_the_spike_score() -> None:
