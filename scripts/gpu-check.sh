@@ -79,13 +79,14 @@ for stage in "$@"; do
       log "bench the best candidate"
       $EVO bench --best 1 --out "$OUT/benchmarks" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
     promote)
-      # EVO_PROMOTE_FLAGS: more promote options (--confirm: winners timed again beside SDPA);
+      # EVO_PROMOTE_FLAGS: promote options, default --confirm (winners timed again beside SDPA
+      # before routing: the search's bucket winners read up to 10 % faster than they are);
       # the timings compared are this GPU's (EVO_PROMOTE_DEVICE), not those of whichever GPU
       # most candidates were timed on (the database may hold another card's studies)
       gpu=${EVO_PROMOTE_DEVICE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
-      log "promote on '$gpu' timings ${EVO_PROMOTE_FLAGS:-}, install offline, package tests, bench --package"
+      log "promote on '$gpu' timings ${EVO_PROMOTE_FLAGS---confirm}, install offline, package tests, bench --package"
       rm -rf /tmp/pkg /tmp/pkgsite
-      $EVO promote --name evoattn --out /tmp/pkg --device "$gpu" ${EVO_PROMOTE_FLAGS:-} 2>&1 | tee "$OUT/promote.log" | tail -20 || { echo "promote failed"; continue; }
+      $EVO promote --name evoattn --out /tmp/pkg --device "$gpu" ${EVO_PROMOTE_FLAGS---confirm} 2>&1 | tee "$OUT/promote.log" | tail -20 || { echo "promote failed"; continue; }
       python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/evoattn 2>&1 | tail -3
       (cd /tmp && PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs evoattn.tests 2>&1 | tail -15) | tee -a "$OUT/promote.log"
       PYTHONPATH=/tmp/pkgsite:$PYTHONPATH python3 scripts/eager_overhead.py evoattn --json "$OUT/eager.json" 2>&1 | tee -a "$OUT/promote.log"
