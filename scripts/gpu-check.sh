@@ -108,7 +108,7 @@ for stage in "$@"; do
       python3 scripts/fidelity_probe.py "${arg:-F1,F6,F8}" 2>&1 | tee "$OUT/fidelity.log" | tail -30 ;;
     probe)
       # flash_wgmma configurations ('|'-separated in $EVO_PROBE_CONFIGS, each K=V,K=V or default):
-      # 40 checks each, then the FAST cases (default F1-F8) against SDPA's cuDNN and flash backends
+      # 48 checks each (12 shapes x causal x fp16/bf16), then the FAST cases (default F1-F8) against SDPA's cuDNN and flash backends
       log "probe flash_wgmma: ${EVO_PROBE_CONFIGS:-default} on ${arg:-F1-F8}"
       cfgs=(); IFS='|' read -ra parts <<< "${EVO_PROBE_CONFIGS:-default}"
       for c in "${parts[@]}"; do cfgs+=(--config "$c"); done

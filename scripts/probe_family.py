@@ -20,9 +20,11 @@ import sys
 import traceback
 from typing import Any
 
-CHECKS = [  # (B, H, L, D): L = 1, below one tile, tile edges, odd, ragged and long
+CHECKS = [  # (B, H, L, D): L = 1, below one tile, tile edges, odd, ragged and long; and wide (more
+    # query tiles than SMs, ragged: a persistent CTA walks several tiles, as GREEN's `wide` draw)
     (1, 2, 1, 64), (1, 2, 1, 128), (2, 3, 17, 64), (1, 2, 64, 128), (1, 2, 127, 64),
     (1, 2, 129, 128), (2, 4, 333, 64), (2, 4, 1531, 128), (1, 8, 1024, 64), (1, 4, 2048, 128),
+    (3, 40, 301, 64), (2, 48, 517, 128),
 ]
 FLOOR = {"fp16": 5e-4, "bf16": 4e-3}
 
