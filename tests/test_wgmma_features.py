@@ -196,7 +196,8 @@ def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: 
 def softmax_exps_beside_pv(body: str) -> list[int]:
     """For each wait for S (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: P V of the tile before is still in
     flight), the exponentials (MUFU.EX2) issued before the wait for that P V (``gsb0, 0x0``)."""
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?(WARPGROUP\.DEPBAR\.LE gsb0, 0x[01]|MUFU\.EX2)", body)
+    ops = [op for op in (ins.split(None, 1)[1] if ins.startswith("@") else ins for ins in _code(body))
+           if op.startswith(("WARPGROUP.DEPBAR.LE gsb0", "MUFU.EX2"))]
     counts = []
     for i, op in enumerate(ops):
         if op.endswith("0x1"):
