@@ -2,8 +2,10 @@
 
 The kernel's producer and consumer warpgroups synchronise through mbarriers (a full and an empty
 barrier per K and V stage, a full and an empty barrier for Q) and, with ping-pong, two named
-barriers that hand the GEMM turn back and forth. CAUSAL_TRIM lets a consumer stop at its own
-last KV tile and only wait for and release the CTA's later ones, with an empty turn each. A
+barriers that hand the GEMM turn back and forth (three consumers: round a ring). CAUSAL_TRIM lets
+a consumer stop at its own last KV tile and only wait for and release the CTA's later ones, with an
+empty turn each; a consumer whose rows all lie past L (idle) does that for every tile, releasing Q
+unread and taking one more empty turn where the overlap gives a computing consumer n + 1. A
 mistake there does not show as a wrong number but as a hang or a race, so this model plays the
 protocol as the template writes it (the order of waits, turns and releases per warpgroup), picks
 which agent moves next at random, and checks, over many schedules and tile sequences:
@@ -59,14 +61,14 @@ class World:
     wgs: int
     pingpong: bool
     overlap: bool
-    tiles: list[tuple[int, list[int]]]          # per CTA tile: (n_tiles, n_mine per consumer)
+    tiles: list[tuple[int, list[int], list[bool]]]   # per CTA tile: n_tiles, n_mine and idle per consumer
     full_k: list[MBarrier] = field(default_factory=list)
     full_v: list[MBarrier] = field(default_factory=list)
     empty_k: list[MBarrier] = field(default_factory=list)
     empty_v: list[MBarrier] = field(default_factory=list)
     full_q: MBarrier = field(default_factory=lambda: MBarrier(1))
     empty_q: MBarrier = field(default_factory=lambda: MBarrier(1))
-    turn_tokens: list[int] = field(default_factory=lambda: [0, 0])
+    turn_tokens: list[int] = field(default_factory=lambda: [0, 0, 0])
     reading: dict[tuple[str, int], set[int]] = field(default_factory=dict)   # (K|V, stage) -> consumers in it
 
     def snapshot(self) -> tuple:
@@ -93,7 +95,7 @@ def wait(cond) -> Step:
 
 def producer(w: World) -> Step:
     it = 0
-    for tc, (n_tiles, _) in enumerate(w.tiles):
+    for tc, (n_tiles, _, _) in enumerate(w.tiles):
         for j in range(n_tiles):
             s, use = it % w.stages, it // w.stages
             if use > 0:
@@ -116,9 +118,11 @@ def producer(w: World) -> Step:
 
 def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
     """One consumer warpgroup as the template orders it; ``mutant`` breaks the trimmed path on
-    purpose (``no_wait``: release without waiting for the load; ``no_turns``: no empty turns), to
-    show that the checks catch it."""
-    pp = w.pingpong and w.wgs == 2
+    purpose (``no_wait``: release without waiting for the load; ``no_turns``: no empty turns;
+    ``idle_turn``: an idle consumer without its extra turn under the overlap), to show that the
+    checks catch it."""
+    pp = w.pingpong and w.wgs >= 2                # two consumers: PINGPONG; three: PINGPONG3's ring
+    nxt = (c + 1) % w.wgs
 
     def turn() -> Step:                       # turn_begin(); ...; turn_end()
         if pp:
@@ -126,9 +130,9 @@ def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
             w.turn_tokens[c] -= 1
         yield
         if pp:
-            w.turn_tokens[c ^ 1] += 1
-            if w.turn_tokens[c ^ 1] > 1:
-                raise Violation(f"named barrier of consumer {c ^ 1} holds two hand-overs")
+            w.turn_tokens[nxt] += 1
+            if w.turn_tokens[nxt] > 1:
+                raise Violation(f"named barrier of consumer {nxt} holds two hand-overs")
 
     def take(kind: str, j: int, it: int) -> Step:
         s, use = (it + j) % w.stages, (it + j) // w.stages
@@ -144,14 +148,18 @@ def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
         w.reading.get((kind, s), set()).discard(c)
         bar.arrive()
 
-    if pp and c == 1:
-        w.turn_tokens[0] += 1                  # consumer 1 hands consumer 0 the first turn
+    if pp and c == w.wgs - 1:
+        w.turn_tokens[0] += 1                  # the last consumer hands consumer 0 the first turn
     it = 0
-    for tc, (n_tiles, mine) in enumerate(w.tiles):
-        n = mine[c] if trim else n_tiles
+    for tc, (n_tiles, mine, idle) in enumerate(w.tiles):
+        n = mine[c] if trim else 0 if idle[c] else n_tiles
         q_last = n - 1
         yield from wait(lambda tc=tc: w.full_q.done(tc))
-        if w.overlap:
+        if n == 0:
+            w.empty_q.arrive()                 # Q loaded, unread
+            if w.overlap and mutant != "idle_turn":
+                yield from turn()
+        elif w.overlap:
             yield from take("K", 0, it)
             yield from turn()
             release("K", 0, it)
@@ -179,7 +187,7 @@ def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
                 yield from take("V", j, it)
                 yield from turn()
                 release("V", j, it)
-        for j in range(n, n_tiles):            # CAUSAL_TRIM: keys past this consumer's rows
+        for j in range(n, n_tiles):            # CAUSAL_TRIM (keys past this consumer's rows) or idle
             for _ in range(0 if mutant == "no_turns" else 1 if w.overlap else 2):
                 yield from turn()
             for kind in ("K", "V"):
@@ -199,8 +207,10 @@ def play(rng: random.Random, trim: bool, mutant: str = "") -> None:
     tiles = []
     for m0 in rng.sample(range(0, L, block_m), k=min(6, len(range(0, L, block_m)))):
         n_tiles = (min(L, m0 + block_m) + block_n - 1) // block_n
-        mine = [min(n_tiles, (min(L, m0 + 64 * c + 64) + block_n - 1) // block_n) for c in range(wgs)]
-        tiles.append((n_tiles, mine))
+        idle = [m0 + 64 * c >= L for c in range(wgs)]
+        mine = [0 if idle[c] else min(n_tiles, (min(L, m0 + 64 * c + 64) + block_n - 1) // block_n)
+                for c in range(wgs)]
+        tiles.append((n_tiles, mine, idle))
     w = World(stages=rng.choice([2, 3, 4]), wgs=wgs, pingpong=rng.random() < 0.7, overlap=rng.random() < 0.7,
               tiles=tiles)
     agents = {"producer": producer(w)} | {f"consumer {c}": consumer(w, c, trim, mutant) for c in range(wgs)}
@@ -230,7 +240,7 @@ def main(schedules: int) -> int:
                 print(f"CAUSAL_TRIM={trim}: schedule {k}: {err}")
                 return 1
         print(f"CAUSAL_TRIM={trim}: {schedules} random schedules, no deadlock, every release in its phase")
-    for mutant in ("no_wait", "no_turns"):     # the checks must catch a broken trim
+    for mutant in ("no_wait", "no_turns", "idle_turn"):   # the checks must catch a broken trim or idle path
         caught = []
         for _ in range(schedules):
             try:

@@ -1,5 +1,6 @@
-"""scripts/ring_model.py: flash_wgmma's barrier protocol, CAUSAL_TRIM included, under random
-schedules: no deadlock, every release in its phase, and the checks catch a broken trim."""
+"""scripts/ring_model.py: flash_wgmma's barrier protocol, CAUSAL_TRIM and idle consumers (rows
+past L) included, under random schedules: no deadlock, every release in its phase, and the checks
+catch a broken trim or idle path."""
 
 from __future__ import annotations
 
@@ -22,4 +23,6 @@ def test_the_protocol_holds_and_broken_trims_are_caught(capsys: pytest.CaptureFi
     assert model.main(120) == 0
     out = capsys.readouterr().out
     assert "CAUSAL_TRIM=True: 120 random schedules, no deadlock" in out
-    assert "mutant no_wait: caught in" in out and "mutant no_turns: caught in" in out
+    assert "CAUSAL_TRIM=False: 120 random schedules, no deadlock" in out
+    for mutant in ("no_wait", "no_turns", "idle_turn"):
+        assert f"mutant {mutant}: caught in" in out

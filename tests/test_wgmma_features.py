@@ -158,19 +158,24 @@ def test_the_older_orders_render_the_text_they_had(order: str) -> None:
 
 def q_register_clobbers(body: str) -> list[str]:
     """Instructions other than LDSM that write a register some S = Q K^T HGMMA reads Q from (A
-    from registers, B not transposed: the P V ones read P with a transposed V)."""
+    from registers, B not transposed: the P V ones read P with a transposed V), unless the next
+    instruction that names the register is an LDSM (a value used as an LDSM address, or dead,
+    before Q is loaded into it: ptxas computes Q's own addresses in Q's registers)."""
     lines = [ln.split(";")[0].split("*/", 1)[1].strip() for ln in body.splitlines()
              if re.match(r"\s+/\*[0-9a-f]{4}\*/", ln)]
     q = {int(m.group(1)) + i for ln in lines
          if (m := re.search(r"HGMMA\.\S+ R\d+, R(\d+), gdesc\[\w+\](?!\.tnspB)", ln)) for i in range(4)}
+    ops = [ln.split()[1:] if ln.startswith("@") else ln.split() for ln in lines]
     out = []
-    for ln in lines:
-        words = ln.split()
-        op = words[1:] if words and words[0].startswith("@") else words
+    for k, op in enumerate(ops):
         if len(op) < 2 or op[0].startswith(("LDSM", "HGMMA", "ST", "BAR", "WARPGROUP", "SYNCS", "BRA", "ISETP", "FSETP")):
             continue
-        if (dest := re.match(r"R(\d+)", op[1])) and int(dest.group(1)) in q:
-            out.append(ln)
+        if not ((dest := re.match(r"R(\d+)", op[1])) and int(dest.group(1)) in q):
+            continue
+        reg = re.compile(rf"\bR{dest.group(1)}\b")
+        after = next((o for o in ops[k + 1:] if reg.search(" ".join(o[1:]))), None)
+        if after is None or not after[0].startswith("LDSM"):
+            out.append(lines[k])
     return out
 
 

@@ -32,7 +32,9 @@ CASES = [
     ({"WGS_D64": 3, "BLOCK_N_D64": 64, "WGS_D128": 2, "PRODUCER_REGS": 24}, {64: 3, 128: 2}),
     ({"WGS_D64": 3, "BLOCK_N_D64": 64, "WGS_D128": 1, "PRODUCER_REGS": 32, "PINGPONG": False}, {64: 3, 128: 1}),
     # spilled 52-108 B until the epilogue's addresses and the tile count stopped living across the loop
-    ({"WGS_D64": 3, "BLOCK_N_D64": 128, "PRODUCER_REGS": 24, "PERSISTENT": True}, {64: 3, 128: 2}),
+    # (at BLOCK_N_D64 128; since family version 10's idle warpgroups that one spills 4 B in its causal
+    # kernels again, and BLOCK_N_D64 96 is what the three-consumer winners use)
+    ({"WGS_D64": 3, "BLOCK_N_D64": 96, "PRODUCER_REGS": 24, "PERSISTENT": True}, {64: 3, 128: 2}),
     # and Q in registers at D=128 with BLOCK_N 128 (spilled then; the manifest admits it now)
     ({"Q_IN_REGS": True, "BLOCK_N_D128": 128, "PRODUCER_REGS": 24}, {64: 2, 128: 2}),
 ]
