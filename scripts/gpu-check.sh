@@ -64,7 +64,8 @@ for stage in "$@"; do
       python3 scripts/scale_check.py --db "sqlite:////tmp/$study.sqlite" --study "$study" 2>&1 | tee -a "$OUT/scale.log" ;;
     wgmma)
       # every fp16 FAST case and the bf16 ones issue 10's package bench measures (EVO_WGMMA_CASES);
-      # EVO_START_FROM=studies (with EVO_START_TOP) seeds a new study from their best (docs/search.md)
+      # EVO_START_FROM=studies (with EVO_START_TOP) seeds a new study from their best (docs/search.md);
+      # EVO_SEED: the sampler seed (default 1)
       log "evolution of flash_wgmma: ${arg:-240} s, evo sampler, ${EVO_WGMMA_CASES:-F1-F8,F6-F7-bf16}"
       # no evaluation starts past the budget (one in flight finishes, up to its request timeout);
       # an interrupt 90 s after it (the run re-queues its open trials and keeps what it measured)
@@ -72,7 +73,7 @@ for stage in "$@"; do
       start=(); [ -n "${EVO_START_FROM:-}" ] && start=(--start-from "$EVO_START_FROM" --start-top "${EVO_START_TOP:-8}")
       timeout -s INT -k 30 $(( ${arg:-240} + 90 )) $EVO run --study "${EVO_STUDY:-wgmma}" --families flash_wgmma "${start[@]}" \
         --sampler evo --trials 400 --time-budget "${arg:-240}" --cases "${EVO_WGMMA_CASES:-F1-F8,F6-F7-bf16}" \
-        --batch "${EVO_WGMMA_BATCH:-4}" --jobs 16 --seed 1 2>&1 | tee -a "$OUT/wgmma-run.log" | tail -25
+        --batch "${EVO_WGMMA_BATCH:-4}" --jobs 16 --seed "${EVO_SEED:-1}" 2>&1 | tee -a "$OUT/wgmma-run.log" | tail -25
       $EVO lineage --study "${EVO_STUDY:-wgmma}" 2>&1 | tee "$OUT/wgmma-lineage.txt" | head -40
       $EVO insights --study "${EVO_STUDY:-wgmma}" 2>&1 | tee "$OUT/wgmma-insights.txt" | head -40 ;;
     bench)
