@@ -68,7 +68,7 @@ class World:
     empty_v: list[MBarrier] = field(default_factory=list)
     full_q: MBarrier = field(default_factory=lambda: MBarrier(1))
     empty_q: MBarrier = field(default_factory=lambda: MBarrier(1))
-    turn_tokens: list[int] = field(default_factory=lambda: [0, 0, 0])
+    turn_tokens: list[int] = field(default_factory=list)   # per consumer: hand-overs waiting at its named barrier
     reading: dict[tuple[str, int], set[int]] = field(default_factory=dict)   # (K|V, stage) -> consumers in it
 
     def snapshot(self) -> tuple:
@@ -83,6 +83,7 @@ class World:
         self.empty_k = [MBarrier(self.wgs) for _ in range(self.stages)]   # one arrival per consumer here
         self.empty_v = [MBarrier(self.wgs) for _ in range(self.stages)]
         self.empty_q = MBarrier(self.wgs)
+        self.turn_tokens = [0] * self.wgs
 
 
 Step = Iterator[None]   # an agent yields while it waits; the scheduler resumes it

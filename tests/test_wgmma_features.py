@@ -126,6 +126,11 @@ def _code(body: str) -> list[str]:
             if re.match(r"\s+/\*[0-9a-f]{4}\*/", ln)]
 
 
+def _unpredicated(ins: str) -> str:
+    """One instruction of :func:`_code` without its guard predicate (``@P0``, ``@!UP1``)."""
+    return ins.split(None, 1)[1] if ins.startswith("@") else ins
+
+
 @pytest.mark.parametrize("genes", [{"WGS_D64": 3, "BLOCK_N_D64": 96}, {"BLOCK_N_D64": 64, "INTRA_WG_OVERLAP": False}])
 def test_causal_trim_changes_only_the_causal_kernels(genes: dict[str, object], tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,11 +166,10 @@ def q_register_clobbers(body: str) -> list[str]:
     from registers, B not transposed: the P V ones read P with a transposed V), unless the next
     instruction that names the register is an LDSM (a value used as an LDSM address, or dead,
     before Q is loaded into it: ptxas computes Q's own addresses in Q's registers)."""
-    lines = [ln.split(";")[0].split("*/", 1)[1].strip() for ln in body.splitlines()
-             if re.match(r"\s+/\*[0-9a-f]{4}\*/", ln)]
+    lines = _code(body)
     q = {int(m.group(1)) + i for ln in lines
          if (m := re.search(r"HGMMA\.\S+ R\d+, R(\d+), gdesc\[\w+\](?!\.tnspB)", ln)) for i in range(4)}
-    ops = [ln.split()[1:] if ln.startswith("@") else ln.split() for ln in lines]
+    ops = [_unpredicated(ln).split() for ln in lines]
     out = []
     for k, op in enumerate(ops):
         if len(op) < 2 or op[0].startswith(("LDSM", "HGMMA", "ST", "BAR", "WARPGROUP", "SYNCS", "BRA", "ISETP", "FSETP")):
@@ -201,8 +205,7 @@ def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: 
 def softmax_exps_beside_pv(body: str) -> list[int]:
     """For each wait for S (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: P V of the tile before is still in
     flight), the exponentials (MUFU.EX2) issued before the wait for that P V (``gsb0, 0x0``)."""
-    ops = [op for op in (ins.split(None, 1)[1] if ins.startswith("@") else ins for ins in _code(body))
-           if op.startswith(("WARPGROUP.DEPBAR.LE gsb0", "MUFU.EX2"))]
+    ops = [op for op in map(_unpredicated, _code(body)) if op.startswith(("WARPGROUP.DEPBAR.LE gsb0", "MUFU.EX2"))]
     counts = []
     for i, op in enumerate(ops):
         if op.endswith("0x1"):
@@ -245,10 +248,7 @@ def test_branches_on_the_consumer_index_are_warp_uniform(genes: dict[str, object
     causal case 4-7 % slower (family version 10's first build). The consumer index is broadcast
     from lane 0 now, so a causal kernel carries no more of them than its full twin."""
     functions = sass_by_function(genes, tmp_path, monkeypatch)
-    def opcode(ins: str) -> str:
-        words = ins.split()
-        return words[1] if words[0].startswith("@") else words[0]
-    bssy = {name: sum(opcode(ins) == "BSSY" for ins in _code(body)) for name, body in functions.items()}
+    bssy = {name: sum(_unpredicated(ins).split()[0] == "BSSY" for ins in _code(body)) for name, body in functions.items()}
     for name, n in bssy.items():
         if "_causal" in name:
             assert n <= bssy[name.replace("_causal", "_full")] + 1, bssy
