@@ -13,12 +13,15 @@ What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
 
 - Clocks: every op replays untimed before its samples in each round (as long as the samples
   take, up to ``WARM_MS``), so it is measured at the clocks its own load settles to, not the
-  previous op's. In a case of long launches (``LONG_LAUNCH_US``) a GPU at its power limit
-  clocks each kernel by its own draw, and the state it inherits lasts: on an H100 at F8 the
-  same cuDNN graph measured 1729 us interleaved and 1987 us after 300 ms of itself. So there
-  each op first runs ``STEADY_WARM_MS`` of its own replays whenever another op ran since its
-  last samples: every op is timed in its own steady state, and a second measurement taken
-  the same way agrees with the first (dev/perf-notes.md, 2026-11-23).
+  previous op's. In a long case (:func:`steady_case`) a GPU at its power limit clocks each
+  kernel by its own draw, and the state it inherits lasts: on an H100 at F8 the same cuDNN
+  graph measured 1729 us interleaved and 1987 us after 300 ms of itself. So there each op
+  first runs ``STEADY_WARM_MS`` of its own replays whenever another op ran since its last
+  samples: every op is timed in its own steady state, and a second measurement taken the same
+  way agrees with the first (dev/perf-notes.md, 2026-11-23). Which cases are long is a
+  property of the shape alone, never of the ops timed in it, so a candidate gets the same
+  rule alone (a search), beside one baseline (promote's confirmation) or beside all of them
+  (``evo bench``).
 - Spread: a case where any op's p80 - p20 exceeds ``SPREAD_LIMIT`` of its median is measured
   again (``remeasure`` times at most) instead of being recorded; if it stays wide, the
   narrowest attempt is recorded and flagged.
@@ -73,7 +76,7 @@ L2_FACTOR = 2.5               # rotated inputs total this many L2 sizes
 RECHECK_FAILED = "re-check FAILED"
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
 WARM_MS = 20.0                # untimed replays before each op's samples, every round (at most)
-LONG_LAUNCH_US = 200.0        # a case with launches this long times each op in its own steady state:
+STEADY_FLOOR_US = 20.0        # a case whose roofline floor is this long times each op in its own steady state:
 STEADY_WARM_MS = 300.0        # this long of its own replays whenever another op ran since its last samples
 SPREAD_LIMIT = 0.05           # (p80 - p20) / median above this: measure the case again
 REMEASURE = 2                 # at most this many more attempts
@@ -196,6 +199,18 @@ def io_bytes(shape: Shape) -> float:
 def floor_us(shape: Shape) -> float:
     """The roofline floor: no kernel can be faster than this on any Hopper part."""
     return max(shape.flops / (PEAK_TFLOPS * 1e12), io_bytes(shape) / (PEAK_TBPS * 1e12)) * 1e6
+
+
+def steady_case(shape: Shape) -> bool:
+    """Whether ``shape`` is a long case, timed in each op's steady state (module docstring):
+    its roofline floor is at least ``STEADY_FLOOR_US``. The rule reads the shape alone. It used
+    to read the launches of the ops being timed (any at 200 us or more), so a case changed
+    protocol with the company a candidate kept: promote's confirmation timed F4c beside
+    cuDNN alone (both near 150 us: no steady state) and read 418c748103c2 at 141.6 us, the
+    package bench timed it beside the 460 us memory-efficient backend (steady state) at 155.0 us
+    on the same H100 (dev/perf-notes.md, "One clock rule per case"). The suite's F4-F8 have floors of
+    51-1100 us (their SDPA launches take 150 us and more), F1-F3 of 0.4-4.3 us (under 20 us)."""
+    return floor_us(shape) >= STEADY_FLOOR_US
 
 
 def implausible(shape: Shape, median_us: float, baselines: Iterable[Timing]) -> str:
@@ -515,19 +530,16 @@ class CaseRun:
             self.close()
             raise
 
-    def sample(self, rounds: int, reps: int, budget_ms: float, *, fidelity: bool = False,
-               known_us: float = 0.0) -> dict[str, list[float]]:
+    def sample(self, rounds: int, reps: int, budget_ms: float, *, fidelity: bool = False) -> dict[str, list[float]]:
         """Samples per op, interleaved round by round (the starting op rotates); an op whose
         replays are long gets fewer than ``reps`` per round, to stay near ``budget_ms``. In a
-        case of long launches (any op's, or ``known_us``: the longest launch of this case
-        timed elsewhere, the baselines a candidate timed alone is compared with) an op first
-        settles into its own steady state whenever another op ran since its last samples. With
-        ``fidelity``, each op is profiled right after its samples of the last round (into
-        :attr:`fidelity`)."""
+        long case (:func:`steady_case`) an op first settles into its own steady state whenever
+        another op ran since its last samples. With ``fidelity``, each op is profiled right
+        after its samples of the last round (into :attr:`fidelity`)."""
         names = list(self.timers)
         if not names:
             return {}
-        steady = max(known_us, *(t.launch_us for t in self.timers.values())) >= LONG_LAUNCH_US
+        steady = steady_case(self.shape)
         per_round = {n: self.timers[n].affordable(reps, budget_ms / rounds) for n in names}
         samples: dict[str, list[float]] = {n: [] for n in names}
         last = None
@@ -616,7 +628,7 @@ def pick_attempt(shape: Shape, attempts: Sequence[Attempt]) -> int:
 
 def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], seed: int, rounds: int,
               reps: int, warmup: int, budget_ms: float, check: GreenSettings | None, fidelity: bool,
-              remeasure: int, result: CaseTiming, known_us: float = 0.0) -> tuple[Attempt, int]:
+              remeasure: int, result: CaseTiming) -> tuple[Attempt, int]:
     """Measure the case until no op's spread is wide and, with ``fidelity``, the profiler
     confirms every op (``remeasure`` more times at most), checking the candidate's timed
     outputs every time (counted into ``result``; a wrong one ends it). Returns the attempt
@@ -625,7 +637,7 @@ def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], s
     for _ in range(remeasure + 1):
         run = CaseRun(ops, shape, optional=optional, seed=seed, warmup=warmup)
         try:
-            samples = run.sample(rounds, reps, budget_ms, fidelity=fidelity, known_us=known_us)
+            samples = run.sample(rounds, reps, budget_ms, fidelity=fidelity)
             if check is not None and EVO in run.timers:
                 checked, result.output_failure = run.check_outputs(EVO, check)
                 result.outputs_checked += checked
@@ -669,12 +681,8 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
     ops |= {b: sdpa_op(b, shape.causal) for b in backends}
     result = CaseTiming([])
-    # A candidate timed alone keeps the clock rule its baselines were timed under (steady state
-    # when theirs are long launches): at F6 on an H100 a 180 us candidate timed alone after 20 ms
-    # of warm-up ran at boost clocks, 14% faster than beside the SDPA backends it was compared with.
-    known_us = max((t.median_us for t in known if t.shape == shape), default=0.0)
     kw = dict(optional=backends, rounds=rounds, reps=reps, warmup=warmup, budget_ms=budget_ms,
-              check=check, remeasure=remeasure, result=result, known_us=known_us)
+              check=check, remeasure=remeasure, result=result)
     attempt, tries = _attempts(ops, shape, seed=seed, fidelity=fidelity, **kw)  # type: ignore[arg-type]
     result.timings = _timings(shape, attempt, tries)
     if candidate is None or result.output_failure or not result.timings:

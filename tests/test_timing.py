@@ -460,12 +460,12 @@ def test_sampling_warms_up_with_untimed_replays_first(gpu: VirtualGpu) -> None:
     assert time_graph(lambda: gpu.work(0.002), reps=3) == pytest.approx([2.0] * 3)
 
 
-def _case_run(ops: dict[str, object]) -> object:
+def _case_run(ops: dict[str, object], shape: Shape = F1) -> object:
     """A CaseRun over already-captured timers (the inputs of a real one need a GPU)."""
     from evo.timing import CaseRun
 
     run = CaseRun.__new__(CaseRun)
-    run.timers, run.fidelity, run.shape = dict(ops), {}, F1  # type: ignore[attr-defined]
+    run.timers, run.fidelity, run.shape = dict(ops), {}, shape  # type: ignore[attr-defined]
     return run
 
 
@@ -483,36 +483,37 @@ def test_sampling_a_case_reports_progress_after_each_ops_samples(gpu: VirtualGpu
                      "FAST F1-fp16 sdpa_cudnn round 2/2", "FAST F1-fp16 evo round 2/2"]
 
 
-@pytest.mark.parametrize(("launch_ms", "ops", "expected"), [
-    (0.5, 2, 3 * (300 + 4 + 4) + (4 + 4)),  # long, interleaved: an op settles unless it ran just before
-                                            # (round 2 starts with the op that ended round 1)
-    (0.5, 1, (300 + 4 + 4) + (4 + 4)),  # long, alone: it settles once
-    (0.004, 2, 2 * 2 * (4 + 4)),        # short: the usual warm-up only
+@pytest.mark.parametrize(("shape", "launch_ms", "ops", "expected"), [
+    (F8, 0.5, 2, 3 * (300 + 4 + 4) + (4 + 4)),  # long, interleaved: an op settles unless it ran just
+                                                # before (round 2 starts with the op that ended round 1)
+    (F8, 0.5, 1, (300 + 4 + 4) + (4 + 4)),      # long, alone: it settles once
+    (F8, 0.004, 1, (300 + 4 + 4) + (4 + 4)),    # a short launch in a long case settles all the same
+    (F1, 0.5, 2, 2 * 2 * (4 + 4)),              # a long launch in a short case: the usual warm-up only
+    (F1, 0.004, 2, 2 * 2 * (4 + 4)),
 ])
-def test_a_long_case_times_each_op_in_its_own_steady_state(gpu: VirtualGpu, launch_ms: float, ops: int,
-                                                           expected: int) -> None:
+def test_a_long_case_times_each_op_in_its_own_steady_state(gpu: VirtualGpu, shape: Shape, launch_ms: float,
+                                                           ops: int, expected: int) -> None:
     from evo.timing import STEADY_WARM_MS, GraphTimer
 
     assert STEADY_WARM_MS == 300.0
-    run = _case_run({f"op{i}": GraphTimer(lambda: gpu.work(launch_ms)) for i in range(ops)})
+    run = _case_run({f"op{i}": GraphTimer(lambda: gpu.work(launch_ms)) for i in range(ops)}, shape)
     before = gpu.replays
     got = run.sample(rounds=2, reps=4, budget_ms=1000.0)  # type: ignore[attr-defined]
     assert gpu.replays - before == expected    # 1 ms replays: warm-ups counted in replays
     assert all(len(s) == 8 for s in got.values())
 
 
-@pytest.mark.parametrize(("known_us", "expected"), [
-    (600.0, (300 + 4 + 4) + (4 + 4)),   # its baselines were long launches: it settles, as they did
-    (50.0, 2 * (4 + 4)),                # theirs were short too: the usual warm-up only
-])
-def test_a_candidate_timed_alone_keeps_its_baselines_clock_rule(gpu: VirtualGpu, known_us: float,
-                                                                 expected: int) -> None:
-    from evo.timing import GraphTimer
+def test_the_clock_rule_is_the_cases_whatever_is_timed_beside_the_candidate() -> None:
+    """F4-F8 are long cases and F1-F3 are not, causal or not: the rule reads the shape, so a
+    candidate is timed the same way alone, beside one baseline or beside every backend (it once
+    read the ops' launches, and promote's confirmation of F4c beside cuDNN alone ran at boost
+    clocks where the bench's, beside the slow memory-efficient backend, ran in steady state)."""
+    from evo.suites import fast_cases
+    from evo.timing import steady_case
 
-    run = _case_run({"evo": GraphTimer(lambda: gpu.work(0.1))})    # 100 us: short on its own
-    before = gpu.replays
-    run.sample(rounds=2, reps=4, budget_ms=1000.0, known_us=known_us)  # type: ignore[attr-defined]
-    assert gpu.replays - before == expected
+    got = {s.tag: steady_case(s) for s in fast_cases()}
+    assert len(got) == 16
+    assert {t for t, long in got.items() if long} == {f"F{i}{c}-fp16" for i in range(4, 9) for c in ("", "c")}
 
 
 def test_a_rotation_cycles_the_input_sets_and_remembers_each_output() -> None:
