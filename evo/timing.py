@@ -341,10 +341,6 @@ class GraphTimer:
                 self.replay_ms = self._replays(2)[-1]
         torch.cuda.current_stream().wait_stream(self.stream)
 
-    @property
-    def launch_us(self) -> float:
-        return self.replay_ms * 1e3 / self.launches
-
     def _round(self, n: int) -> int:
         """Clamp to [1, MAX_LAUNCHES] and round up to whole input rotations."""
         n = max(1, min(n, MAX_LAUNCHES))

@@ -65,7 +65,6 @@ class EagerTimer:
         for _ in range(warmup):
             fn()
         self.launches, self.replay_ms = self.period, 1.0
-        self.launch_us = 1e3 / self.launches
         self.replays = 0
 
     def replay(self, times: int = 1) -> None:
