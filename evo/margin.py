@@ -23,7 +23,7 @@ from evo.results import CheckResult
 # near it passes one draw and fails the next: twice a conditional-rescaling (LAZY_D128) kernel
 # passed GREEN and promote's verification, then failed the package's stress test at 1.06x the
 # tolerance (studies wgmma5, wgmma6). Over every stored check of flash_wgmma kernels with exact
-# rescaling (about 10,000, dev/gpu-runs/*/evo.sqlite.gz) the worst error was 0.57 of the
+# rescaling (about 10,000, the GPU-run databases of dev/gpu-runs/DATABASES.md) the worst error was 0.57 of the
 # tolerance; with conditional rescaling, up to 1.03.
 TOLERANCE_SHARE = 0.75
 GREEN_SHARE = "green_share"    # trial user attr: {"64": worst share, "128": ...}
