@@ -1,9 +1,10 @@
 """evo: evolve fast attention (SDPA forward) CUDA kernels from Jinja2 template families.
 
-The package is a pipeline of small stages (see docs/design.md): ``space`` validates a candidate
-against its family manifest, ``render`` turns it into CUDA source, ``build`` compiles it to a
-cubin, the GPU ``worker`` gates (GREEN) and times (FAST) it, ``store`` keeps everything, and
-``search`` proposes the next candidates.
+The package is a pipeline of stages, a subpackage each (docs/design.md, Layers): ``family``
+validates a candidate against its manifest and renders its CUDA source, ``toolchain`` compiles it
+to a cubin, the ``gpu`` worker gates (GREEN) and times (FAST) it, ``store`` keeps everything,
+``search`` proposes the next candidates, ``analysis`` and ``products`` turn the store into
+lineage, insights, packages and benchmarks.
 
 The Python API (:mod:`evo.api`, docs/api.md) is reachable from here -- ``evo.open_db``,
 ``evo.run``, ``evo.build_candidates``, ``evo.evaluate_candidate``, ``evo.benchmark``,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from evo.version import __version__
 
 __all__ = ["__version__", "benchmark", "build_candidates", "candidate", "evaluate_candidate", "fast_shapes",
            "lineage_graph", "open_db", "promote_winners", "run"]

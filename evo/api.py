@@ -9,8 +9,8 @@ notebook or a script calls them directly::
     graph = evo.lineage_graph(db, summary.study)
     package = evo.promote_winners("attn", "dist", db=db, study=summary.study)
 
-The names say what each does and stay clear of evo's modules of the same stem (``evo.build``,
-``evo.evaluate``, ``evo.bench``, ``evo.promote`` and ``evo.lineage`` are modules, so a
+The names say what each does and stay clear of evo's modules of the same stem (``evo.toolchain.build``,
+``evo.gpu.evaluate``, ``evo.products.bench``, ``evo.products.promote`` and ``evo.analysis.lineage`` are modules, so a
 function of that name on the package would be replaced by the module as soon as it is
 imported).
 
@@ -18,9 +18,9 @@ imported).
   :func:`open_db`, left open), a SQLite file path or a SQLAlchemy URL (opened and closed
   around the call), or None for the default (``$EVO_DB``, else ``<EVO_HOME>/db/evo.sqlite``).
   Functions that only read refuse a SQLite file that does not exist.
-- Workers: GREEN and FAST run in a crash-isolated worker process (:mod:`evo.worker`).
+- Workers: GREEN and FAST run in a crash-isolated worker process (:mod:`evo.gpu.worker`).
   ``target`` names what that process runs, as ``"module:function"``; None is the GPU worker
-  (:data:`evo.worker.DEFAULT_TARGET`) and needs a visible CUDA GPU. Another target (the CPU
+  (:data:`evo.gpu.worker.DEFAULT_TARGET`) and needs a visible CUDA GPU. Another target (the CPU
   stand-ins of ``tests/fixtures/worker/``, for example) drives the same workflow without one.
 - Runs: every function that writes records one run in ``evo_runs`` (:meth:`Store.recording
   <evo.store.Store.recording>`): ``done``, ``failed``, or ``interrupted`` on Ctrl-C.
@@ -45,16 +45,16 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from evo import paths
 from evo.errors import EvoError
-from evo.manifest import Family, Value, list_families, load_family
-from evo.render import Rendered, render
+from evo.family.manifest import Family, Value, list_families, load_family
+from evo.family.render import Rendered, render
 from evo.results import BuildResult, Evaluation, Shape, Status
-from evo.space import Candidate, all_candidates, listable, make_candidate, parse_assignments, random_candidates
+from evo.family.space import Candidate, all_candidates, listable, make_candidate, parse_assignments, random_candidates
 from evo.store import Store, open_store
 from evo.vocab import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # the search, lineage and promote modules load when their function is called
-    from evo.lineage import Lineage
-    from evo.promote import Promoted
+    from evo.analysis.lineage import Lineage
+    from evo.products.promote import Promoted
     from evo.search.loop import Reporter, RunSummary
 
 DB = Store | str | os.PathLike[str] | None
@@ -200,7 +200,7 @@ def build_candidates(families: Sequence[str] = (), params: Params = None, *, ran
     ``on_start(n)`` is told how many distinct builds there are, once the input is checked;
     ``on_done(result)`` is called as each one is known (cache hits first).
     """
-    from evo import build
+    from evo.toolchain import build
 
     names = list(families) or list_families()
     if not names:
@@ -260,7 +260,7 @@ class Evaluated:
 
 def fast_shapes(cases: str | Sequence[str] | None = None, dtype: str = "fp16") -> tuple[Shape, ...]:
     """FAST cases by name (``"F1,F3c,F5-F8"`` or a list of such names; None: the whole suite)."""
-    from evo.suites import fast_cases
+    from evo.gpu.suites import fast_cases
 
     select = [cases] if isinstance(cases, str) else list(cases) if cases is not None else None
     return tuple(fast_cases(select, dtype))
@@ -268,7 +268,7 @@ def fast_shapes(cases: str | Sequence[str] | None = None, dtype: str = "fp16") -
 
 def _target(target: str | None) -> str:
     """The worker target to run: ``target``, else the GPU worker, which needs a visible GPU."""
-    from evo.worker import DEFAULT_TARGET, require_gpu
+    from evo.gpu.worker import DEFAULT_TARGET, require_gpu
 
     if target is None:
         require_gpu()
@@ -303,8 +303,8 @@ def evaluate_candidate(family: str | None = None, params: Params = None, *, cand
     before the worker starts. The evaluation's status is in ``result.evaluation.status``
     (``fast`` when it passed GREEN and was timed).
     """
-    from evo.build import build_batch, default_arch
-    from evo.worker import EvalRequest, Worker
+    from evo.toolchain.build import build_batch, default_arch
+    from evo.gpu.worker import EvalRequest, Worker
 
     if (family is None) == (candidate_id is None):
         raise EvoError("give a FAMILY (with -p KEY=VALUE ...) or --id ID, not both" if family
@@ -360,9 +360,9 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
     profiler's fidelity check; writes ``benchmarks/<gpu>-<day>-<sha>.json`` under ``out``
     (default ``<EVO_HOME>/benchmarks``) and BENCHMARKS.md beside it. A stored candidate is
     rebuilt from today's templates and must build under its stored id."""
-    from evo.bench import run_bench
-    from evo.build import build_batch
-    from evo.worker import EvalRequest
+    from evo.products.bench import run_bench
+    from evo.toolchain.build import build_batch
+    from evo.gpu.worker import EvalRequest
 
     if package and (candidate_ids or best):
         raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
@@ -439,10 +439,10 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
 
 
 def lineage_graph(db: DB = None, study: str | None = None, baseline: str = DEFAULT_BASELINE) -> Lineage:
-    """The search tree of ``study`` (every candidate when None) as an :class:`evo.lineage.Lineage`:
+    """The search tree of ``study`` (every candidate when None) as an :class:`evo.analysis.lineage.Lineage`:
     ``nodes`` (id -> label, status, score against ``baseline``) and ``links`` (parent, child,
     the move, its effect). A study is scored on the FAST cases it was created with."""
-    from evo.lineage import build_lineage
+    from evo.analysis.lineage import build_lineage
     from evo.search.study import study_cases
 
     with _opened(db, create=False) as store:
@@ -458,12 +458,12 @@ def promote_winners(name: str, out: str | os.PathLike[str], *, db: DB = None, st
                     min_speedup: float = 1.0, version: str = "0.1.0", force: bool = False,
                     verify: bool = True, confirm: bool = False, note: Callable[[str], None] | None = None) -> Promoted:
     """Write the pip package ``out/name`` from the per-bucket winners (``evo promote``); returns
-    :class:`evo.promote.Promoted`. The winners are first verified on the GPU over every bucket
+    :class:`evo.products.promote.Promoted`. The winners are first verified on the GPU over every bucket
     they serve and the package's tests run there; ``verify=False`` skips both (for a machine
     without a GPU) and the package's PROVENANCE.json says so. ``confirm``: route a bucket to a
-    kernel only on a win timed beside SDPA (:mod:`evo.confirm`; needs the GPU); ``note`` hears of
+    kernel only on a win timed beside SDPA (:mod:`evo.products.confirm`; needs the GPU); ``note`` hears of
     each winner as its timing starts."""
-    from evo.promote import promote
+    from evo.products.promote import promote
 
     url = require_database(_url(db))
     return promote(name, Path(out), db_url=url, study=study, candidate_ids=list(candidate_ids),

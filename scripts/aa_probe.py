@@ -5,7 +5,7 @@ runs (git 2e544b5 and c8647bb: F4c, F5, F6-bf16), with the profiler's busy time 
 although the package makes the same SDPA call. Either the package path costs GPU time, or FAST
 favours the ops it times after the candidate. Here the candidate slot holds (a) SDPA's default
 call itself and (b) the call as the package makes it (explicit ``attn_mask=None,
-dropout_p=0.0, scale=None``), each timed by :func:`evo.timing.time_case` exactly as a search
+dropout_p=0.0, scale=None``), each timed by :func:`evo.gpu.timing.time_case` exactly as a search
 times a kernel; an unbiased harness gives 1.00 for both, within the spread. Given an installed
 package's name, (c) its ``attention`` too (on shapes it routes to SDPA that isolates the package).
 
@@ -21,7 +21,7 @@ from typing import Any
 import torch.nn.functional as F
 
 from evo.api import fast_shapes
-from evo.timing import sdpa_op, time_case
+from evo.gpu.timing import sdpa_op, time_case
 
 
 def package_call(causal: bool) -> Any:

@@ -1,6 +1,6 @@
 """Why FAST and the profiler disagree (GPU host, diagnostic for docs/design.md's fidelity check).
 
-For a few FAST cases, a family default and the SDPA backends are captured once (evo.timing's
+For a few FAST cases, a family default and the SDPA backends are captured once (evo.gpu.timing's
 CaseRun), then measured four ways while nvidia-smi logs the SM clock and power every 10 ms:
   A  FAST as evo bench runs it (interleaved rounds)
   B  the profiler as evo bench runs it now (20 ms warm-up, 10 profiled replays)
@@ -21,12 +21,12 @@ from typing import Any
 import torch
 
 from evo.api import fast_shapes
-from evo.build import build_batch, default_arch
-from evo.render import render
+from evo.toolchain.build import build_batch, default_arch
+from evo.family.render import render
 from evo.results import Status
-from evo.runtime import load_kernels
-from evo.space import make_candidate
-from evo.timing import WARM_MS, CaseRun, profile, sdpa_op
+from evo.gpu.runtime import load_kernels
+from evo.family.space import make_candidate
+from evo.gpu.timing import WARM_MS, CaseRun, profile, sdpa_op
 from evo.vocab import EVO
 
 BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_default")

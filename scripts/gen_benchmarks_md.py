@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from evo import paths
-from evo.bench import regenerate
+from evo.products.bench import regenerate
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -4,7 +4,7 @@ Builds FAMILY with PARAMS (``K=V,K=V``, parsed and checked as `evo eval -p` does
 own process under a time limit, so a hung kernel costs one phase, not the call:
   eager    2000 launches per case over 16 input sets, one synchronize at the end
   ragged   300 launches of random (B, H, L) with L in 1..2048, both causal modes
-  bench    evo.timing.time_case per case as `evo bench` runs it (interleaved with SDPA,
+  bench    evo.gpu.timing.time_case per case as `evo bench` runs it (interleaved with SDPA,
            fidelity, timed outputs checked)
 Prints one line per phase: ok with what ran, or HUNG / FAILED with the time limit or the error.
 Usage: python scripts/hang_probe.py FAMILY PARAMS [CASES] [LIMIT_S]
@@ -26,9 +26,9 @@ def run_phase(phase: str, family: str, params: str, cases: str) -> str:
     import torch
 
     from evo.api import candidate, fast_shapes
-    from evo.build import build_batch, default_arch
+    from evo.toolchain.build import build_batch, default_arch
     from evo.results import Status
-    from evo.runtime import load_kernels
+    from evo.gpu.runtime import load_kernels
 
     rendered = candidate(family, [p for p in params.split(",") if p])
     (built,) = build_batch([rendered], arch=default_arch())
@@ -51,8 +51,8 @@ def run_phase(phase: str, family: str, params: str, cases: str) -> str:
             kernels.launch(q, k, v, o, causal=rng.random() < 0.5)
         torch.cuda.synchronize()
         return "300 random shapes"
-    from evo.suites import green_settings
-    from evo.timing import time_case
+    from evo.gpu.suites import green_settings
+    from evo.gpu.timing import time_case
 
     out = []
     for shape in shapes:

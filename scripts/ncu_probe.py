@@ -23,9 +23,9 @@ def main(argv: list[str]) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from evo.api import candidate, fast_shapes
-    from evo.build import build_batch, default_arch
+    from evo.toolchain.build import build_batch, default_arch
     from evo.results import Status
-    from evo.runtime import load_kernels
+    from evo.gpu.runtime import load_kernels
 
     family, params, cases = argv[0], argv[1], argv[2]
     rendered = candidate(family, [p for p in params.split(",") if p])

@@ -57,10 +57,10 @@ def _child(family: str, params: dict[str, Any], cubin: str, time_cases: list[str
     try:
         import torch
 
-        from evo import suites, timing
-        from evo.render import render
-        from evo.runtime import CandidateKernels
-        from evo.space import make_candidate
+        from evo.gpu import suites, timing
+        from evo.family.render import render
+        from evo.gpu.runtime import CandidateKernels
+        from evo.family.space import make_candidate
 
         rendered = render(make_candidate(family, params))
         kern = CandidateKernels(cubin, rendered.entries, 0)
@@ -94,10 +94,10 @@ def main() -> int:
     ap.add_argument("--json", default="", help="write every record here")
     args = ap.parse_args()
 
-    from evo.build import build_batch, default_arch
-    from evo.manifest import load_family
-    from evo.render import render
-    from evo.space import make_candidate, parse_assignments
+    from evo.toolchain.build import build_batch, default_arch
+    from evo.family.manifest import load_family
+    from evo.family.render import render
+    from evo.family.space import make_candidate, parse_assignments
 
     fam = load_family(args.family)
     configs = [{} if c == "default" else parse_assignments(fam, c.split(",")) for c in (args.config or ["default"])]

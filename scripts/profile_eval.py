@@ -16,12 +16,12 @@ import sys
 import time
 
 from evo.api import fast_shapes
-from evo.build import build_batch, default_arch
-from evo.evaluate import Session, evaluate
-from evo.render import render
+from evo.toolchain.build import build_batch, default_arch
+from evo.gpu.evaluate import Session, evaluate
+from evo.family.render import render
 from evo.results import Status
-from evo.space import make_candidate
-from evo.worker import EvalRequest
+from evo.family.space import make_candidate
+from evo.gpu.worker import EvalRequest
 
 
 def main(families: list[str]) -> None:

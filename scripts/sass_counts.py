@@ -21,10 +21,10 @@ import shutil
 import subprocess
 import sys
 
-from evo.build import build_batch
-from evo.manifest import load_family
-from evo.render import render
-from evo.space import make_candidate
+from evo.toolchain.build import build_batch
+from evo.family.manifest import load_family
+from evo.family.render import render
+from evo.family.space import make_candidate
 from evo.store import open_store
 
 OPCODES = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from evo.render import Rendered, render
+from evo.family.render import Rendered, render
 from evo.results import BuildResult, CheckResult, Evaluation, Resources, Shape, Status, Timing
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"

@@ -13,11 +13,11 @@ import math
 import random
 from pathlib import Path
 
-from evo.manifest import load_family
-from evo.replay import Record, Recording, new_header, save_recording
+from evo.family.manifest import load_family
+from evo.store.recording import Record, Recording, new_header, save_recording
 from evo.results import Shape, Status
-from evo.space import all_candidates, launch_config
-from evo.suites import fast_cases
+from evo.family.space import all_candidates, launch_config
+from evo.gpu.suites import fast_cases
 
 FAMILIES = ("flash_mma", "flash_scalar")
 SMEM_BUDGET = 160 * 1024

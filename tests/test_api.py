@@ -152,7 +152,7 @@ def test_a_candidate_that_does_not_build_is_an_error_and_a_failed_run(env: Path)
 
 
 def test_evaluate_without_a_target_needs_a_gpu(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("evo.worker.gpu_count", lambda: 0)
+    monkeypatch.setattr("evo.gpu.worker.gpu_count", lambda: 0)
     with pytest.raises(EvoError, match="no CUDA GPU"):
         api.evaluate_candidate("tiny", db=env / "evo.sqlite")
     with pytest.raises(EvoError, match="no CUDA GPU"):

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from evo import backends
-from evo.build import build_batch, build_id_for, load_cached
+from evo.family import backends
+from evo.toolchain.build import build_batch, build_id_for, load_cached
 from evo.errors import EvoError, LaunchRejected
-from evo.gate import check_case
-from evo.manifest import load_family, load_family_dir
-from evo.pykernels import ModuleKernels
-from evo.render import render
+from evo.gpu.gate import check_case
+from evo.family.manifest import load_family, load_family_dir
+from evo.gpu.pykernels import ModuleKernels
+from evo.family.render import render
 from evo.results import Shape, Status
-from evo.runtime import load_kernels
-from evo.space import make_candidate
-from evo.suites import green_settings
+from evo.gpu.kernels import load_kernels
+from evo.family.space import make_candidate
+from evo.gpu.suites import green_settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 

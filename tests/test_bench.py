@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from evo.bench import (
+from evo.products.bench import (
     COLUMNS, case_records, fidelity_summary, load_records, make_record, package_routes, regenerate,
     render_benchmarks_md, served_by,
     run_bench, write_record,
 )
 from evo.errors import EvoError
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.worker import EvalRequest
+from evo.gpu.worker import EvalRequest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE = FIXTURES / "bench" / "nvidia-h100-80gb-hbm3-20261120-abc1234.json"
@@ -212,6 +212,6 @@ def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyP
             sent.append(dict(request.options))
             return profiled_eval()
 
-    monkeypatch.setattr("evo.bench.Worker", Recorder)
+    monkeypatch.setattr("evo.products.bench.Worker", Recorder)
     run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(F1,)))], out_dir=tmp_path / "b")
     assert sent and sent[0]["fidelity"] is True and sent[0]["interleave"] is True

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from evo.errors import EvoError
-from evo.replay import record_key
-from evo.search.bench.problem import UNMEASURED, Problem, Tally, candidate_key
-from evo.space import all_candidates
-from evo.manifest import load_family
+from evo.store.recording import record_key
+from evo.samplerbench.problem import UNMEASURED, Problem, Tally, candidate_key
+from evo.family.space import all_candidates
+from evo.family.manifest import load_family
 from synthetic_sweep import make_recording
 
 

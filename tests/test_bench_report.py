@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from evo.search.bench.entrants import Entrant
-from evo.search.bench.problem import Problem
-from evo.search.bench.report import OVER, section, table
-from evo.search.bench.run import RunResult
+from evo.samplerbench.entrants import Entrant
+from evo.samplerbench.problem import Problem
+from evo.samplerbench.report import OVER, section, table
+from evo.samplerbench.run import RunResult
 from synthetic_sweep import make_recording
 
 

@@ -9,16 +9,16 @@ from pathlib import Path
 import optuna
 import pytest
 
-from evo.replay import record_key
-from evo.search.bench import kt_runner
-from evo.search.bench.entrants import Entrant
-from evo.search.bench.optuna_runner import run_optuna
-from evo.search.bench.problem import Problem
+from evo.store.recording import record_key
+from evo.samplerbench import kt_runner
+from evo.samplerbench.entrants import Entrant
+from evo.samplerbench.optuna_runner import run_optuna
+from evo.samplerbench.problem import Problem
 from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
 from evo.search.params import from_trial_params
-from evo.space import make_candidate
-from evo.suites import fast_cases
+from evo.family.space import make_candidate
+from evo.gpu.suites import fast_cases
 from synthetic_sweep import make_recording
 
 CASES = ["F1", "F6"]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from evo.search.bench.stats import mann_whitney, quantile, quartiles, ranks
+from evo.samplerbench.stats import mann_whitney, quantile, quartiles, ranks
 
 INF = math.inf
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from evo import build
-from evo.build import build_batch, gencode, load_cached, resource_problems
+from evo.toolchain import build
+from evo.toolchain.build import build_batch, gencode, load_cached, resource_problems
 from evo.errors import EvoError
-from evo.render import Entry, Rendered, render
+from evo.family.render import Entry, Rendered, render
 from evo.results import Resources, Status
-from evo.space import LaunchConfig, make_candidate
+from evo.family.space import LaunchConfig, make_candidate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

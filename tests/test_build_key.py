@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from evo import build
-from evo.build import build_batch, build_id_for, load_cached
+from evo.toolchain import build
+from evo.toolchain.build import build_batch, build_id_for, load_cached
 from evo.errors import EvoError
-from evo.render import Rendered, build_id, build_key, render
+from evo.family.render import Rendered, build_id, build_key, render
 from evo.results import Status
-from evo.space import LaunchConfig, make_candidate
+from evo.family.space import LaunchConfig, make_candidate
 
 TINY = Path(__file__).parent / "fixtures" / "templates" / "tiny"
 NVCC = ("13.0.88", "Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0")

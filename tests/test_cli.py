@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evo import __version__, paths
-from evo.replay import newest_recording
+from evo.store.recording import newest_recording
 
 SCRIPT = Path(sys.executable).with_name("evo")  # the console script pip installs beside python
 EVO = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "evo"]  # a source tree on PYTHONPATH

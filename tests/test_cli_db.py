@@ -10,7 +10,7 @@ import pytest
 from store_fixture import CHILD, FIXTURES, PARENT, populate, tiny
 
 from evo.cli import main
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import open_store
 
 

@@ -1,4 +1,4 @@
-"""The sampler benchmark's parts that need no optional package (evo/search/bench/): Kernel
+"""The sampler benchmark's parts that need no optional package (evo/samplerbench/): Kernel
 Tuner's search space and cache file (written without Kernel Tuner), which entrants run and
 which are skipped with a note, how a run stops, serial and parallel runs agreeing, the plot's
 curves, and the one-line refusals of bad options. tests/test_bench_runners.py runs Kernel
@@ -17,14 +17,14 @@ import optuna
 import pytest
 
 from evo.errors import EvoError
-from evo.manifest import Param, load_family
+from evo.family.manifest import Param, load_family
 from evo.results import Shape
-from evo.search.bench import doc, entrants, kt_runner, plot, stats
-from evo.search.bench.entrants import Entrant, resolve
-from evo.search.bench.optuna_runner import run_optuna
-from evo.search.bench.problem import UNMEASURED, Problem, Tally
-from evo.search.bench.run import RunResult, Spec, benchmark
-from evo.suites import fast_cases
+from evo.samplerbench import doc, entrants, kt_runner, plot, stats
+from evo.samplerbench.entrants import Entrant, resolve
+from evo.samplerbench.optuna_runner import run_optuna
+from evo.samplerbench.problem import UNMEASURED, Problem, Tally
+from evo.samplerbench.run import RunResult, Spec, benchmark
+from evo.gpu.suites import fast_cases
 from synthetic_sweep import make_recording
 
 CASES = ["F1", "F6"]

@@ -1,4 +1,4 @@
-"""evo/build.py's edges with stand-in tools: an nvcc that exits 0 without a cubin or without a
+"""evo/toolchain/build.py's edges with stand-in tools: an nvcc that exits 0 without a cubin or without a
 ptxas report, a ninja that dies before building, tools found (or not) where the docs say,
 nvcc's version text, the family's arches, and which GPU picks the arch."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from test_build import _env, tiny  # noqa: F401  (_env: the autouse fixture, the tiny family's templates and a private cache)
 
-from evo import build
-from evo.build import build_batch, load_cached
+from evo.toolchain import build
+from evo.toolchain.build import build_batch, load_cached
 from evo.errors import EvoError
-from evo.render import render
+from evo.family.render import render
 from evo.results import Status
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 
 LAST_TWO_ARGS = 'for a; do o=$n; n=$a; done'  # $o: the cubin nvcc is asked to write (-o FILE SOURCE)
 

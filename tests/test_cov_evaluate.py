@@ -1,4 +1,4 @@
-"""evo/evaluate.py's loading of what a request names, on CPU: a built Python-module candidate
+"""evo/gpu/evaluate.py's loading of what a request names, on CPU: a built Python-module candidate
 (the pytiny fixture family: plain torch, so its kernel runs here) is hashed, loaded and wired to
 the FAST op; a promoted package's ``attention`` is called as the op; an artifact rewritten while
 it loads is refused; and the driver version comes from nvidia-smi. tests/test_evaluate.py
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from evo import evaluate, runtime
-from evo.build import build_batch
+from evo.gpu import evaluate, kernels
+from evo.toolchain.build import build_batch
 from evo.errors import EvoError
-from evo.render import render
+from evo.family.render import render
 from evo.results import Evaluation, Status
-from evo.space import make_candidate
-from evo.worker import EvalRequest
+from evo.family.space import make_candidate
+from evo.gpu.worker import EvalRequest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 
@@ -61,7 +61,7 @@ def test_a_built_module_is_hashed_loaded_and_launched_as_the_fast_op(pytiny: Eva
 
 
 def test_an_artifact_rewritten_while_it_loads_is_refused(pytiny: EvalRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    load = runtime.load_kernels
+    load = kernels.load_kernels
 
     def load_while_rebuilt(artifact: str, entries: object, device: int = 0) -> object:
         kernels = load(artifact, entries, device)  # type: ignore[arg-type]
@@ -69,7 +69,7 @@ def test_an_artifact_rewritten_while_it_loads_is_refused(pytiny: EvalRequest, mo
             f.write("\n# rebuilt\n")
         return kernels
 
-    monkeypatch.setattr(runtime, "load_kernels", load_while_rebuilt)
+    monkeypatch.setattr(kernels, "load_kernels", load_while_rebuilt)
     ev = Evaluation(pytiny.build_id, Status.GREEN)
     with pytest.raises(EvoError, match=f"{pytiny.cubin_path} changed while it was being loaded"):
         evaluate._candidate(pytiny, ev)

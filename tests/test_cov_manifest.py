@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evo.backends import backend
+from evo.family.backends import backend
 from evo.errors import EvoError
-from evo.expr import evaluate
-from evo.manifest import load_family_dir
+from evo.family.expr import evaluate
+from evo.family.manifest import load_family_dir
 
 FAMILY = '[family]\nname = "x"\nversion = 1\ntemplate = "k.cu.j2"\n'
 LAUNCH = '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n'

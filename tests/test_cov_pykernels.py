@@ -1,4 +1,4 @@
-"""evo/pykernels.py on CPU with hand-written candidate modules: what cannot be imported, a
+"""evo/gpu/pykernels.py on CPU with hand-written candidate modules: what cannot be imported, a
 module without ``launch``, the launch errors that are and are not the device refusing it, and
 that a module is imported once per content. tests/test_triton_families.py runs real Triton
 modules under Triton's interpreter; tests/test_api.py drives the pytiny family end to end."""
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from evo.errors import EvoError, LaunchRejected
-from evo.pykernels import ModuleKernels, import_module
-from evo.render import Entry, entry_name
-from evo.space import LaunchConfig
+from evo.gpu.pykernels import ModuleKernels, import_module
+from evo.family.render import Entry, entry_name
+from evo.family.space import LaunchConfig
 
 ENTRIES = [Entry(entry_name(64, "fp16", c), 64, "fp16", c, LaunchConfig(64, 64, 0)) for c in (False, True)]
 

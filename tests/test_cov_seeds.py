@@ -1,7 +1,7 @@
-"""The seed campaigns' run (evo/seeds.py) end to end on CPU: the seed rows of the Python-module
+"""The seed campaigns' run (evo/products/seeds.py) end to end on CPU: the seed rows of the Python-module
 families are really built, then gated and timed, and the SDPA sweep timed, by a stand-in for
-evo.seeds' GPU worker target (tests/fixtures/worker/seed_standins.py); the record and
-BENCHMARKS.md are written as on the GPU host. Also ``python -m evo.seeds`` and
+evo.products.seeds' GPU worker target (tests/fixtures/worker/seed_standins.py); the record and
+BENCHMARKS.md are written as on the GPU host. Also ``python -m evo.products.seeds`` and
 ``evo bench --seeds/--sweep``."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from evo import seeds
+from evo.products import seeds
 from evo.cli import main
-from evo.worker import Worker
+from evo.gpu.worker import Worker
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GROUPS = ("pipeline", "triton")  # Python-module families: "building" them needs no nvcc
@@ -41,7 +41,7 @@ def test_the_seed_rows_and_the_sweep_are_measured_and_recorded(gpu_host: dict[st
     out = tmp_path / "benchmarks"
     lines: list[str] = []
     path = seeds.run(out, GROUPS, sweep=True, timeout_s=120, log=lines.append)
-    assert gpu_host["targets"] == ["evo.seeds:serve"]  # one worker, seeds' own target
+    assert gpu_host["targets"] == ["evo.products.seeds:serve"]  # one worker, seeds' own target
     record = json.loads(path.read_text())
     day = record["created"][:10].replace("-", "")
     assert path == out / f"seeds-h100-80gb-hbm3-{day}-{record['git_sha']}.json"
@@ -118,7 +118,7 @@ def test_evo_bench_seeds_refuses_candidate_options(gpu_host: dict[str, object], 
 
 
 class SweepGpu:
-    """What time_sweep uses of evo.timing and torch.cuda, on CPU: inputs are tagged lists, each
+    """What time_sweep uses of evo.gpu.timing and torch.cuda, on CPU: inputs are tagged lists, each
     backend behaves as ``behaviour[backend]`` says (``time``: samples of L / 100 us; ``refuse``:
     SDPA refuses the shape; ``capture``: graph capture fails; ``oom``: out of memory while
     capturing), and every timer closed, input list cleared and cache emptied is counted."""
@@ -132,7 +132,7 @@ class SweepGpu:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import torch
 
-        from evo import timing
+        from evo.gpu import timing
 
         gpu = self
 
@@ -195,9 +195,9 @@ def test_seeds_worker_target_answers_sweeps_itself_and_passes_the_rest_to_evalua
         monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from evo import evaluate
+    from evo.gpu import evaluate
     from evo.results import Evaluation, Status
-    from evo.worker import EvalRequest
+    from evo.gpu.worker import EvalRequest
 
     SweepGpu({b: "time" for b in seeds.SWEEP_BACKENDS}).install(monkeypatch)
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)

@@ -1,4 +1,4 @@
-"""evo/timing.py's case runs on CPU: CaseRun over CPU input sets and a timer whose "replay"
+"""evo/gpu/timing.py's case runs on CPU: CaseRun over CPU input sets and a timer whose "replay"
 runs the captured launches eagerly, so the checks of timed outputs (out-of-bounds writes, a
 kernel that goes wrong or stops writing after many launches), the optional backends that
 cannot be captured, the re-measure of an implausible result and the profiler's fidelity run
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import torch
 
-from evo import timing
-from evo.gate import GuardedOutput
+from evo.gpu import timing
+from evo.gpu.gate import GuardedOutput
 from evo.results import Fidelity, Shape, Timing
-from evo.suites import GreenSettings
-from evo.timing import CaseRun, time_case
+from evo.gpu.suites import GreenSettings
+from evo.gpu.timing import CaseRun, time_case
 
 SHAPE = Shape("t", 1, 2, 24, 16, False)
 SETTINGS = GreenSettings(seeds=(0,), multiplier=2.0, floors={"fp16": 5e-4, "bf16": 4e-3}, guard_elements=32)

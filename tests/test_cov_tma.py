@@ -1,4 +1,4 @@
-"""evo/tma.py without a GPU: what cuTensorMapEncodeTiled and cuLaunchKernel are handed (read
+"""evo/gpu/tma.py without a GPU: what cuTensorMapEncodeTiled and cuLaunchKernel are handed (read
 back from the ctypes arrays, as the driver would read them), their failures, and a host
 without the driver. tests/test_tma.py covers the geometry; tests/test_runtime_gpu.py launches."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from evo import tma
+from evo.gpu import tma
 from evo.errors import EvoError
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from evo import doctor
+from evo.products import doctor
 
 
 @pytest.fixture

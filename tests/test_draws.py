@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from evo.draws import (KINDS, bucket_cases, bucket_lengths, bucket_top, case_name, drawn_cases,
-                       spike_factor)
+from evo.gpu.draws import bucket_cases, bucket_lengths, bucket_top, case_name, drawn_cases, spike_factor
+from evo.gpu.suites import DRAW_KINDS as KINDS
 from evo.errors import EvoError
-from evo.suites import DrawSettings, green_settings
+from evo.gpu.suites import DrawSettings, green_settings
 
 ALL_KEYS = [(d, dt, c) for d in (64, 128) for dt in ("fp16", "bf16") for c in (False, True)]
 SETTINGS = green_settings().draws

@@ -18,7 +18,7 @@ NO_GPU = "evo: error: no CUDA GPU: GREEN and FAST need one (evo build compiles w
 
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("evo.worker.gpu_count", lambda: 0)
+    monkeypatch.setattr("evo.gpu.worker.gpu_count", lambda: 0)
 
 
 @pytest.mark.parametrize("argv", [["eval", "flash_mma"], ["eval", "flash_mma", "--cases", "F1"], ["bench"],

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from evo.draws import KINDS
-from evo.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, supported
-from evo.render import Entry
+from evo.gpu.suites import DRAW_KINDS as KINDS
+from evo.gpu.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, supported
+from evo.family.render import Entry
 from evo.results import Shape, Status
-from evo.space import LaunchConfig
+from evo.family.space import LaunchConfig
 from evo.vocab import SDPA_BACKENDS
 
 CFG = LaunchConfig(128, 64, 0)
@@ -46,12 +46,12 @@ def test_supported_keeps_shapes_with_a_kernel() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", ["flash_scalar", "flash_mma"])
 def test_worker_evaluates_a_family_default_end_to_end(family: str) -> None:
-    from evo.build import build_batch, default_arch, nvcc_path
+    from evo.toolchain.build import build_batch, default_arch, nvcc_path
     from evo.errors import EvoError
-    from evo.render import render
-    from evo.space import make_candidate
-    from evo.suites import fast_cases
-    from evo.worker import EvalRequest, Worker
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+    from evo.gpu.suites import fast_cases
+    from evo.gpu.worker import EvalRequest, Worker
 
     try:
         nvcc_path()
@@ -70,13 +70,13 @@ def test_worker_evaluates_a_family_default_end_to_end(family: str) -> None:
     assert {("F1-fp16", "evo"), ("F1c-fp16", "evo"), ("F1-fp16", "sdpa_default")} <= backends
     assert all(t.median_us > 0 for t in ev.timings)
     assert ev.device["name"] and ev.green_seconds > 0 and ev.fast_seconds > 0
-    from evo.evaluate import cubin_sha256
+    from evo.gpu.evaluate import cubin_sha256
 
     assert ev.device["salt"] == "1" and int(ev.device["green_drawn"]) >= 6
     assert any(c.shape.case.startswith("R") for c in ev.checks)            # drawn cases ran
     assert int(ev.device["fast_outputs_checked"]) >= 2                     # both F1 modes' outputs
     assert ev.device["cubin_sha256"] == cubin_sha256(built.cubin_path)
-    from evo.machine_code import kernel_digests                           # one verdict per machine code
+    from evo.toolchain.machine_code import kernel_digests                           # one verdict per machine code
 
     digests = json.loads(ev.device["kernel_sha256"])
     assert digests == kernel_digests(built.cubin_path) and {e.name for e in rendered.entries} <= set(digests)
@@ -106,12 +106,12 @@ def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     time_case answers 5 us for the candidate and 9 us per baseline, and logs its calls."""
     from evo.errors import LaunchRejected
     from evo.results import CheckResult, Timing
-    from evo.timing import CaseTiming
+    from evo.gpu.timing import CaseTiming
 
     calls: dict[str, list] = {"time_case": [], "green": []}
     monkeypatch.setattr("torch.cuda.set_device", lambda d: None)
-    monkeypatch.setattr("evo.evaluate._warm_up", lambda: None)
-    monkeypatch.setattr("evo.evaluate.device_info", lambda: {"name": "Fake GPU"})
+    monkeypatch.setattr("evo.gpu.evaluate._warm_up", lambda: None)
+    monkeypatch.setattr("evo.gpu.evaluate.device_info", lambda: {"name": "Fake GPU"})
 
     def candidate(request, ev):
         if request.build_id.startswith("boom"):
@@ -137,22 +137,22 @@ def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
         out.insert(0, Timing(shape, "evo", 5.0, 5.0, 5.0, flagged=flagged))
         return CaseTiming(out, 7, calls.get("wrong", [""])[0])
 
-    monkeypatch.setattr("evo.evaluate._candidate", candidate)
-    monkeypatch.setattr("evo.gate.run_green", run_green)
-    monkeypatch.setattr("evo.timing.time_case", time_case)
+    monkeypatch.setattr("evo.gpu.evaluate._candidate", candidate)
+    monkeypatch.setattr("evo.gpu.gate.run_green", run_green)
+    monkeypatch.setattr("evo.gpu.timing.time_case", time_case)
     return calls
 
 
 def _request(build_id: str = "b", **options: object):
-    from evo.worker import EvalRequest
+    from evo.gpu.worker import EvalRequest
 
     entries = (Entry("evo_attn_d64_fp16_full", 64, "fp16", False, CFG),)
     return EvalRequest(build_id, "x.cubin", entries, fast_cases=(F1,), options=options)
 
 
 def test_a_tolerance_share_narrows_the_gate_and_is_recorded(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
-    from evo.suites import green_settings
+    from evo.gpu.evaluate import serve
+    from evo.gpu.suites import green_settings
 
     conn = FakeConn([_request(), _request(tolerance_share=0.75), None])
     serve(conn)
@@ -163,7 +163,7 @@ def test_a_tolerance_share_narrows_the_gate_and_is_recorded(fake_worker: dict[st
 
 
 def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     conn = FakeConn([_request(baseline_every=2) for _ in range(3)] + [None])
     serve(conn)
@@ -177,9 +177,9 @@ def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, lis
 
 
 def test_green_runs_the_core_and_the_cases_drawn_from_the_salt(fake_worker: dict[str, list]) -> None:
-    from evo.draws import drawn_cases
-    from evo.evaluate import serve
-    from evo.suites import GreenCase, green_cases, green_settings
+    from evo.gpu.draws import drawn_cases
+    from evo.gpu.evaluate import serve
+    from evo.gpu.suites import GreenCase, green_cases, green_settings
 
     conn = FakeConn([_request(salt=41), _request(salt=42)])
     serve(conn)
@@ -192,8 +192,8 @@ def test_green_runs_the_core_and_the_cases_drawn_from_the_salt(fake_worker: dict
 
 
 def test_explicit_green_cases_replace_the_suite(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
-    from evo.suites import GreenCase
+    from evo.gpu.evaluate import serve
+    from evo.gpu.suites import GreenCase
 
     mine = [GreenCase(Shape("P00 sd=2.0", 1, 1, 7, 64, False), std=2.0, seeds=(0,))]
     conn = FakeConn([_request(green_cases=mine)])
@@ -202,7 +202,7 @@ def test_explicit_green_cases_replace_the_suite(fake_worker: dict[str, list]) ->
 
 
 def test_a_wrong_timed_output_is_red_with_its_case(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     fake_worker["wrong"] = ["after the timed replays, set 3 of 63: max|err| 5.0e-01 > tol 1.0e-03"]
     conn = FakeConn([_request()])
@@ -214,7 +214,7 @@ def test_a_wrong_timed_output_is_red_with_its_case(fake_worker: dict[str, list])
 
 
 def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     conn = FakeConn([_request(interleave=True, backends=["sdpa_flash", "sdpa_default"])])
     serve(conn)
@@ -226,7 +226,7 @@ def test_interleaved_request_times_baselines_with_the_candidate(fake_worker: dic
 def test_a_search_request_times_its_paired_baseline_beside_the_candidate(fake_worker: dict[str, list]) -> None:
     """The backend a search is scored against is timed with the candidate every time (never
     from the cache); the others still come from the cache, once, and each backend appears once."""
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     conn = FakeConn([_request(quick=True, paired="sdpa_default") for _ in range(2)] + [None])
     serve(conn)
@@ -246,7 +246,7 @@ def test_plan_pairs_only_when_not_interleaved() -> None:
 
 
 def test_red_candidate_is_never_timed(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     fake_worker["red"] = [True]
     conn = FakeConn([_request()])
@@ -256,8 +256,8 @@ def test_red_candidate_is_never_timed(fake_worker: dict[str, list]) -> None:
 
 
 def test_failed_recheck_of_an_implausible_result_is_red(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
-    from evo.timing import RECHECK_FAILED
+    from evo.gpu.evaluate import serve
+    from evo.gpu.timing import RECHECK_FAILED
 
     fake_worker["flag"] = [f"implausible: x; {RECHECK_FAILED}: NaN in output"]
     conn = FakeConn([_request()])
@@ -266,7 +266,7 @@ def test_failed_recheck_of_an_implausible_result_is_red(fake_worker: dict[str, l
 
 
 def test_a_failure_replies_crashed_and_stops_serving(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     conn = FakeConn([_request("boom"), _request("after")])
     serve(conn)
@@ -275,7 +275,7 @@ def test_a_failure_replies_crashed_and_stops_serving(fake_worker: dict[str, list
 
 
 def test_a_launch_the_device_refuses_is_resource_rejected_and_serving_goes_on(fake_worker: dict[str, list]) -> None:
-    from evo.evaluate import serve
+    from evo.gpu.evaluate import serve
 
     conn = FakeConn([_request("wide"), _request("after")])
     serve(conn)
@@ -286,7 +286,7 @@ def test_a_launch_the_device_refuses_is_resource_rejected_and_serving_goes_on(fa
 def test_each_green_launch_is_reported_as_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from evo import evaluate
+    from evo.gpu import evaluate
 
     notes: list[str] = []
     launched: list[bool] = []
@@ -299,23 +299,23 @@ def test_each_green_launch_is_reported_as_progress(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_session_uses_inherited_baselines_until_they_age(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A replacement worker's session takes the baselines its predecessor measured (evo.worker)
+    """A replacement worker's session takes the baselines its predecessor measured (evo.gpu.worker)
     for shapes it has none of, and re-measures them once ``baseline_every`` old, like its own."""
-    import evo.evaluate
-    import evo.timing
+    import evo.gpu.evaluate
+    import evo.gpu.timing
     from evo.results import Shape, Timing
-    from evo.timing import CaseTiming
+    from evo.gpu.timing import CaseTiming
 
-    monkeypatch.setattr(evo.evaluate, "device_info", lambda: {"name": "stand-in"})
+    monkeypatch.setattr(evo.gpu.evaluate, "device_info", lambda: {"name": "stand-in"})
     measured: list[Shape] = []
 
     def time_case(candidate, shape, backends, **kw):  # type: ignore[no-untyped-def]
         measured.append(shape)
         return CaseTiming([Timing(shape, "sdpa_default", 12.0, 12.0, 12.0)])
 
-    monkeypatch.setattr(evo.timing, "time_case", time_case)
+    monkeypatch.setattr(evo.gpu.timing, "time_case", time_case)
     f1, f3 = Shape("F1", 1, 8, 512, 64, False), Shape("F3", 32, 8, 128, 64, False)
-    session = evo.evaluate.Session()
+    session = evo.gpu.evaluate.Session()
     session.inherit([Timing(f1, "sdpa_default", 10.0, 10.0, 10.0), Timing(f1, "sdpa_flash", 11.0, 11.0, 11.0)])
     plan = Plan.of({"quick": True, "baseline_every": 2})
     assert [t.median_us for t in session.baselines(f1, plan)] == [10.0, 11.0] and measured == []

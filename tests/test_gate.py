@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from evo import gate
+from evo.gpu import gate
 from evo.errors import EvoError
-from evo.gate import (POISON, GuardedOutput, check_case, label, make_inputs, max_abs_err,
+from evo.gpu.gate import (POISON, GuardedOutput, check_case, label, make_inputs, max_abs_err,
                       reference, run_green, verdict)
 from evo.results import CheckResult, Shape, Status
-from evo.suites import GreenSettings
+from evo.gpu.suites import GreenSettings
 
 SETTINGS = GreenSettings(seeds=(0, 1), multiplier=2.0, floors={"fp16": 5e-4, "bf16": 4e-3},
                          guard_elements=64)

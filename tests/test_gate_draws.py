@@ -13,11 +13,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from evo.draws import drawn_cases
-from evo.gate import (POISON, GuardedOutput, check_case, check_outputs, label, make_inputs, run_green,
+from evo.gpu.draws import drawn_cases
+from evo.gpu.gate import (POISON, GuardedOutput, check_case, check_outputs, label, make_inputs, run_green,
                       verdict)
 from evo.results import CheckResult, Shape, Status
-from evo.suites import DrawSettings, GreenCase, GreenSettings
+from evo.gpu.suites import DrawSettings, GreenCase, GreenSettings
 
 TILE = 8
 DRAWS = DrawSettings(tile=TILE, long=(100, 140), max_heads=4)

@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from evo.build import build_batch, default_arch
-from evo.draws import drawn_cases
-from evo.gate import run_green, verdict
-from evo.render import Entry, render
+from evo.toolchain.build import build_batch, default_arch
+from evo.gpu.draws import drawn_cases
+from evo.gpu.gate import run_green, verdict
+from evo.family.render import Entry, render
 from evo.results import Shape, Status
-from evo.runtime import CandidateKernels
-from evo.space import make_candidate
-from evo.suites import GreenCase, green_cases, green_settings
+from evo.gpu.runtime import CandidateKernels
+from evo.family.space import make_candidate
+from evo.gpu.suites import GreenCase, green_cases, green_settings
 
 pytestmark = pytest.mark.gpu
 
@@ -119,8 +119,8 @@ def test_the_fixed_core_alone_lets_it_through(built: Built, fault: str) -> None:
 
 
 def _evaluate(item: tuple[CandidateKernels, tuple[Entry, ...], str], session: object):  # type: ignore[no-untyped-def]
-    from evo.evaluate import evaluate
-    from evo.worker import EvalRequest
+    from evo.gpu.evaluate import evaluate
+    from evo.gpu.worker import EvalRequest
 
     _, entries, cubin = item
     request = EvalRequest("b" * 64, cubin, entries, green=True, fast_cases=(F1,),
@@ -131,7 +131,7 @@ def _evaluate(item: tuple[CandidateKernels, tuple[Entry, ...], str], session: ob
 
 @pytest.fixture(scope="module")
 def session() -> object:
-    from evo.evaluate import Session
+    from evo.gpu.evaluate import Session
 
     return Session()
 
@@ -146,7 +146,7 @@ def test_a_kernel_right_only_for_its_first_launches_is_red_by_its_timed_outputs(
 
 
 def test_an_honest_kernel_is_fast_with_its_timed_outputs_checked(built: Built, session: object) -> None:
-    from evo.evaluate import cubin_sha256
+    from evo.gpu.evaluate import cubin_sha256
 
     item = built[("faulty", "none")]
     ev = _evaluate(item, session)
@@ -156,7 +156,7 @@ def test_an_honest_kernel_is_fast_with_its_timed_outputs_checked(built: Built, s
 
 
 def test_a_kernel_whose_time_jumps_is_measured_again_and_flagged(built: Built) -> None:
-    from evo.timing import EVO, time_case
+    from evo.gpu.timing import EVO, time_case
 
     kernels = built[("faulty", "jitter")][0]
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from evo.build import build_id_for
+from evo.toolchain.build import build_id_for
 from evo.cli import main
-from evo.insights import compute, importances, resource_stats, save
-from evo.render import render
+from evo.analysis.insights import compute, importances, resource_stats, save
+from evo.family.render import render
 from evo.results import BuildResult, Evaluation, Shape, Status, Timing
 from evo.search.params import distributions, trial_params
-from evo.space import make_candidate, random_candidates
-from evo.manifest import load_family
+from evo.family.space import make_candidate, random_candidates
+from evo.family.manifest import load_family
 from evo.store import Store, open_store
 
 D64 = Shape("F1", 1, 8, 512, 64, False)

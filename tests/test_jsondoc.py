@@ -11,7 +11,7 @@ import pytest
 from store_fixture import CHILD, FIXTURES, PARENT, populate
 
 from evo.cli import main
-from evo.jsondoc import clean, dumps
+from evo.analysis.jsondoc import clean, dumps
 from evo.results import Status
 from evo.store import open_store
 

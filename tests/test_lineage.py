@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from store_fixture import CHILD, FIXTURES, PARENT, built, evaluation, populate, tiny
 
-from evo.lineage import build_lineage, to_dot, to_json, to_tree
+from evo.analysis.lineage import build_lineage, to_dot, to_json, to_tree
 from evo.results import Status
 from evo.store import Store, open_store
 

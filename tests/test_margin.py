@@ -1,4 +1,4 @@
-"""GREEN's margin (evo.margin): the worst error share per head dim, and what promote would refuse."""
+"""GREEN's margin (evo.gpu.margin): the worst error share per head dim, and what promote would refuse."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evo.margin import TOLERANCE_SHARE, over_share, worst_shares
+from evo.gpu.margin import TOLERANCE_SHARE, over_share, worst_shares
 from evo.results import CheckResult, Shape
 
 

@@ -20,19 +20,19 @@ from typing import Any
 
 import pytest
 
-from evo.build import CUBIN, build_id_for, cache_dir
+from evo.toolchain.build import CUBIN, build_id_for, cache_dir
 from evo.cli import main
 from evo.errors import EvoError
-from evo.promote import (Bucket, Contender, Measured, capability, check_name, length_buckets, measurements,
-                         plan_routes, promote, sanitize_url)
-from evo.render import Rendered, render
+from evo.products.promote import capability, check_name, promote, sanitize_url
+from evo.products.routes import Bucket, Contender, Measured, length_buckets, measurements, plan_routes
+from evo.family.render import Rendered, render
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
-from evo.space import launch_config, make_candidate
-from evo.manifest import load_family
+from evo.family.space import launch_config, make_candidate
+from evo.family.manifest import load_family
 from evo.store import CandidateView, Store, open_store
-from evo.suites import green_cases
-from evo.timing import RECHECK_FAILED
-from evo.verify import VerifyFailed, refusal
+from evo.gpu.suites import green_cases
+from evo.gpu.timing import RECHECK_FAILED
+from evo.products.verify import VerifyFailed, refusal
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 DEVICE = {"name": "NVIDIA H200", "sm": "90", "torch": "2.11.0+cu130", "cuda": "13.0", "driver": "580.65.06"}
@@ -301,7 +301,7 @@ def test_cli_reports_an_input_error_in_one_line(tmp_path: Path, db: dict[str, st
 
 def test_without_a_gpu_promote_refuses_unless_told_not_to_verify(tmp_path: Path, db: dict[str, str],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("evo.verify.gpu_count", lambda: 0)
+    monkeypatch.setattr("evo.products.verify.gpu_count", lambda: 0)
     with pytest.raises(EvoError, match="--no-verify") as err:
         promote(NAME, tmp_path, db_url=db["url"], study="s")
     assert "\n" not in str(err.value) and not (tmp_path / NAME).exists()
@@ -315,7 +315,7 @@ def test_an_unverified_package_says_so(package: Path) -> None:
 def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """A GPU that runs verify_kernels and the package tests as stand-ins, recording the calls."""
     seen: dict[str, Any] = {"kernels": [], "tests": []}
-    monkeypatch.setattr("evo.verify.gpu_count", lambda: 1)
+    monkeypatch.setattr("evo.products.verify.gpu_count", lambda: 1)
 
     def verify_kernels(kernels, seed, **kw):
         seen["kernels"] += kernels
@@ -342,8 +342,8 @@ def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen["tests"].append((folder, name, (folder / name / "dispatch.json").is_file()))
         return "42 passed in 9.0s"
 
-    monkeypatch.setattr("evo.verify.verify_kernels", verify_kernels)
-    monkeypatch.setattr("evo.verify.run_package_tests", run_package_tests)
+    monkeypatch.setattr("evo.products.verify.verify_kernels", verify_kernels)
+    monkeypatch.setattr("evo.products.verify.run_package_tests", run_package_tests)
     return seen
 
 
@@ -416,7 +416,7 @@ def test_when_no_kernel_survives_its_verification_nothing_is_written(
 def test_a_kernel_verified_over_the_same_buckets_is_not_verified_again(fake_gpu_verify: dict[str, Any]) -> None:
     from types import SimpleNamespace as NS
 
-    from evo.promote import _verify
+    from evo.products.promote import _verify
 
     def shipped(cid: str) -> NS:
         return NS(view=NS(id=cid), cubin=Path(f"{cid}.cubin"), entries={})
@@ -433,7 +433,7 @@ def test_a_kernel_verified_over_the_same_buckets_is_not_verified_again(fake_gpu_
 
 def test_refusal_is_one_line_with_the_first_failure() -> None:
     from evo.results import Evaluation
-    from evo.verify import refusal
+    from evo.products.verify import refusal
 
     checks = [CheckResult(Shape("P00 sd=1.0", 1, 1, 1, 64, False), 0, False, 1.0, 1e-3, 3e-3, "max|err| 1.0e+00"),
               CheckResult(Shape("P01 sd=2.0", 1, 1, 2, 64, False), 0, True, 1e-4, 1e-3, 3e-3)]
@@ -446,7 +446,7 @@ def test_refusal_is_one_line_with_the_first_failure() -> None:
 
 
 def test_verification_cases_cover_each_bucket_in_order() -> None:
-    from evo.verify import Bucket, cases_for
+    from evo.products.verify import Bucket, cases_for
 
     cases = cases_for([Bucket((64, "fp16", False), 1, 362), Bucket((64, "fp16", True), 725, 1448, (725, 1024))],
                       seed=3)
@@ -464,8 +464,8 @@ def test_verification_cases_cover_each_bucket_in_order() -> None:
 
 
 def fake_worker(monkeypatch: pytest.MonkeyPatch, reply: Any) -> list[Any]:
-    """evo.verify's GPU worker as a stand-in answering ``reply(request)``; the requests it got."""
-    from evo import verify
+    """evo.products.verify's GPU worker as a stand-in answering ``reply(request)``; the requests it got."""
+    from evo.products import verify
 
     sent: list[Any] = []
 
@@ -483,7 +483,7 @@ def fake_worker(monkeypatch: pytest.MonkeyPatch, reply: Any) -> list[Any]:
 
 
 def test_verification_asks_the_worker_for_a_share_of_the_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo import verify
+    from evo.products import verify
 
     sent = fake_worker(monkeypatch, lambda request: Evaluation(request.build_id, Status.GREEN, checks=[],
                                                                  device=DEVICE))
@@ -495,7 +495,7 @@ def test_verification_asks_the_worker_for_a_share_of_the_tolerance(monkeypatch: 
 
 @pytest.mark.parametrize(("body", "ok"), [("assert True", True), ("assert False", False)])
 def test_package_tests_run_from_the_scratch_folder(tmp_path: Path, body: str, ok: bool) -> None:
-    from evo.verify import run_package_tests
+    from evo.products.verify import run_package_tests
 
     tests = tmp_path / "pkgx" / "tests"
     tests.mkdir(parents=True)
@@ -585,7 +585,7 @@ def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any
             out.append(Evaluation(cid, Status.FAST, timings=timings(us), device=seen.get("device", DEVICE)))
         return out
 
-    monkeypatch.setattr("evo.verify.confirm_speed", confirm_speed)
+    monkeypatch.setattr("evo.products.verify.confirm_speed", confirm_speed)
     return seen
 
 
@@ -613,7 +613,7 @@ def test_confirm_routes_on_numbers_timed_beside_sdpa(tmp_path: Path, db: dict[st
 def test_after_the_last_round_only_confirmed_numbers_route(tmp_path: Path, db: dict[str, str], db_copy: str,
                                                            fake_confirm: dict[str, Any],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("evo.confirm.ROUNDS", 1)
+    monkeypatch.setattr("evo.products.confirm.ROUNDS", 1)
     a, b = db["A"], db["B"]
     fake_confirm["db"] = {db[k]: v for k, v in DB_US.items()}
     fake_confirm["now"] = {(a, LONG): 120.0}            # B would be next on F5, but no round is left
@@ -643,7 +643,7 @@ def test_without_confirm_nothing_is_timed_again(tmp_path: Path, db: dict[str, st
 
 
 def test_confirm_speed_asks_the_worker_for_interleaved_fast_without_green(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo import verify
+    from evo.products import verify
 
     status = {"abc": Status.FAST, "red": Status.RED, "hung": Status.TIMEOUT}
     sent = fake_worker(monkeypatch, lambda request: Evaluation(request.build_id, status[request.build_id], "why",
@@ -667,7 +667,7 @@ def test_promote_compares_the_timings_of_the_gpu_it_verifies_on() -> None:
     timed on, when any candidate was timed on it; a named device wins over both."""
     from types import SimpleNamespace
 
-    from evo.promote import choose_device
+    from evo.products.promote import choose_device
 
     newest: dict[str, tuple[str, list[Any]]] = {"a": ("NVIDIA H200", []), "b": ("NVIDIA H200", []),
                                                 "c": ("NVIDIA H100 80GB HBM3", [])}

@@ -23,12 +23,12 @@ def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study
     checks on GREEN's fixed core and an F1 win (5 us against SDPA's 9); (build id, database URL)."""
     import torch
 
-    from evo.build import build_batch, default_arch
-    from evo.manifest import load_family
-    from evo.render import render
-    from evo.space import make_candidate
+    from evo.toolchain.build import build_batch, default_arch
+    from evo.family.manifest import load_family
+    from evo.family.render import render
+    from evo.family.space import make_candidate
     from evo.store import open_store
-    from evo.suites import green_cases
+    from evo.gpu.suites import green_cases
 
     monkeypatch.setenv("EVO_TEMPLATE_PATH", str(TEST_TEMPLATES))
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "cache"))
@@ -50,7 +50,7 @@ def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study
 
 
 def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo.promote import promote
+    from evo.products.promote import promote
 
     build_id, url = flattered(tmp_path, monkeypatch, "shape_keyed", "planted")
     with pytest.raises(EvoError) as err:
@@ -68,7 +68,7 @@ def test_confirm_times_the_winner_beside_sdpa_and_a_flattering_record_ships_noth
     """A correct but slow kernel (FAULT=none: a warp per row from global memory) stored with a
     search-time F1 win it never had: `promote --confirm` times it beside the routed baseline,
     stores that, and finds no bucket it wins."""
-    from evo.promote import promote
+    from evo.products.promote import promote
     from evo.store import open_store
 
     build_id, url = flattered(tmp_path, monkeypatch, "none", "flattered")

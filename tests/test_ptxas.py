@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evo.ptxas import parse_ptxas
+from evo.toolchain.ptxas import parse_ptxas
 from evo.results import Resources
 
 LOGS = Path(__file__).parent / "fixtures" / "ptxas"

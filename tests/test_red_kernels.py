@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from evo import promote as promote_mod
-from evo.build import build_batch, build_id_for, cache_dir
+from evo.products import promote as promote_mod
+from evo.toolchain.build import build_batch, build_id_for, cache_dir
 from evo.errors import EvoError
-from evo.machine_code import kernel_digests
-from evo.promote import promote
-from evo.render import Rendered, entry_name, render
+from evo.toolchain.machine_code import kernel_digests
+from evo.products.promote import promote
+from evo.family.render import Rendered, entry_name, render
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import Store, open_store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.render import build_id, build_key, entry_name, render
-from evo.space import Candidate, make_candidate
+from evo.family.render import build_id, build_key, entry_name, render
+from evo.family.space import Candidate, make_candidate
 
 MANIFEST = """
 [family]

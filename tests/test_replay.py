@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from evo.build import build_id_for
+from evo.toolchain.build import build_id_for
 from evo.errors import EvoError
-from evo.render import render
-from evo.replay import (Record, Recording, export_sweep, load_recording, new_header, newest_recording,
+from evo.family.render import render
+from evo.store.recording import (Record, Recording, export_sweep, load_recording, new_header, newest_recording,
                         save_recording)
 from evo.results import BuildResult, Evaluation, Shape, Status, Timing
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import Store, open_store
 
 F1 = Shape("F1", 1, 8, 512, 64, False)
@@ -182,7 +182,7 @@ def test_the_committed_sweep_replays_under_its_recorded_ids_without_nvcc(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Build ids now also key launch configs, compiler and headers; the recording's ids (older
     formula) stay the ids replayed candidates are stored under, and replay needs no nvcc."""
-    from evo.manifest import load_family
+    from evo.family.manifest import load_family
     from evo.paths import root
     from evo.search.evaluators import ReplayEvaluator
 

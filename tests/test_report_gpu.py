@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evo.lineage import build_lineage
+from evo.analysis.lineage import build_lineage
 from evo.report import data
 from evo.results import Status
 from evo.search.driver import RunOptions, run

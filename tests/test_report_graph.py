@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evo.lineage import Lineage, Link, Node
+from evo.analysis.lineage import Lineage, Link, Node
 from evo.report.graph import layout, primary_parents
 from evo.results import Status
 

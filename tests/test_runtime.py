@@ -1,4 +1,4 @@
-"""evo/runtime.py without a GPU: the kernel ABI's input checks on CPU and meta tensors, and the
+"""evo/gpu/runtime.py without a GPU: the kernel ABI's input checks on CPU and meta tensors, and the
 loading and launching logic against a recording stand-in for cuda.core and cuda.bindings (what is
 loaded, which entry a launch picks, with which grid, scale and arguments). That cuda.core itself
 loads and launches is tests/test_runtime_gpu.py's job."""
@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-from evo import runtime
+from evo.gpu import runtime
 from evo.errors import EvoError, LaunchRejected
-from evo.render import Entry, entry_name
-from evo.runtime import CandidateKernels, check_tensors, load_kernels
-from evo.space import LaunchConfig
+from evo.family.render import Entry, entry_name
+from evo.gpu.kernels import load_kernels
+from evo.gpu.runtime import CandidateKernels, check_tensors
+from evo.family.space import LaunchConfig
 
 CPU = torch.device("cpu")
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from evo.build import build_batch, default_arch
+from evo.toolchain.build import build_batch, default_arch
 from evo.errors import EvoError
-from evo.render import Entry, render
+from evo.family.render import Entry, render
 from evo.results import Status
-from evo.runtime import CandidateKernels
-from evo.space import make_candidate
+from evo.gpu.runtime import CandidateKernels
+from evo.family.space import make_candidate
 
 FAMILIES = ("flash_scalar", "flash_mma", "flash_wgmma")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

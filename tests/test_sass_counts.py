@@ -42,10 +42,10 @@ def test_no_reallocation_reads_as_dashes() -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("cuobjdump") is None,
                     reason="needs nvcc and cuobjdump")
 def test_the_default_hopper_kernel_shows_wgmma_tma_and_mbarriers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo.build import build_batch
-    from evo.manifest import load_family
-    from evo.render import render
-    from evo.space import make_candidate
+    from evo.toolchain.build import build_batch
+    from evo.family.manifest import load_family
+    from evo.family.render import render
+    from evo.family.space import make_candidate
 
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
     fam = load_family("flash_wgmma")

@@ -16,7 +16,7 @@ from evo.search.driver import RunOptions, choose_evaluator, run
 from evo.search.evaluators import BuildOnlyEvaluator, GpuEvaluator, ReplayEvaluator
 from evo.search.loop import NullReporter
 from evo.store import open_store
-from evo.suites import fast_cases
+from evo.gpu.suites import fast_cases
 from synthetic_sweep import make_recording
 
 

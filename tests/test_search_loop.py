@@ -15,10 +15,10 @@ from sqlalchemy import func, select
 from evo.cli import run_cmds
 from evo.cli.output import console
 from evo.errors import EvoError
-from evo.insights import compute
-from evo.manifest import load_family
-from evo.render import Rendered
-from evo.replay import load_recording, record_key, save_recording
+from evo.analysis.insights import compute
+from evo.family.manifest import load_family
+from evo.family.render import Rendered
+from evo.store.recording import load_recording, record_key, save_recording
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status
 from evo.search import driver
 from evo.search.driver import RunOptions, run
@@ -26,7 +26,7 @@ from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
 from evo.search.loop import NullReporter, RunSummary, Search
 from evo.search.resume import counted
 from evo.search.sampler_evo import EvoSampler
-from evo.space import all_candidates
+from evo.family.space import all_candidates
 from evo.store import open_store
 from evo.store.models import EvaluationRow, Trial
 from synthetic_sweep import make_recording

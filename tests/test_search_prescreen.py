@@ -9,12 +9,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evo.manifest import load_family
+from evo.family.manifest import load_family
 from evo.search.params import distributions, suggest, trial_params
 from evo.search.prescreen import TinyGp, expected_improvement
 from evo.search.proposal import PROPOSAL, Proposal, seen_keys
 from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records, ok_share
-from evo.space import diff, make_candidate, mutations
+from evo.family.space import diff, make_candidate, mutations
 
 FAM = load_family("flash_mma")
 

@@ -6,11 +6,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evo.manifest import load_family
-from evo.replay import record_key
+from evo.family.manifest import load_family
+from evo.store.recording import record_key
 from evo.search.params import suggest, trial_params
 from evo.search.proposal import PROPOSAL, SweepSampler
-from evo.space import all_candidates, make_candidate
+from evo.family.space import all_candidates, make_candidate
 
 SCALAR = load_family("flash_scalar")
 

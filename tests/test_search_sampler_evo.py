@@ -9,12 +9,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evo.manifest import load_family
-from evo.margin import GREEN_SHARE
+from evo.family.manifest import load_family
+from evo.gpu.margin import GREEN_SHARE
 from evo.search.params import distributions, suggest, trial_params
 from evo.search.proposal import PROPOSAL, seen_keys
 from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records, shippable
-from evo.space import diff, make_candidate, mutations
+from evo.family.space import diff, make_candidate, mutations
 
 FAMS = [load_family("flash_mma"), load_family("flash_scalar")]
 

@@ -10,17 +10,17 @@ import numpy as np
 import optuna
 import pytest
 
-from evo.manifest import load_family
-from evo.margin import GREEN_SHARE
-from evo.replay import record_key
-from evo.search.bench.entrants import Entrant
-from evo.search.bench.optuna_runner import run_optuna
-from evo.search.bench.problem import Problem
+from evo.family.manifest import load_family
+from evo.gpu.margin import GREEN_SHARE
+from evo.store.recording import record_key
+from evo.samplerbench.entrants import Entrant
+from evo.samplerbench.optuna_runner import run_optuna
+from evo.samplerbench.problem import Problem
 from evo.search.encoding import Encoder
 from evo.search.params import distributions, trial_params
 from evo.search.sampler_gp import GpSampler, distance
 from evo.search.surrogate import FailureModel, expected_improvement
-from evo.space import all_candidates, make_candidate
+from evo.family.space import all_candidates, make_candidate
 from synthetic_sweep import make_recording
 
 

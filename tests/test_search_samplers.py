@@ -9,7 +9,7 @@ import pytest
 
 from evo.cli import main
 from evo.errors import EvoError
-from evo.manifest import load_family
+from evo.family.manifest import load_family
 from evo.search.sampler_evo import EvoSampler
 from evo.search.sampler_gp import GpSampler
 from evo.search.samplers import SAMPLERS, make_sampler

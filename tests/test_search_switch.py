@@ -6,13 +6,13 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evo.manifest import load_family
+from evo.family.manifest import load_family
 from evo.search.driver import _defaults
 from evo.search.evaluators import BuildOnlyEvaluator
 from evo.search.params import suggest
 from evo.search.proposal import PROPOSAL
 from evo.search.sampler_evo import EvoSampler, move_records
-from evo.space import make_candidate, switch
+from evo.family.space import make_candidate, switch
 
 LADDER = [load_family(n) for n in ("seed_naive", "seed_online", "flash_scalar", "seed_wmma")]
 SPEED = {"seed_naive": 0.01, "seed_online": 0.05, "flash_scalar": 0.3, "seed_wmma": 0.2}

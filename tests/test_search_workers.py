@@ -13,15 +13,15 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import select
 
-from evo.manifest import load_family
-from evo.replay import load_recording
+from evo.family.manifest import load_family
+from evo.store.recording import load_recording
 from evo.search.evaluators import ReplayEvaluator
 from evo.search.loop import Outcome, Pending, Search
 from evo.search.resume import Retry
 from evo.search.study import storage
 from evo.store import open_store
 from evo.store.models import Trial
-from evo.suites import fast_cases
+from evo.gpu.suites import fast_cases
 from synthetic_sweep import make_recording
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed")

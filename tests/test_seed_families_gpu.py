@@ -18,10 +18,10 @@ TRITON_SEEDS = [("triton_flash", {"TMA": True}), ("seed_pipeline", {})]
 
 
 def evaluate(family: str, params: dict, fast: tuple[Shape, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    from evo.build import build_batch, default_arch
-    from evo.render import render
-    from evo.space import make_candidate
-    from evo.worker import EvalRequest, Worker
+    from evo.toolchain.build import build_batch, default_arch
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+    from evo.gpu.worker import EvalRequest, Worker
 
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "cache"))
     rendered = render(make_candidate(family, params))

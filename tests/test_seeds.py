@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evo import seeds
-from evo.bench import regenerate, render_benchmarks_md
+from evo.products import seeds
+from evo.products.bench import regenerate, render_benchmarks_md
 from evo.results import CheckResult, Evaluation, Status, Timing
-from evo.seedreport import heatmap, plot_names, section, sweep_table
-from evo.space import make_candidate
+from evo.products.seedreport import heatmap, plot_names, section, sweep_table
+from evo.family.space import make_candidate
 
 
 def test_every_row_is_a_valid_candidate_of_a_seed_or_existing_family() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evo import smi
+from evo.toolchain import smi
 
 
 def _fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.expr import evaluate
-from evo.manifest import load_family
-from evo.space import (all_candidates, combinations, diff, launch_config, listable, make_candidate, mutations,
+from evo.family.expr import evaluate
+from evo.family.manifest import load_family
+from evo.family.space import (all_candidates, combinations, diff, launch_config, listable, make_candidate, mutations,
                        parse_assignments, random_candidates, sample_valid, violations)
 
 FAMILIES = ["flash_mma", "flash_scalar"]

@@ -14,7 +14,7 @@ from store_fixture import F1, F1C, FIXTURES, built, evaluation, populate, timing
 
 from evo.errors import EvoError
 from evo.results import CheckResult, Resources, Shape, Status, Timing
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import NewInsight, Store, invalid_id, open_store, short_id
 from evo.store.engine import HEAD
 

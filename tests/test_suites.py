@@ -8,7 +8,7 @@ import pytest
 
 from evo.errors import EvoError
 from evo.results import Shape
-from evo.suites import fast_cases, green_cases, green_settings
+from evo.gpu.suites import fast_cases, green_cases, green_settings
 
 GREEN = {"G1": (1, 8, 512, 64), "G2": (2, 12, 1024, 64), "G3": (1, 16, 2048, 128),
          "G4": (4, 8, 333, 64), "G5": (2, 4, 1531, 128)}

@@ -1,6 +1,6 @@
 """Every kernel family renders every entry and compiles with nvcc for each arch it declares.
 
-CPU only: nvcc compiles, nothing runs. Builds go through ``evo.build.build_batch`` (ninja, in
+CPU only: nvcc compiles, nothing runs. Builds go through ``evo.toolchain.build.build_batch`` (ninja, in
 parallel) into a temporary cache, so what is tested is what ``evo build`` and ``evo run`` do.
 The default of each family must build clean (no spills) on every arch; the random valid
 configurations must compile (every entry: both head dims, causal and not, fp16 and bf16) and
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from evo.manifest import Family, list_families, load_family
-from evo.build import build_batch
-from evo.render import render
+from evo.family.manifest import Family, list_families, load_family
+from evo.toolchain.build import build_batch
+from evo.family.render import render
 from evo.results import BuildResult, Status
-from evo.space import Candidate, all_candidates as _all, make_candidate, random_candidates
+from evo.family.space import Candidate, all_candidates as _all, make_candidate, random_candidates
 
 TEST_TEMPLATES = Path(__file__).parent / "templates"
 NVCC = shutil.which("nvcc")

@@ -8,7 +8,7 @@ import pytest
 
 from evo.results import Fidelity, Shape, Timing
 from evo.vocab import SDPA_BACKENDS
-from evo.timing import (
+from evo.gpu.timing import (
     RECHECK_FAILED, Stats, disagrees, fidelity_of, floor_us, implausible, io_bytes, make_timing,
     narrowest, recheck_failed, too_wide,
 )
@@ -76,7 +76,7 @@ def test_recheck_failed(flagged: str, failed: bool) -> None:
 def test_time_graph_sdpa_is_positive_and_steady() -> None:
     import torch
 
-    from evo.timing import Rotation, make_inputs, sdpa_op, time_graph
+    from evo.gpu.timing import Rotation, make_inputs, sdpa_op, time_graph
 
     fn = Rotation(sdpa_op("sdpa_default", False), make_inputs(F1, seed=0))
     s = Stats.of(time_graph(fn, reps=30))
@@ -89,8 +89,8 @@ def test_time_graph_sdpa_is_positive_and_steady() -> None:
 def test_time_case_interleaves_candidate_and_backends_checks_and_profiles() -> None:
     import torch
 
-    from evo.suites import green_settings
-    from evo.timing import time_case
+    from evo.gpu.suites import green_settings
+    from evo.gpu.timing import time_case
 
     def candidate(q, k, v, o):  # SDPA written into o: as fast as the default backend, plausible
         o.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v))
@@ -113,8 +113,8 @@ def test_a_timed_output_that_goes_wrong_is_caught() -> None:
     names the replays; an op that stops writing is caught by the replay into poisoned outputs."""
     import torch
 
-    from evo.suites import green_settings
-    from evo.timing import time_case
+    from evo.gpu.suites import green_settings
+    from evo.gpu.timing import time_case
 
     calls = [0]
 
@@ -131,7 +131,7 @@ def test_a_timed_output_that_goes_wrong_is_caught() -> None:
 
 @pytest.mark.gpu
 def test_gemm_rate_is_a_hopper_rate() -> None:
-    from evo.timing import gemm_tflops
+    from evo.gpu.timing import gemm_tflops
 
     assert 100 < gemm_tflops() < 1500
 
@@ -179,10 +179,10 @@ def named(name: str):
 
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> type[FakeTimer]:
-    monkeypatch.setattr("evo.timing.InputSets", FakeInputs)
-    monkeypatch.setattr("evo.timing.GraphTimer", FakeTimer)
-    monkeypatch.setattr("evo.timing.sdpa_op", lambda backend, causal: named(backend))
-    monkeypatch.setattr("evo.timing.runs", lambda op, inputs: op.name != "sdpa_cudnn")
+    monkeypatch.setattr("evo.gpu.timing.InputSets", FakeInputs)
+    monkeypatch.setattr("evo.gpu.timing.GraphTimer", FakeTimer)
+    monkeypatch.setattr("evo.gpu.timing.sdpa_op", lambda backend, causal: named(backend))
+    monkeypatch.setattr("evo.gpu.timing.runs", lambda op, inputs: op.name != "sdpa_cudnn")
     monkeypatch.setattr("torch.cuda.empty_cache", lambda: None)
     FakeTimer.log, FakeTimer.made = [], {}
     FakeTimer.us = {("evo", 0, 0): 6.0, ("sdpa_flash", 0, 0): 9.0, ("sdpa_default", 0, 0): 8.0}
@@ -190,7 +190,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> type[FakeTimer]:
 
 
 def test_time_case_interleaves_rounds_and_skips_refusing_backends(fake_gpu: type[FakeTimer]) -> None:
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     out = time_case(named("evo"), F1, ("sdpa_flash", "sdpa_cudnn", "sdpa_default"), rounds=3, reps=2).timings
     assert [t.backend for t in out] == ["evo", "sdpa_flash", "sdpa_default"]
@@ -203,7 +203,7 @@ def test_time_case_interleaves_rounds_and_skips_refusing_backends(fake_gpu: type
                                                (lambda s: "NaN in output", f"{RECHECK_FAILED}: NaN in output")])
 def test_implausible_candidate_is_remeasured_on_fresh_inputs_and_rechecked(fake_gpu: type[FakeTimer], recheck,
                                                                           note: str) -> None:
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     fake_gpu.us |= {("evo", 0, 0): 2.0, ("evo", 1, 1): 3.0}   # 4x faster than flash; fresh inputs (seed 1): 3 us
     out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=3, recheck=recheck).timings
@@ -212,7 +212,7 @@ def test_implausible_candidate_is_remeasured_on_fresh_inputs_and_rechecked(fake_
 
 
 def test_known_baselines_count_for_plausibility(fake_gpu: type[FakeTimer]) -> None:
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     fake_gpu.us |= {("evo", 1, 1): 6.0}
     out = time_case(named("evo"), F1, (), rounds=1, reps=1, known=[baseline(F1, "sdpa_default", 20.0)]).timings
@@ -224,7 +224,7 @@ NARROW = [10.0, 10.1, 9.9, 10.0, 10.05]
 
 
 def test_a_wide_spread_is_measured_again_not_recorded(fake_gpu: type[FakeTimer]) -> None:
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     fake_gpu.us |= {("evo", 0, 0): WIDE, ("evo", 0, 1): NARROW}
     out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=5).timings
@@ -233,7 +233,7 @@ def test_a_wide_spread_is_measured_again_not_recorded(fake_gpu: type[FakeTimer])
 
 
 def test_a_spread_that_stays_wide_is_recorded_narrowest_and_flagged(fake_gpu: type[FakeTimer]) -> None:
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     wider = [5.0, 10.0, 15.0, 7.0, 13.0]
     fake_gpu.us |= {("evo", 0, 0): wider, ("evo", 0, 1): WIDE, ("evo", 0, 2): wider}
@@ -243,8 +243,8 @@ def test_a_spread_that_stays_wide_is_recorded_narrowest_and_flagged(fake_gpu: ty
 
 
 def test_a_wrong_timed_output_stops_the_case(fake_gpu: type[FakeTimer], monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo.suites import green_settings
-    from evo.timing import CaseRun, time_case
+    from evo.gpu.suites import green_settings
+    from evo.gpu.timing import CaseRun, time_case
 
     monkeypatch.setattr(CaseRun, "check_outputs", lambda self, name, settings: (4, "set 2 of 4: NaN in output"))
     fake_gpu.us |= {("evo", 0, 0): WIDE}                       # would be measured again if it were right
@@ -254,8 +254,8 @@ def test_a_wrong_timed_output_stops_the_case(fake_gpu: type[FakeTimer], monkeypa
 
 
 def test_timed_outputs_are_counted_over_every_attempt(fake_gpu: type[FakeTimer], monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo.suites import green_settings
-    from evo.timing import CaseRun, time_case
+    from evo.gpu.suites import green_settings
+    from evo.gpu.timing import CaseRun, time_case
 
     seen = []
     monkeypatch.setattr(CaseRun, "check_outputs", lambda self, name, settings: (seen.append(name) or 3, ""))
@@ -266,10 +266,10 @@ def test_timed_outputs_are_counted_over_every_attempt(fake_gpu: type[FakeTimer],
 
 def test_profiled_timings_carry_fidelity_and_disagreement_is_flagged(fake_gpu: type[FakeTimer],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     profiled = {"evo": Fidelity(6.1, 6.0, 6.2, 5.9, 10), "sdpa_flash": Fidelity(7.5, 7.4, 7.6, 7.0, 10)}
-    monkeypatch.setattr("evo.timing.profile", lambda timer: profiled[timer.name])
+    monkeypatch.setattr("evo.gpu.timing.profile", lambda timer: profiled[timer.name])
     out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=2, fidelity=True).timings
     assert [t.fidelity for t in out] == [profiled["evo"], profiled["sdpa_flash"]]
     assert out[0].flagged == ""
@@ -280,11 +280,11 @@ def test_a_case_the_profiler_does_not_confirm_is_measured_again(fake_gpu: type[F
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """First attempt: the profiler puts sdpa_flash's launches at 7.0-7.5 us, FAST at 9: measured
     again; the second attempt agrees, and that is the one recorded, unflagged."""
-    from evo.timing import time_case
+    from evo.gpu.timing import time_case
 
     answers = iter([Fidelity(6.1, 6.0, 6.2, 5.9, 10), Fidelity(7.5, 7.4, 7.6, 7.0, 10),
                     Fidelity(6.1, 6.0, 6.2, 5.9, 10), Fidelity(9.1, 9.0, 9.2, 8.8, 10)])
-    monkeypatch.setattr("evo.timing.profile", lambda timer: next(answers))
+    monkeypatch.setattr("evo.gpu.timing.profile", lambda timer: next(answers))
     out = time_case(named("evo"), F1, ("sdpa_flash",), rounds=1, reps=2, fidelity=True).timings
     assert [t.fidelity.median_us for t in out if t.fidelity] == [6.1, 9.1]
     assert [t.flagged for t in out] == ["", ""]
@@ -412,7 +412,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> VirtualGpu:
 
 
 def test_a_graph_holds_enough_launches_for_a_one_ms_replay(gpu: VirtualGpu) -> None:
-    from evo.timing import GraphTimer
+    from evo.gpu.timing import GraphTimer
 
     timer = GraphTimer(lambda: gpu.work(0.004))  # 4 us a launch: 250 launches fill 1 ms
     assert timer.launches == 250 and timer.replay_ms == pytest.approx(1.0)
@@ -420,7 +420,7 @@ def test_a_graph_holds_enough_launches_for_a_one_ms_replay(gpu: VirtualGpu) -> N
 
 
 def test_a_replay_shorter_than_the_eager_guess_is_recaptured_with_more_launches(gpu: VirtualGpu) -> None:
-    from evo.timing import GraphTimer
+    from evo.gpu.timing import GraphTimer
 
     calls = {"eager": 0}
 
@@ -436,7 +436,7 @@ def test_a_replay_shorter_than_the_eager_guess_is_recaptured_with_more_launches(
 
 
 def test_launches_round_up_to_whole_rotations_and_stop_at_the_maximum(gpu: VirtualGpu) -> None:
-    from evo.timing import MAX_LAUNCHES, GraphTimer, Rotation
+    from evo.gpu.timing import MAX_LAUNCHES, GraphTimer, Rotation
 
     sets = [(i, i, i, f"o{i}") for i in range(3)]
     rotation = Rotation(lambda q, k, v, o: gpu.work(0.004), sets)
@@ -446,7 +446,7 @@ def test_launches_round_up_to_whole_rotations_and_stop_at_the_maximum(gpu: Virtu
 
 
 def test_sampling_warms_up_with_untimed_replays_first(gpu: VirtualGpu) -> None:
-    from evo.timing import WARM_MS, GraphTimer, time_graph
+    from evo.gpu.timing import WARM_MS, GraphTimer, time_graph
 
     timer = GraphTimer(lambda: gpu.work(0.01))  # 1 ms replays
     before = gpu.replays
@@ -461,7 +461,7 @@ def test_sampling_warms_up_with_untimed_replays_first(gpu: VirtualGpu) -> None:
 
 def _case_run(ops: dict[str, object], shape: Shape = F1) -> object:
     """A CaseRun over already-captured timers (the inputs of a real one need a GPU)."""
-    from evo.timing import CaseRun
+    from evo.gpu.timing import CaseRun
 
     run = CaseRun.__new__(CaseRun)
     run.timers, run.fidelity, run.shape = dict(ops), {}, shape  # type: ignore[attr-defined]
@@ -470,11 +470,11 @@ def _case_run(ops: dict[str, object], shape: Shape = F1) -> object:
 
 def test_sampling_a_case_reports_progress_after_each_ops_samples(gpu: VirtualGpu,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import evo.timing
-    from evo.timing import GraphTimer
+    import evo.gpu.timing
+    from evo.gpu.timing import GraphTimer
 
     notes: list[str] = []
-    monkeypatch.setattr(evo.timing, "progress", notes.append)
+    monkeypatch.setattr(evo.gpu.timing, "progress", notes.append)
     run = _case_run({name: GraphTimer(lambda: gpu.work(0.5)) for name in ("evo", "sdpa_cudnn")})
     run.sample(rounds=2, reps=4, budget_ms=1000.0)  # type: ignore[attr-defined]
     # the worker's stall limit sees a long case alive between ops, not only between cases
@@ -492,7 +492,7 @@ def test_sampling_a_case_reports_progress_after_each_ops_samples(gpu: VirtualGpu
 ])
 def test_a_long_case_times_each_op_in_its_own_steady_state(gpu: VirtualGpu, shape: Shape, launch_ms: float,
                                                            ops: int, expected: int) -> None:
-    from evo.timing import STEADY_WARM_MS, GraphTimer
+    from evo.gpu.timing import STEADY_WARM_MS, GraphTimer
 
     assert STEADY_WARM_MS == 300.0
     run = _case_run({f"op{i}": GraphTimer(lambda: gpu.work(launch_ms)) for i in range(ops)}, shape)
@@ -507,8 +507,8 @@ def test_the_clock_rule_is_the_cases_whatever_is_timed_beside_the_candidate() ->
     candidate is timed the same way alone, beside one baseline or beside every backend (it once
     read the ops' launches, and promote's confirmation of F4c beside cuDNN alone ran at boost
     clocks where the bench's, beside the slow memory-efficient backend, ran in steady state)."""
-    from evo.suites import fast_cases
-    from evo.timing import steady_case
+    from evo.gpu.suites import fast_cases
+    from evo.gpu.timing import steady_case
 
     got = {s.tag: steady_case(s) for s in fast_cases()}
     assert len(got) == 16
@@ -516,7 +516,7 @@ def test_the_clock_rule_is_the_cases_whatever_is_timed_beside_the_candidate() ->
 
 
 def test_a_rotation_cycles_the_input_sets_and_remembers_each_output() -> None:
-    from evo.timing import Rotation
+    from evo.gpu.timing import Rotation
 
     sets = [(i, i, i, f"o{i}") for i in range(3)]
     seen: list[int] = []
@@ -528,7 +528,7 @@ def test_a_rotation_cycles_the_input_sets_and_remembers_each_output() -> None:
 
 
 def test_input_sets_overflow_l2_within_bounds() -> None:
-    from evo.timing import L2_FACTOR, MAX_INPUT_SETS, io_bytes, set_count
+    from evo.gpu.timing import L2_FACTOR, MAX_INPUT_SETS, io_bytes, set_count
 
     l2 = 50 * 2**20
     assert set_count(F1, l2) == math.ceil(L2_FACTOR * l2 / io_bytes(F1))
@@ -538,7 +538,7 @@ def test_input_sets_overflow_l2_within_bounds() -> None:
 def test_sdpa_backends_that_refuse_the_inputs_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from evo.timing import runs, sdpa_op
+    from evo.gpu.timing import runs, sdpa_op
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     inputs = tuple(torch.randn(1, 2, 16, 64) for _ in range(4))

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from evo.errors import EvoError
-from evo.manifest import load_family, load_family_dir
-from evo.render import render
-from evo.space import LaunchConfig, make_candidate
-from evo.tma import MapGeometry
+from evo.family.manifest import load_family, load_family_dir
+from evo.family.render import render
+from evo.family.space import LaunchConfig, make_candidate
+from evo.gpu.tma import MapGeometry
 
 
 def test_map_geometry_is_one_head_per_plane_with_64_column_boxes() -> None:

@@ -15,8 +15,8 @@ from types import ModuleType
 
 import pytest
 
-from evo.render import render
-from evo.space import make_candidate
+from evo.family.render import render
+from evo.family.space import make_candidate
 
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton runs this check)")
 

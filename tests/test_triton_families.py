@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from evo.build import build_batch
-from evo.gate import check_case
-from evo.pykernels import ModuleKernels
-from evo.render import render
+from evo.toolchain.build import build_batch
+from evo.gpu.gate import check_case
+from evo.gpu.pykernels import ModuleKernels
+from evo.family.render import render
 from evo.results import Shape
-from evo.space import make_candidate
-from evo.suites import green_settings
+from evo.family.space import make_candidate
+from evo.gpu.suites import green_settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # numpy, inside the interpreter
 SHAPES = [(1, 2, 1, 64), (2, 1, 17, 64), (1, 1, 130, 64), (1, 2, 100, 128)]

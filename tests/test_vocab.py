@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from evo import backends, vocab
+from evo.family import backends
+
+from evo import vocab
 from evo.results import Shape
 from evo.vocab import (BUILD_FAILED, COMPILED, EVALUATED, FAILED, PASSED, WORKER_FAILED, Status, assignment_text,
                        gpu_slug, short_sha, value_text)

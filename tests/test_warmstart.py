@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from evo.errors import EvoError
-from evo.manifest import load_family
+from evo.family.manifest import load_family
 from evo.search import loop
 from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter

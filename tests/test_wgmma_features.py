@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from evo.build import build_batch
+from evo.toolchain.build import build_batch
 from evo.errors import EvoError
-from evo.manifest import load_family
-from evo.ptxas import parse_ptxas
-from evo.render import render
+from evo.family.manifest import load_family
+from evo.toolchain.ptxas import parse_ptxas
+from evo.family.render import render
 from evo.results import Status
-from evo.space import is_valid, make_candidate
+from evo.family.space import is_valid, make_candidate
 
 FAMILY = load_family("flash_wgmma")
 

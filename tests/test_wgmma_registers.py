@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from evo.build import build_batch
+from evo.toolchain.build import build_batch
 from evo.errors import EvoError
-from evo.ptxas import parse_ptxas
-from evo.render import render
+from evo.toolchain.ptxas import parse_ptxas
+from evo.family.render import render
 from evo.results import Status
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 
 # (genes, consumer warpgroups per head dim): every PRODUCER_REGS value with two and three consumers
 CASES = [

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from evo.errors import EvoError
-from evo.render import Entry
+from evo.family.render import Entry
 from evo.results import Status
-from evo.space import LaunchConfig
-from evo.worker import EvalRequest, Worker, WorkerPool, _child_env, gpu_count, require_gpu
+from evo.family.space import LaunchConfig
+from evo.gpu.worker import EvalRequest, Worker, WorkerPool, _child_env, gpu_count, require_gpu
 
 FIXTURES = Path(__file__).parent / "fixtures" / "worker"
 
@@ -229,5 +229,5 @@ def test_no_gpu_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parent_side_does_not_import_torch() -> None:
-    code = "import sys, evo.worker; sys.exit('torch' in sys.modules)"
+    code = "import sys, evo.gpu.worker; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evo.render import Entry, Rendered
+from evo.family.render import Entry, Rendered
 from evo.results import BuildResult, Status
 
 pytestmark = pytest.mark.gpu
@@ -24,10 +24,10 @@ FAULTS = ("none", "hang", "slow", "slow_first")
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Rendered, BuildResult]]]:
     """Every fault above, built in one batch into a private cache."""
-    from evo.build import build_batch, default_arch
-    from evo.manifest import load_family
-    from evo.render import render
-    from evo.space import make_candidate
+    from evo.toolchain.build import build_batch, default_arch
+    from evo.family.manifest import load_family
+    from evo.family.render import render
+    from evo.family.space import make_candidate
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVO_TEMPLATE_PATH", str(TEST_TEMPLATES))
@@ -41,7 +41,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple
 
 def green(faulty: dict[str, tuple[Rendered, BuildResult]], fault: str, *, build_id: str | None = None,
           entries: tuple[Entry, ...] | None = None):  # noqa: ANN201 - EvalRequest, imported late
-    from evo.worker import EvalRequest
+    from evo.gpu.worker import EvalRequest
 
     rendered, built = faulty[fault]
     return EvalRequest(build_id or built.build_id, built.cubin_path or "", entries or rendered.entries,
@@ -49,7 +49,7 @@ def green(faulty: dict[str, tuple[Rendered, BuildResult]], fault: str, *, build_
 
 
 def test_a_hanging_kernel_times_out_as_stuck_and_the_worker_is_replaced(faulty) -> None:  # type: ignore[no-untyped-def]
-    from evo.worker import Worker
+    from evo.gpu.worker import Worker
 
     with Worker(0) as worker:
         stuck = worker.evaluate(green(faulty, "hang"), timeout_s=20)
@@ -61,7 +61,7 @@ def test_a_hanging_kernel_times_out_as_stuck_and_the_worker_is_replaced(faulty) 
 
 
 def test_a_slow_kernel_times_out_as_slow(faulty) -> None:  # type: ignore[no-untyped-def]
-    from evo.worker import Worker
+    from evo.gpu.worker import Worker
 
     with Worker(0) as worker:
         slow = worker.evaluate(green(faulty, "slow"), timeout_s=6)  # every launch lasts >= 1 s
@@ -74,8 +74,8 @@ def test_an_over_limit_shared_memory_launch_is_resource_rejected_without_a_resta
     """Shared memory over the limit, planted in the launch config of a built candidate: the parent
     rejects it against the cached build, and the worker's runtime rejects it for a build id the
     parent cannot look up; neither kills the worker, which then gates a healthy kernel."""
-    from evo.build import default_arch, smem_limit
-    from evo.worker import Worker
+    from evo.toolchain.build import default_arch, smem_limit
+    from evo.gpu.worker import Worker
 
     rendered, _ = faulty["none"]
     over = smem_limit(default_arch()) + 1024
@@ -97,7 +97,7 @@ def test_an_over_limit_shared_memory_launch_is_resource_rejected_without_a_resta
 def test_a_cold_workers_first_request_gets_its_whole_budget(faulty) -> None:  # type: ignore[no-untyped-def]
     """A fresh worker (torch import, CUDA context and libraries still to load) and a first launch
     that lasts 2 s: GREEN passes within a 10 s budget, because start-up is not charged to it."""
-    from evo.worker import Worker
+    from evo.gpu.worker import Worker
 
     with Worker(0) as worker:
         ev = worker.evaluate(green(faulty, "slow_first"), timeout_s=10)

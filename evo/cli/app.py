@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 import click
 import optuna
-from evo import __version__, paths
+from evo import paths
+from evo.version import __version__
 from evo.api import check_driver, require_database
 from evo.errors import EvoError
 from evo.paths import sqlite_file

@@ -1,4 +1,4 @@
-"""``evo bench-samplers``: regenerate docs/sampler-benchmark.md (the work is in :mod:`evo.search.bench.doc`)."""
+"""``evo bench-samplers``: regenerate docs/sampler-benchmark.md (the work is in :mod:`evo.samplerbench.doc`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import click
 
 from evo import paths
 from evo.cli.app import cli, fail_if, split_list
-from evo.replay import newest_recording
-from evo.search.bench.doc import Options, write
-from evo.search.bench.entrants import DEFAULT
-from evo.search.bench.run import MODES, RunResult
+from evo.store.recording import newest_recording
+from evo.samplerbench.doc import Options, write
+from evo.samplerbench.entrants import DEFAULT
+from evo.samplerbench.run import MODES, RunResult
 from evo.search.objective import BASELINES
-from evo.suites import fast_cases
+from evo.gpu.suites import fast_cases
 
 DOCS = "docs"
 

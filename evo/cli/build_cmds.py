@@ -13,7 +13,9 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evo import api, doctor
+from evo import api
+
+from evo.products import doctor
 from evo.cli.app import cli, db_option
 from evo.cli.output import console, err_console, table
 from evo.errors import EvoError

@@ -9,17 +9,19 @@ from collections.abc import Iterable
 import click
 from rich.markup import escape
 
-from evo import api, jsondoc
-from evo.build import SOURCE, cache_dir
+from evo import api
+
+from evo.analysis import jsondoc
+from evo.toolchain.build import SOURCE, cache_dir
 from evo.cli.app import cli, db_option, require_database
 from evo.cli.output import console, table
 from evo.errors import EvoError
-from evo.lineage import STATUS_STYLE, mutation_text, to_dot, to_json, to_tree
-from evo.render import render
+from evo.analysis.lineage import STATUS_STYLE, mutation_text, to_dot, to_json, to_tree
+from evo.family.render import render
 from evo.results import CheckResult, Status, Timing
 from evo.vocab import DEFAULT_BASELINE, EVO
 from evo.scoring import edge_effect, latest, score, speedups
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import CandidateRecord, Store, open_store, short_id
 from evo.vocab import SDPA_BACKENDS, value_text
 

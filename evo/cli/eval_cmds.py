@@ -15,12 +15,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from evo import api, paths
-from evo.bench import COLUMNS, case_records, fidelity_summary
+from evo.products.bench import COLUMNS, case_records, fidelity_summary
 from evo.cli.app import cli, db_option, fail_if
 from evo.cli.build_cmds import param_option
 from evo.cli.output import console, table
 from evo.results import Status
-from evo.suites import DTYPES
+from evo.gpu.suites import DTYPES
 from evo.vocab import EVO
 
 cases_option = click.option("--cases", metavar="LIST",
@@ -104,7 +104,7 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
 @db_option()
 @timeout_option
 @click.option("--seeds", is_flag=True, help="the seed campaigns' rows: claims beside evo's GREEN + FAST figures")
-@click.option("--sweep", is_flag=True, help="SDPA's backends over the sweep grid, with plots (evo/seeds.py)")
+@click.option("--sweep", is_flag=True, help="SDPA's backends over the sweep grid, with plots (evo/products/seeds.py)")
 def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases: str | None, dtype: str,
               out: Path | None, db: str, timeout: float, seeds: bool, sweep: bool) -> None:
     """Time candidates or a package against every SDPA backend.
@@ -115,7 +115,7 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
     if seeds or sweep:
         fail_if(bool(package or ids or best or cases), "--seeds / --sweep measure their own shapes: leave out "
                                                        "--package, --id, --best and --cases")
-        from evo.seeds import GROUPS, run
+        from evo.products.seeds import GROUPS, run
 
         written = run(out or paths.home() / "benchmarks", GROUPS if seeds else (), sweep, timeout_s=timeout,
                       log=console.print)

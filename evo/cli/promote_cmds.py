@@ -1,7 +1,7 @@
 """``evo promote``: write a pip-installable attention package from the winners in the database.
 
 The command parses options and prints the dispatch table; :func:`evo.api.promote_winners`
-(:mod:`evo.promote`) does the work.
+(:mod:`evo.products.promote`) does the work.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.table import Table
 from evo import api
 from evo.cli.app import cli, db_option
 from evo.cli.output import console, table
-from evo.promote import Promoted
+from evo.products.promote import Promoted
 from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 

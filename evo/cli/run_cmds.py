@@ -1,7 +1,7 @@
 """``evo run`` (start or resume a search), ``evo insights`` and ``evo export-sweep``.
 
-The commands parse options and print; :mod:`evo.search.driver`, :mod:`evo.insights` and
-:mod:`evo.replay` do the work. ``evo run`` ends by saying where the results are, how fast the
+The commands parse options and print; :mod:`evo.search.driver`, :mod:`evo.analysis.insights` and
+:mod:`evo.store.recording` do the work. ``evo run`` ends by saying where the results are, how fast the
 best candidate is against each SDPA baseline (in words), and what to run next.
 """
 
@@ -15,15 +15,17 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from evo import api, jsondoc, paths
-from evo import insights as insights_mod
+from evo import api, paths
+
+from evo.analysis import jsondoc
+from evo.analysis import insights as insights_mod
 from evo.cli.app import cli, db_option, require_database, split_list
 from evo.cli.output import console, speedup_words, table
 from evo.cli.progress import TrialProgress
 from evo.errors import EvoError
-from evo.margin import TOLERANCE_SHARE
+from evo.gpu.margin import TOLERANCE_SHARE
 from evo.paths import sqlite_file
-from evo.replay import export_sweep
+from evo.store.recording import export_sweep
 from evo.results import Shape
 from evo.scoring import score
 from evo.search import objective

@@ -19,8 +19,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from evo import __version__, paths
-from evo.lineage import build_lineage
+from evo import paths
+from evo.version import __version__
+from evo.analysis.lineage import build_lineage
 from evo.report import data, figures, nodes
 from evo.report.page import render_page
 from evo.results import Status

@@ -11,7 +11,7 @@ insights are computed, not saved. The sections:
   every backend timed beside it (median, p20, p80), on one device; ``heatmap``: the top
   candidates' speedups per case; ``gemm_tflops``: the dense GEMM rate measured with them, if any.
 - ``failures``: failed candidates, and trials that never made one, counted by reason.
-- ``insights``: moves, resources and parameter importances (:mod:`evo.insights`).
+- ``insights``: moves, resources and parameter importances (:mod:`evo.analysis.insights`).
 
 Benchmark records (``evo bench`` JSON) and the replay sampler benchmark are read from files
 (:func:`load_bench`, :func:`load_sampler_benchmark`): they are the runs that measured the GEMM
@@ -33,13 +33,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from evo import insights as insights_mod
+from evo.analysis import insights as insights_mod
 from evo.errors import EvoError
-from evo.jsondoc import insights_doc
-from evo.lineage import Lineage
+from evo.analysis.jsondoc import insights_doc
+from evo.analysis.lineage import Lineage
 from evo.results import Status, Timing
 from evo.scoring import geomean, latest
-from evo.search.bench.stats import quartiles
+from evo.samplerbench.stats import quartiles
 from evo.search.study import read_storage
 from evo.store import Store, short_id
 from evo.vocab import EVO

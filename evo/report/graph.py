@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evo.lineage import Lineage, Link
+from evo.analysis.lineage import Lineage, Link
 
 KIND_RANK = {"mutation": 0, "crossover": 1, "nearest": 2, "import": 3}
 

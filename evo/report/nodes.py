@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from evo.build import SOURCE, cache_dir
+from evo.toolchain.build import SOURCE, cache_dir
 from evo.errors import EvoError
-from evo.jsondoc import clean, record_doc
-from evo.lineage import Lineage, mutation_text
-from evo.render import render
+from evo.analysis.jsondoc import clean, record_doc
+from evo.analysis.lineage import Lineage, mutation_text
+from evo.family.render import render
 from evo.report.graph import layout
 from evo.results import Status
 from evo.vocab import EVO
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.store import Store, short_id
 from evo.store.views import CandidateView
 

@@ -6,7 +6,7 @@
 - :mod:`evo.search.sampler_evo` (with :mod:`evo.search.prescreen`), :mod:`evo.search.sampler_gp`
   (with :mod:`evo.search.surrogate`; both encode genes with :mod:`evo.search.encoding`),
   :mod:`evo.search.proposal`, :mod:`evo.search.samplers`: samplers.
-- :mod:`evo.search.bench`: ``evo bench-samplers``, samplers compared on a recording.
+- :mod:`evo.samplerbench`: ``evo bench-samplers``, samplers compared on a recording.
 - :mod:`evo.search.params`: how a candidate is spelled as Optuna params.
 - :mod:`evo.search.study`, :mod:`evo.search.resume`: the study, its settings, heartbeats and
   retries of the trials of a worker that died.

@@ -21,10 +21,10 @@ from typing import Any
 import optuna
 
 from evo import paths
-from evo.build import default_arch
+from evo.toolchain.build import default_arch
 from evo.errors import EvoError
-from evo.manifest import Family, list_families, load_family
-from evo.replay import Recording, load_recording, newest_recording
+from evo.family.manifest import Family, list_families, load_family
+from evo.store.recording import Recording, load_recording, newest_recording
 from evo.results import Shape
 from evo.search import objective
 from evo.search.evaluators import BuildOnlyEvaluator, Evaluator, GpuEvaluator, ReplayEvaluator
@@ -37,8 +37,8 @@ from evo.search.study import GRACE_S, HEARTBEAT_S, merge_settings, open_study, s
 from evo.search.warmstart import DEFAULT_TOP, check_sources, start_from
 from evo.store import Store, open_store
 from evo.store.engine import ProcessLock, describe, normalize_url, safe_url, schema_lock
-from evo.suites import fast_cases, fast_cases_by_tag
-from evo.worker import DEFAULT_TARGET, gpu_count
+from evo.gpu.suites import fast_cases, fast_cases_by_tag
+from evo.gpu.worker import DEFAULT_TARGET, gpu_count
 
 DEFAULT_STUDY = {"gpu": "evo", "replay": "evo-replay", "build-only": "evo-build-only"}
 FLAGS = {"source": "a measurement source", "families": "--families", "cases": "--cases",

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evo.manifest import Family, Value
-from evo.space import Candidate
+from evo.family.manifest import Family, Value
+from evo.family.space import Candidate
 
 
 def _numeric(values: Sequence[Value]) -> bool:

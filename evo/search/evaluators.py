@@ -3,8 +3,8 @@
 An :class:`Evaluator` builds a batch of rendered candidates and then gates and times the
 built ones. Three implementations:
 
-- :class:`GpuEvaluator`: nvcc via :func:`evo.build.build_batch`, GREEN and FAST in crash-
-  isolated GPU workers (:class:`evo.worker.WorkerPool`).
+- :class:`GpuEvaluator`: nvcc via :func:`evo.toolchain.build.build_batch`, GREEN and FAST in crash-
+  isolated GPU workers (:class:`evo.gpu.worker.WorkerPool`).
 - :class:`ReplayEvaluator`: outcomes looked up in a recorded sweep (no nvcc, no GPU); a point
   the recording lacks is :class:`Unmeasured`, never invented.
 - :class:`BuildOnlyEvaluator`: builds and resource-checks for real; GREEN and FAST need a GPU,
@@ -25,14 +25,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evo import smi
-from evo.build import build_batch, build_id_for, compile_flags
-from evo.manifest import load_family
-from evo.render import Rendered
-from evo.replay import Record, Recording
+from evo.toolchain import smi
+from evo.toolchain.build import build_batch, build_id_for, compile_flags
+from evo.family.manifest import load_family
+from evo.family.render import Rendered
+from evo.store.recording import Record, Recording
 from evo.results import BuildResult, Evaluation, Shape, Status
 from evo.vocab import BUILD_FAILED
-from evo.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
+from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class GpuEvaluator(Evaluator):
 
     def pair(self, baseline: str) -> None:
         """Time ``baseline`` (the study's) beside every candidate, round by round, instead of
-        comparing with a cached timing of it (:mod:`evo.evaluate`: a score is then one clock
+        comparing with a cached timing of it (:mod:`evo.gpu.evaluate`: a score is then one clock
         state's ratio, not a ratio of two states)."""
         self.options["paired"] = baseline
 

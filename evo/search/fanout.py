@@ -1,7 +1,7 @@
 """``evo run --gpus LIST``: one worker process per GPU, all feeding one study.
 
 Each listed GPU gets a worker, a process that runs :func:`evo.search.driver.run` for that GPU
-(with its own crash-isolated GPU child, :mod:`evo.worker`). The workers share the study and
+(with its own crash-isolated GPU child, :mod:`evo.gpu.worker`). The workers share the study and
 the lineage tables through the database exactly as workers on other hosts do
 (docs/scale-out.md): Optuna's heartbeats, retries of a dead worker's trials, and the store's
 claims, so that a candidate is built and evaluated once per kind of GPU. This parent only
@@ -34,7 +34,7 @@ from evo.errors import EvoError
 from evo.search.driver import RunOptions, run
 from evo.search.loop import Best, Outcome, Reporter, RunSummary
 from evo.store.engine import POSTGRES_HINT, SQLITE_WORKERS, is_sqlite
-from evo.worker import gpu_count
+from evo.gpu.worker import gpu_count
 
 STOP_POLL_S = 0.5
 

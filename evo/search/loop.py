@@ -13,7 +13,7 @@ failures told at once), then gated and timed through the
 :class:`~evo.search.evaluators.Evaluator`, stored, and told: COMPLETE with the objective values,
 or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md says why FAIL
 and not a made-up value). A COMPLETE trial also carries its GREEN margin, the worst
-max|err| / tolerance per head dim (user attr ``green_share``, :mod:`evo.margin`), which the
+max|err| / tolerance per head dim (user attr ``green_share``, :mod:`evo.gpu.margin`), which the
 evolutionary samplers read to keep what promote would refuse out of their elites. A worker with
 nothing left to start waits while other workers' trials run, so a trial of a worker that dies
 is still retried.
@@ -47,10 +47,10 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
-from evo.margin import GREEN_SHARE, over_share, worst_shares
-from evo.manifest import Family, Value
-from evo.render import Rendered, render
-from evo.replay import record_key
+from evo.gpu.margin import GREEN_SHARE, over_share, worst_shares
+from evo.family.manifest import Family, Value
+from evo.family.render import Rendered, render
+from evo.store.recording import record_key
 from evo.results import CheckResult, Evaluation, Shape, Status, Timing
 from evo.scoring import geomean, speedups
 from evo.search import objective
@@ -60,7 +60,7 @@ from evo.search.proposal import seen_keys
 from evo.search.resume import REASON, RUN, STATUS, Heartbeat, Retry, counted, recover, release
 from evo.search.sampler_evo import fitness, proposal_of
 from evo.search.storeview import Known, known_outcome
-from evo.space import Candidate, all_candidates, combinations, diff, listable, make_candidate
+from evo.family.space import Candidate, all_candidates, combinations, diff, listable, make_candidate
 from evo.vocab import FAILED, PASSED
 
 LABEL = "label"
@@ -80,7 +80,7 @@ class Outcome:
     candidate_id: str | None = None
     reused: bool = False
     speedups: dict[str, float] | None = None  # case tag -> speedup over the study's baseline
-    shares: dict[int, float] | None = None    # head dim -> worst GREEN max|err| / tolerance (evo.margin)
+    shares: dict[int, float] | None = None    # head dim -> worst GREEN max|err| / tolerance (evo.gpu.margin)
 
 
 @dataclass
@@ -205,7 +205,7 @@ class Search:
                                   not_evaluated=evaluator.not_evaluated)
 
     def valid_keys(self) -> set[str]:
-        """Every valid point of the listable families (:func:`evo.space.listable`), enumerated
+        """Every valid point of the listable families (:func:`evo.family.space.listable`), enumerated
         on first use, which :meth:`run` makes while the heartbeat renews the lease and before it
         takes the ask lock. A family too large to list is never counted as used up."""
         if self._valid_keys is None:

@@ -14,8 +14,8 @@ from typing import Any, cast
 import optuna
 
 from evo.errors import EvoError
-from evo.manifest import Family, Value
-from evo.space import Candidate
+from evo.family.manifest import Family, Value
+from evo.family.space import Candidate
 
 FAMILY = "family"
 CANDIDATE = "candidate"  # the user attr a told trial keeps its stored candidate id under

@@ -20,11 +20,11 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from evo.manifest import Family, Value
-from evo.replay import record_key
+from evo.family.manifest import Family, Value
+from evo.store.recording import record_key
 from evo.search.internals import enqueued_params, is_enqueued, set_trial_system_attr
 from evo.search.params import FAMILY, from_trial_params, param_name
-from evo.space import Candidate, all_candidates, listable, make_candidate, sample_valid
+from evo.family.space import Candidate, all_candidates, listable, make_candidate, sample_valid
 
 PROPOSAL = "evo:proposal"
 RETRY_OF = "evo:retry_of"

@@ -12,7 +12,7 @@ immigrants of those families first.
 
 Population: the best ``population`` distinct completed trials (multi-objective: by the
 geometric mean of their values) whose kernels promote would ship: a trial whose GREEN margin
-(user attr ``green_share``, the worst max|err| / tolerance per head dim, :mod:`evo.margin`) is
+(user attr ``green_share``, the worst max|err| / tolerance per head dim, :mod:`evo.gpu.margin`) is
 above the share promote verifies at stays out of the population, and counts as a failed child
 of its move. Without that the search bred from conditional-rescaling kernels it could not ship
 (study wgmma8: 63 of 83 candidates). The evolutionary operators breed a child as
@@ -22,9 +22,9 @@ of its move. Without that the search bred from conditional-rescaling kernels it 
 - a uniform crossover of two elites of the same family at rate ``crossover_rate``, re-drawn
   when the child is invalid or already tried;
 - otherwise a mutation of a rank-selected elite that changes one gene (two at rate
-  ``two_gene_rate``), drawn from :func:`evo.space.mutations` so it is always valid; at rate
+  ``two_gene_rate``), drawn from :func:`evo.family.space.mutations` so it is always valid; at rate
   ``switch_rate`` (and whenever no gene mutation is left) the mutation switches the elite to a
-  successor family instead (:func:`evo.space.switch`: shared genes kept), recorded as the move
+  successor family instead (:func:`evo.family.space.switch`: shared genes kept), recorded as the move
   ``family: old -> new`` so its measured effect weighs it like any other move. When no elite
   has a mutation or switch left, the completed candidates below the population are mutated
   (so a family entered by a switch is still entered that way); an immigrant of any family is
@@ -69,15 +69,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
-from evo.manifest import Family, Value
-from evo.margin import GREEN_SHARE, over_share
-from evo.replay import record_key
+from evo.family.manifest import Family, Value
+from evo.gpu.margin import GREEN_SHARE, over_share
+from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
 from evo.search.prescreen import TinyGp, expected_improvement
 from evo.search.internals import enqueued_params
 from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, seen_keys
-from evo.space import Candidate, make_candidate, mutations, switch
+from evo.family.space import Candidate, make_candidate, mutations, switch
 
 Move = tuple[str, Value, Value]
 FAILURES = frozenset({"invalid", "compile_failed", "resource_rejected", "red", "crashed", "timeout"})

@@ -41,15 +41,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
-from evo.manifest import Family
-from evo.replay import record_key
+from evo.family.manifest import Family
+from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
 from evo.search.proposal import Proposal, ProposalSampler, seen_keys
 from evo.search.resume import STATUS
 from evo.search import surrogate
 from evo.search.sampler_evo import FAILURES, fitness, shippable
-from evo.space import Candidate, make_candidate, mutations
+from evo.family.space import Candidate, make_candidate, mutations
 
 
 def distance(a: Candidate, b: Candidate) -> int:

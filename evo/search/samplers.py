@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import optuna
 
 from evo.errors import EvoError
-from evo.manifest import Family
+from evo.family.manifest import Family
 from evo.search import surrogate
 from evo.search.proposal import SweepSampler
 from evo.search.sampler_evo import EvoSampler

@@ -27,7 +27,7 @@ from evo.results import Shape
 from evo.search.resume import Retry
 from evo.paths import sqlite_file
 from evo.store.engine import BUSY_TIMEOUT_MS, describe, is_sqlite, safe_url
-from evo.suites import fast_cases_by_tag
+from evo.gpu.suites import fast_cases_by_tag
 
 SETTINGS = "evo:settings"
 HEARTBEAT_S = 20

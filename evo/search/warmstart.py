@@ -33,16 +33,16 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.manifest import Family, Value
-from evo.replay import record_key
+from evo.family.manifest import Family, Value
+from evo.store.recording import record_key
 from evo.search import objective
 from evo.search.loop import SPEEDUPS
 from evo.search.objective import Bucket
 from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
-from evo.space import make_candidate
+from evo.family.space import make_candidate
 from evo.scoring import geomean
-from evo.suites import fast_cases_by_tag
+from evo.gpu.suites import fast_cases_by_tag
 
 STARTED_FROM = "evo:started_from"
 DEFAULT_TOP = 8

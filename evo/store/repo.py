@@ -23,11 +23,11 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from evo import paths
 from evo.errors import EvoError
-from evo.manifest import load_family
-from evo.render import Rendered
+from evo.family.manifest import load_family
+from evo.family.render import Rendered
 from evo.results import BuildResult, CheckResult, Evaluation, Resources, Shape, Status, Timing
 from evo.scoring import score
-from evo.space import Candidate as CandidatePoint
+from evo.family.space import Candidate as CandidatePoint
 from evo.store.engine import WRITE, describe, safe_url
 from evo.store.models import (Base, Build, Candidate, Check, Claim, Edge, EvaluationRow, Insight, Run, TimingRow,
                               Trial, utcnow)

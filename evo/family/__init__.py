@@ -1,0 +1,1 @@
+"""A kernel family: its manifest, parameter space, constraint expressions, headers and rendering."""

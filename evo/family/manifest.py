@@ -1,0 +1,165 @@
+"""Kernel families: a folder with ``manifest.toml`` (the parameter space) and Jinja2 sources.
+
+A manifest declares each parameter's domain and default, the constraints between
+parameters, the supported head dims / dtypes / arches, the nvcc flags, and the launch
+formulas (threads per CTA, query rows per CTA, dynamic shared memory as a function of the
+head dim ``D``). Everything the rest of evo needs to know about a family is read from here,
+so adding a family or a feature flag is a manifest edit plus template code.
+
+``[family]`` may also name the ``backend`` (``cuda``, the default: the template renders CUDA
+for nvcc; ``triton``: it renders a Python module, see :mod:`evo.family.backends`), the
+``successors`` a candidate may switch to in a search (the evolutionary sampler's switch-family
+mutation, which keeps the genes both families share), and ``search_default = false`` for a
+family that `evo run` searches only when ``--families`` names it (the seed families).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from evo import paths
+from evo.errors import EvoError
+from evo.vocab import KERNEL_BACKENDS, value_text
+
+Value = int | str | bool
+
+
+@dataclass(frozen=True)
+class Param:
+    """One gene: a name, its finite ordered domain, its default, and whether it is a feature flag."""
+
+    name: str
+    values: tuple[Value, ...]
+    default: Value
+    kind: str = "tile"  # "tile" (sizes, warps, stages) or "feature" (on/off or variant switches)
+    doc: str = ""
+
+    def parse(self, text: str) -> Value:
+        """Turn CLI text into a domain value, or raise naming what is allowed."""
+        for v in self.values:
+            if value_text(v).lower() == text.strip().lower():
+                return v
+        raise EvoError(f"parameter {self.name}={text!r} is not allowed; allowed: {self.allowed()}")
+
+    def allowed(self) -> str:
+        return ", ".join(value_text(v) for v in self.values)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A manifest's ``[[constraints]]`` entry: a boolean expression over the parameters, and the
+    message a candidate that violates it is ``invalid`` with."""
+
+    expr: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """A parsed manifest."""
+
+    name: str
+    version: int
+    description: str
+    path: Path
+    template: str
+    params: dict[str, Param]
+    constraints: tuple[Constraint, ...]
+    head_dims: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    arches: tuple[str, ...]
+    nvcc_flags: tuple[str, ...]
+    launch: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+    backend: str = "cuda"                 # "cuda": nvcc -> cubin; "triton": a Python module (evo/family/backends.py)
+    successors: tuple[str, ...] = ()      # families a candidate may switch to (the switch-family mutation)
+    search_default: bool = True           # searched by `evo run` when --families is not given
+
+    def defaults(self) -> dict[str, Value]:
+        return {n: p.default for n, p in self.params.items()}
+
+
+def _param(name: str, spec: dict[str, Any], where: Path) -> Param:
+    values = tuple(spec.get("values", ()))
+    if not values:
+        raise EvoError(f"{where}: parameter {name} has no values")
+    default = spec.get("default", values[0])
+    if default not in values:
+        raise EvoError(f"{where}: default of {name} ({default!r}) is not in its values")
+    return Param(name, values, default, spec.get("kind", "tile"), spec.get("doc", ""))
+
+
+def load_family_dir(folder: Path) -> Family:
+    """Parse ``folder/manifest.toml`` into a Family."""
+    mf = folder / "manifest.toml"
+    try:
+        data = tomllib.loads(mf.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise EvoError(f"cannot read manifest {mf}: {exc}") from None
+    fam = data.get("family", {})
+    missing = [k for k in ("name", "version", "template") if k not in fam]
+    if missing:
+        raise EvoError(f"{mf}: [family] lacks {', '.join(missing)}")
+    launch = data.get("launch", {})
+    for key in ("threads", "rows_per_cta", "smem_bytes"):
+        if key not in launch:
+            raise EvoError(f"{mf}: [launch] lacks {key}")
+    backend = fam.get("backend", "cuda")
+    if backend not in KERNEL_BACKENDS:
+        raise EvoError(f"{mf}: [family] backend = {backend!r}; known: {', '.join(KERNEL_BACKENDS)}")
+    successors = fam.get("successors", [])
+    if not (isinstance(successors, list) and all(isinstance(x, str) and x for x in successors)) \
+            or fam["name"] in successors:
+        raise EvoError(f"{mf}: [family] successors must be a list of other families' names")
+    abi = launch.get("abi", "ptr")
+    if abi not in ("ptr", "tma"):
+        raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: ptr, tma")
+    if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
+        raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
+    return Family(
+        name=fam["name"],
+        version=int(fam["version"]),
+        description=fam.get("description", ""),
+        path=folder,
+        template=fam["template"],
+        params={n: _param(n, s, mf) for n, s in data.get("params", {}).items()},
+        constraints=tuple(Constraint(c["expr"], c.get("message", c["expr"]))
+                          for c in data.get("constraints", [])),
+        head_dims=tuple(fam.get("head_dims", (64, 128))),
+        dtypes=tuple(fam.get("dtypes", ("fp16", "bf16"))),
+        arches=tuple(fam.get("arches", ("sm_80", "sm_90a"))),
+        nvcc_flags=tuple(fam.get("nvcc_flags", ())),
+        launch=dict(data["launch"]),
+        extra={k: v for k, v in data.items() if k not in ("family", "params", "constraints", "launch")},
+        backend=backend,
+        successors=tuple(successors),
+        search_default=bool(fam.get("search_default", True)),
+    )
+
+
+@cache
+def _load_cached(folder: str, mtime: float) -> Family:
+    return load_family_dir(Path(folder))
+
+
+def list_families() -> list[str]:
+    """Names of all families found on the template path (folders with a manifest)."""
+    names: list[str] = []
+    for d in paths.template_dirs():
+        if d.is_dir():
+            names += [p.name for p in sorted(d.iterdir()) if (p / "manifest.toml").is_file()]
+    return sorted(set(names))
+
+
+def load_family(name: str) -> Family:
+    """Find and parse the family called ``name``; unknown names list the known ones."""
+    for d in paths.template_dirs():
+        mf = d / name / "manifest.toml"
+        if mf.is_file():
+            return _load_cached(str(d / name), mf.stat().st_mtime)
+    known = ", ".join(list_families()) or "none"
+    raise EvoError(f"unknown family {name!r}; known families: {known}")

@@ -1,0 +1,200 @@
+"""GREEN's draws: what a kernel could key on, drawn afresh per evaluation from a stored seed.
+
+The fixed core (5 shapes x 2 causal modes, acceptance/green.toml) is comparable across runs,
+and a kernel could be tuned, or cheat, to pass exactly it. So each evaluation also draws, from
+a seed stored with its result (the evaluation's salt), one check per length *kind* and dtype:
+
+- ``one``: L = 1; ``short``: below one tile (``[draws] tile``, 64); ``edge``: a multiple of
+  half a tile, a tile or two (32, 64, 128), or one off it; ``odd``: an odd length beyond a
+  tile (up to 32 tiles); ``long``: 2049..4608 (``[draws] long``); ``spiked``: up to 16 tiles,
+  with a spiked key; ``long_spiked``: a ``long`` length with the stress inputs of ``spiked``
+  (a stale row maximum, FlashAttention-4's conditional rescaling, shows only when a peaked row
+  runs over many tiles: such a kernel passed every other kind and failed the promoted package's
+  stress test at L = 4096); ``wide``: an odd length of 4 to 16 tiles over ``wide_heads`` (96-192)
+  batch x heads, more query tiles than a GPU has SMs, so a persistent grid's CTAs each walk several
+  tiles, the last of a head ragged (the fixed core's many-tile shapes G2 and G3 have aligned
+  lengths, and every other kind has at most 8 heads: one tile per CTA).
+- B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
+  are drawn from the ones the kernel has.
+- Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
+  a drawn standard deviation up to ``std`` high (3-4); a spiked key (one key row per head
+  multiplied so its scores reach about ``spike``) overflows exp in float32 unless the kernel
+  subtracts the row maximum.
+- ``long`` draws keep a softmax spread over many keys (scale at most the default, inputs of
+  std 2-3): large outputs summed over many keys are where a low-precision accumulator shows.
+
+Everything here is pure: the same (settings, kernel keys, seed) gives the same cases on any
+machine (``random.Random`` seeded with an int is stable across Python versions), and each
+case's name spells its inputs (``R07 sc=0.0389 sd=2.6 spike``: at most 32 characters, the
+store's limit), so a stored check says what it ran. :func:`bucket_cases` draws the checks promote runs over one dispatch bucket,
+and :func:`stress_cases` adds the promoted package's own stress test at the bucket's measured lengths.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Collection
+
+from evo.results import Shape
+from evo.gpu.suites import DTYPES, DrawSettings, GreenCase
+
+LONG_KINDS = ("long", "long_spiked")  # lengths in ``[draws] long``, at most 2 heads
+LONG_STD = (2.0, 3.0)            # long draws: large values, softmax still spread over many keys
+LONG_SCALE = (0.3, 1.0)
+NON_DEFAULT = 0.75               # share of draws with a non-default scale
+SPIKED = 0.25                    # share of other draws that also get a spiked key
+FP16_SAFE = 8000.0               # spike * std stays below this: 6 sigma is inside fp16's range
+MAX_BUCKET_LEN = 16384           # promote's checks stop here in an open-ended top bucket
+
+Key = tuple[int, str, bool]      # head dim, dtype, causal
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _scale_factor(rng: random.Random, settings: DrawSettings) -> float:
+    """A scale in units of 1/sqrt(D): default (1) for one draw in four, else well below or above."""
+    lo, hi = settings.scale
+    sides = [(lo, min(0.5, hi))] if lo <= 0.5 else []
+    sides += [(max(2.0, lo), hi)] if hi >= 2.0 else []
+    if not sides or rng.random() >= NON_DEFAULT:
+        return 1.0
+    return _log_uniform(rng, *rng.choice(sides))
+
+
+def _length(kind: str, settings: DrawSettings, rng: random.Random) -> int:
+    tile = settings.tile
+    if kind == "one":
+        return 1
+    if kind == "short":
+        return rng.randint(2, tile - 1)
+    if kind == "edge":    # every family's tiles are multiples of half the tile
+        step = rng.choice((tile // 2, tile, 2 * tile))
+        return max(2, step * rng.randint(1, 16) + rng.choice((-1, 0, 1)))
+    if kind == "odd":
+        return min(rng.randint(tile + 1, 32 * tile - 1) | 1, 32 * tile - 1)
+    if kind in LONG_KINDS:
+        return rng.randint(*settings.long)
+    if kind == "spiked":
+        return rng.randint(2, 16 * tile)
+    if kind == "wide":
+        return rng.randint(4 * tile + 1, 16 * tile - 1) | 1
+    raise ValueError(f"unknown draw kind {kind!r}")
+
+
+def _batch_heads(long: bool, settings: DrawSettings, rng: random.Random, wide: bool = False) -> tuple[int, int]:
+    if long:
+        return 1, rng.randint(1, 2)
+    if wide:
+        b = rng.randint(1, 4)
+        return b, max(1, rng.randint(*settings.wide_heads) // b)
+    b = rng.randint(1, min(3, settings.max_heads))
+    return b, rng.randint(1, max(1, settings.max_heads // b))
+
+
+def spike_factor(settings: DrawSettings, factor: float, std: float) -> float:
+    """The key multiplier that makes the spiked key's scores about ``settings.spike`` in size:
+    its score is scale * q.k, of standard deviation ``factor * std**2 * multiplier``."""
+    return min(settings.spike / (factor * std * std), FP16_SAFE / std)
+
+
+def case_name(prefix: str, index: int, scale: float | None, std: float, spike: float) -> str:
+    """``R07 sc=0.0389 sd=2.6 spike``: the draw index and its inputs (no ``sc``: default scale)."""
+    parts = [f"{prefix}{index:02d}"]
+    if scale is not None:
+        parts.append(f"sc={scale:.3g}")
+    parts.append(f"sd={std:.1f}")
+    if spike:
+        parts.append("spike")
+    return " ".join(parts)
+
+
+def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool, str], long: bool,
+              spiked: bool, settings: DrawSettings, rng: random.Random) -> GreenCase:
+    """One case with drawn scale, spread and (if ``spiked``) a spiked key; values rounded to
+    what the name prints, so the name states the inputs exactly."""
+    B, H, L, D, causal, dtype = shape_of
+    if long:
+        factor = _log_uniform(rng, *LONG_SCALE) if rng.random() < NON_DEFAULT else 1.0
+        std = rng.uniform(*LONG_STD)
+    else:
+        factor = _scale_factor(rng, settings)
+        std = rng.uniform(*settings.std)
+    std = round(min(max(std, settings.std[0]), settings.std[1]), 1)
+    scale = None if factor == 1.0 else float(f"{factor / math.sqrt(D):.3g}")
+    real = 1.0 if scale is None else scale * math.sqrt(D)
+    spike = round(spike_factor(settings, real, std), 1) if spiked else 0.0
+    name = case_name(prefix, index, scale, std, spike)
+    return GreenCase(Shape(name, B, H, L, D, causal, dtype), scale, std, spike, seeds=(0,))
+
+
+def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> list[GreenCase]:
+    """One case per (kind, dtype the kernel has), in kind order, for the evaluation's ``seed``."""
+    ordered = sorted(set(keys))
+    if not ordered:
+        return []
+    rng = random.Random(seed)
+    dtypes = [dt for dt in DTYPES if any(k[1] == dt for k in ordered)]
+    out: list[GreenCase] = []
+    for kind in settings.kinds:
+        for dt in dtypes:
+            D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
+            L = _length(kind, settings, rng)
+            B, H = _batch_heads(kind in LONG_KINDS, settings, rng, wide=kind == "wide")
+            spiked = kind in ("spiked", "long_spiked") or (kind not in ("one", "long") and rng.random() < SPIKED)
+            out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long", spiked,
+                                 settings, rng))
+    return out
+
+
+def bucket_top(lo: int, hi: int | None, measured: Collection[int]) -> int:
+    """The longest length to check in a bucket: ``hi``, or for an open-ended top bucket twice
+    the longest length measured in it (at least 2*lo+1), at most ``MAX_BUCKET_LEN``."""
+    if hi is not None:
+        return max(hi, lo)
+    return max(lo, min(max(2 * lo + 1, 2 * max(measured, default=lo)), MAX_BUCKET_LEN))
+
+
+def bucket_lengths(lo: int, top: int, rng: random.Random, ragged: int = 3) -> list[int]:
+    """A bucket's edges (lo, lo+1, top-1, top) and ``ragged`` odd lengths drawn inside it,
+    ascending, no repeats."""
+    picks = {lo, min(lo + 1, top), max(top - 1, lo), top}
+    picks |= {min(rng.randint(lo, top) | 1, top) for _ in range(ragged)}
+    return sorted(picks)
+
+
+STRESS_FACTORS = (0.3, 2.5)      # the promoted package's stress test (templates/package/.../test_gpu.py.j2)
+STRESS_STD = 3.0
+
+
+def stress_cases(settings: DrawSettings, key: Key, lengths: Collection[int], *, prefix: str = "P",
+                 start: int = 0) -> list[GreenCase]:
+    """The promoted package's stress test as checks (B=2, H=3): at each length, inputs of standard
+    deviation 3 with a spiked key whose scores reach about ``settings.spike``, at 0.3 and 2.5 times
+    the default scale. Names count from ``start``."""
+    D, dtype, causal = key
+    out: list[GreenCase] = []
+    for L in sorted(set(lengths)):
+        for factor in STRESS_FACTORS:
+            scale = float(f"{factor / math.sqrt(D):.3g}")
+            spike = round(spike_factor(settings, scale * math.sqrt(D), STRESS_STD), 1)
+            name = case_name(prefix, start + len(out), scale, STRESS_STD, spike)
+            out.append(GreenCase(Shape(name, 2, 3, L, D, causal, dtype), scale, STRESS_STD, spike, seeds=(0,)))
+    return out
+
+
+def bucket_cases(settings: DrawSettings, key: Key, lo: int, top: int, seed: int, *,
+                 prefix: str = "P", start: int = 0) -> list[GreenCase]:
+    """Promote's checks of one kernel over one dispatch bucket ``lo..top``: its edges and ragged
+    lengths, each with drawn B, H, scale, spread; every other one with a spiked key. Names
+    count from ``start``."""
+    D, dtype, causal = key
+    rng = random.Random(seed)
+    out = []
+    for i, L in enumerate(bucket_lengths(lo, top, rng)):
+        B, H = _batch_heads(L > 4096, settings, rng)
+        out.append(_stressed(prefix, start + i, (B, H, L, D, causal, dtype), False, i % 2 == 1,
+                             settings, rng))
+    return out

@@ -1,0 +1,389 @@
+"""The GPU worker's side: gate (GREEN) then time (FAST) one built candidate per request.
+
+:func:`serve` is the default :class:`evo.gpu.worker.Worker` target; it runs in a child process that
+sees one GPU. For each :class:`~evo.gpu.worker.EvalRequest` it loads the cubin, runs GREEN (the
+fixed core plus the cases drawn from the request's salt, or the request's own ``green_cases``),
+and only if every gating check passed times the candidate on the requested FAST cases, with
+the outputs of its timed launches checked by GREEN's rule (a wrong one makes it red). SDPA
+baselines are measured in this same process by the same method: once per shape and again
+every ``baseline_every`` evaluations (drift), or interleaved with the candidate when the
+request asks (``evo eval``, ``evo bench``). A search's request names the backend it is scored
+against (``paired``): that one is timed beside the candidate, round by round, every time, and
+only the others come from the cache, so the ratio a search scores is taken in one clock state.
+(On an H100 a candidate alone read 3-5 % faster than beside SDPA on the long FAST cases, and so
+did SDPA itself: re-timed paired, 19 candidates' ratios moved by a median 0.96-1.03 per case,
+but by up to 9 % one way or the other for one candidate; dev/perf-notes.md, 2026-11-26.) The
+candidate's Timings come back together with the baseline Timings it was compared with, so both
+are stored with the evaluation.
+
+The evaluation's device info records what makes the verdict reproducible and the timing
+attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
+were drawn), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` (JSON:
+per kernel function, its machine code: :mod:`evo.toolchain.machine_code`; promote refuses a kernel whose code
+failed GREEN under any candidate), ``fast_outputs_checked`` (timed outputs compared with the
+reference).
+
+A CUDA fault poisons the context for good, and an exception cannot tell reliably whether it
+left one behind, so after any exception the worker replies ``crashed`` (with the exception as
+the reason) and exits; the parent starts a fresh one. The exception is a launch the driver
+refused to set up before any kernel ran (:class:`~evo.errors.LaunchRejected`): that is
+``resource_rejected``, and the worker goes on serving.
+
+Start-up (importing torch and cuda-python, creating the CUDA context, loading the libraries
+SDPA uses) happens before the worker asks for its first request, so it never counts against a
+request's budget; progress notes (each GREEN launch, each FAST case) let the parent tell a
+kernel that never returned from a slow one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+from evo.toolchain import smi
+from evo.errors import LaunchRejected
+from evo.toolchain.machine_code import kernel_digests
+from evo.family.render import Entry
+from evo.results import Evaluation, Shape, Status, Timing
+from evo.gpu.worker import EvalRequest, progress
+
+if TYPE_CHECKING:
+    from evo.gpu.suites import GreenCase
+
+QUICK = {"rounds": 2, "reps": 5, "remeasure": 1}      # searches: enough to rank, a fraction of the time
+NORMAL = {"rounds": 3, "reps": 10, "remeasure": 2}
+INTERLEAVED = {"rounds": 3, "reps": 10, "remeasure": 2}  # evo eval / evo bench: the numbers people quote
+BASELINE_EVERY = 50
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to sample one request's FAST cases (from its options)."""
+
+    rounds: int
+    reps: int
+    interleave: bool
+    baseline_every: int
+    backends: tuple[str, ...]
+    salt: int
+    remeasure: int = 2          # more attempts at a case whose spread is wide
+    fidelity: bool = False      # profile every op after timing it (evo bench)
+    paired: str | None = None   # not interleaved: the backend timed beside the candidate anyway
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Plan:
+        from evo.vocab import SDPA_BACKENDS
+
+        interleave = bool(options.get("interleave", False))
+        base = INTERLEAVED if interleave else QUICK if options.get("quick") else NORMAL
+        return cls(rounds=int(options.get("rounds", base["rounds"])),
+                   reps=int(options.get("reps", base["reps"])),
+                   interleave=interleave,
+                   baseline_every=int(options.get("baseline_every", BASELINE_EVERY)),
+                   backends=tuple(options.get("backends", SDPA_BACKENDS)),
+                   salt=int(options.get("salt", 0)),
+                   remeasure=int(options.get("remeasure", base["remeasure"])),
+                   fidelity=bool(options.get("fidelity", False)),
+                   paired=str(options["paired"]) if options.get("paired") else None)
+
+    def beside(self) -> tuple[str, ...]:
+        """The backends timed round by round with the candidate: all of them when interleaved,
+        else the paired one (if any)."""
+        return self.backends if self.interleave else (self.paired,) if self.paired else ()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming the failure (CUDA faults arrive as RuntimeError / AcceleratorError)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:1000]
+
+
+def supported(shapes: Sequence[Shape], entries: Sequence[Entry]) -> list[Shape]:
+    """The shapes the candidate has a kernel for (head dim, dtype, causal)."""
+    have = {(e.head_dim, e.dtype, e.causal) for e in entries}
+    return [s for s in shapes if (s.D, s.dtype, s.causal) in have]
+
+
+# ----------------------------------------------------------------------------- device facts
+
+
+def _driver_version() -> str:
+    versions = smi.query("driver_version")
+    return versions[0] if versions else "unknown"
+
+
+def device_info() -> dict[str, str]:
+    """GPU name, compute capability and the software versions a measurement depends on."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "name": props.name,      # the store matches evaluations of one device by this key
+        "sm": f"{props.major}{props.minor}",
+        "l2_mb": f"{props.L2_cache_size / 2**20:.0f}",
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "cudnn": str(cudnn) if cudnn else "none",
+        "driver": _driver_version(),
+        "visible_device": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+class Session:
+    """Per-process state: device facts, the baseline cache, the evaluation counter."""
+
+    def __init__(self) -> None:
+        self.device = device_info()
+        self.evaluations = 0
+        self._baselines: dict[Shape, tuple[int, list[Timing]]] = {}
+
+    def inherit(self, timings: Sequence[Timing]) -> None:
+        """Baselines a previous worker measured on this GPU (:mod:`evo.gpu.worker`), for the shapes
+        this worker has none of yet; they age from now like its own."""
+        by_shape: dict[Shape, list[Timing]] = {}
+        for t in timings:
+            by_shape.setdefault(t.shape, []).append(t)
+        for shape, got in by_shape.items():
+            self._baselines.setdefault(shape, (self.evaluations, got))
+
+    def baselines(self, shape: Shape, plan: Plan) -> list[Timing]:
+        """SDPA Timings for ``shape``: cached, re-measured once ``plan.baseline_every`` old."""
+        from evo.gpu.timing import time_case
+
+        hit = self._baselines.get(shape)
+        if hit is None or self.evaluations - hit[0] >= plan.baseline_every:
+            timings = time_case(None, shape, plan.backends, rounds=plan.rounds, reps=plan.reps,
+                                remeasure=plan.remeasure).timings
+            hit = self._baselines[shape] = (self.evaluations, timings)
+        return [t for t in hit[1] if t.backend in plan.backends]
+
+
+def cubin_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any] | None, Callable[..., Any],
+                                                             list[Entry] | None]:
+    """(GREEN launch or None, FAST op, entries or None) for a cubin or a promoted package.
+
+    A cubin is hashed before and after it is loaded; the one loaded is then both gated and
+    timed, so its hash (in the device info) names the kernel every number belongs to."""
+    package = request.options.get("package")
+    if package:
+        attention = importlib.import_module(str(package)).attention
+
+        def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> Any:
+            return attention(q, k, v, causal=causal)
+
+        return None, package_op, None
+    from evo.errors import EvoError
+    from evo.gpu.kernels import load_kernels
+
+    image = Path(request.cubin_path).read_bytes()
+    before = hashlib.sha256(image).hexdigest()
+    kernels = load_kernels(request.cubin_path, request.entries, device=0)  # a cubin or a Triton module
+    if cubin_sha256(request.cubin_path) != before:
+        raise EvoError(f"{request.cubin_path} changed while it was being loaded")
+    ev.device["cubin_sha256"] = before
+    digests = kernel_digests(image)
+    if digests:
+        ev.device["kernel_sha256"] = json.dumps(digests, sort_keys=True)   # device info holds strings
+
+    def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> None:
+        kernels.launch(q, k, v, o, causal=causal)
+
+    return kernels, kernel_op, list(request.entries)
+
+
+def _reporting(launch: Callable[..., Any]) -> Callable[..., Any]:
+    """``launch`` that first reports each call as progress (GREEN only: never a timed launch)."""
+    calls = 0
+
+    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float) -> Any:
+        nonlocal calls
+        calls += 1
+        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{' causal' if causal else ''})")
+        return launch(q, k, v, o, causal, scale)
+
+    return report_then_launch
+
+
+def green_plan(request: EvalRequest, entries: Sequence[Entry], salt: int) -> tuple[list[GreenCase], int]:
+    """The GREEN cases of one evaluation and how many of them were drawn: the request's own
+    ``green_cases`` (promote's verification), else the fixed core the kernel has a kernel for
+    plus the cases drawn for its (head dim, dtype, causal) keys from ``salt``."""
+    from evo.gpu.draws import drawn_cases
+    from evo.gpu.suites import GreenCase, green_cases, green_settings
+
+    explicit = request.options.get("green_cases")
+    if explicit is not None:
+        return list(explicit), len(explicit)
+    core = [GreenCase(s) for s in supported(green_cases(), entries)]
+    draws = green_settings().draws
+    keys = {(e.head_dim, e.dtype, e.causal) for e in entries}
+    drawn = drawn_cases(draws, keys, salt) if draws is not None else []
+    return core + drawn, len(drawn)
+
+
+def _green(launch: Callable[..., Any], request: EvalRequest, entries: Sequence[Entry], salt: int,
+           ev: Evaluation) -> bool:
+    from evo.gpu.gate import run_green, verdict
+    from evo.gpu.suites import green_settings
+
+    settings = green_settings()
+    share = float(request.options.get("tolerance_share", 1.0))
+    if share != 1.0:                                     # promote's verification: a narrower tolerance
+        settings = settings.share(share)
+        ev.device["tolerance_share"] = f"{share:g}"
+    cases, drawn = green_plan(request, entries, salt)
+    ev.device["green_drawn"] = str(drawn)
+    t0 = time.perf_counter()
+    ev.checks = run_green(_reporting(launch), cases, settings, salt)
+    ev.green_seconds = time.perf_counter() - t0
+    status, ev.reason = verdict(ev.checks, settings.gate_dtypes)
+    ev.status = status
+    return status is Status.GREEN
+
+
+def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], str] | None:
+    """The correctness re-check of an implausibly fast FAST case ("" when it passes)."""
+    if launch is None:
+        return None
+    from evo.gpu.gate import run_green, verdict
+    from evo.gpu.suites import green_settings
+
+    settings = green_settings()
+
+    def recheck(shape: Shape) -> str:
+        status, reason = verdict(run_green(launch, [shape], settings, salt + 1))
+        return "" if status is Status.GREEN else reason
+
+    return recheck
+
+
+def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases: Sequence[Shape],
+          plan: Plan, session: Session, ev: Evaluation) -> None:
+    """Time every case (stopping at a wrong timed output: red, with the case and why)."""
+    from evo.gpu.suites import green_settings
+    from evo.gpu.timing import recheck_failed, time_case
+
+    settings = green_settings()
+    checked = 0
+    beside = plan.beside()
+    if beside:                                   # the baselines timed beside the candidate
+        ev.device["paired"] = ",".join(beside)
+    t0 = time.perf_counter()
+    try:
+        for i, shape in enumerate(cases):
+            def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal) -> Any:
+                return op(q, k, v, o, causal=_causal)
+
+            progress(f"FAST {shape.tag}")
+            known = [] if plan.interleave else [t for t in session.baselines(shape, plan) if t.backend not in beside]
+            got = time_case(cand, shape, beside, rounds=plan.rounds,
+                            reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
+                            check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
+            checked += got.outputs_checked
+            if got.output_failure:
+                ev.status = Status.RED
+                ev.reason = f"{shape.tag}: timed output wrong: {got.output_failure}"
+                return
+            ev.timings += got.timings + known
+    finally:
+        ev.fast_seconds = time.perf_counter() - t0
+        ev.device["fast_outputs_checked"] = str(checked)
+    failed = [t for t in ev.timings if recheck_failed(t)]
+    if failed:
+        ev.status, ev.reason = Status.RED, f"{failed[0].shape.tag}: {failed[0].flagged}"
+    else:
+        ev.status = Status.FAST
+        timed = f"timed on {len(cases)} FAST cases, {checked} timed outputs checked"
+        ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
+
+
+def evaluate(request: EvalRequest, session: Session) -> Evaluation:
+    """GREEN then FAST for one request (exceptions propagate to :func:`serve`)."""
+    from evo.gpu.timing import gemm_tflops
+
+    plan = Plan.of(request.options)
+    session.inherit(request.options.get("carried_baselines", ()))
+    ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
+    launch, op, entries = _candidate(request, ev)
+    progress("loaded")
+    if request.options.get("gemm"):
+        ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"
+    if request.green and launch is not None and not _green(launch, request, entries or (), plan.salt, ev):
+        return ev
+    cases = supported(request.fast_cases, entries) if entries is not None else list(request.fast_cases)
+    if cases:
+        _fast(op, _recheck(launch, plan.salt), cases, plan, session, ev)
+    return ev
+
+
+def _warm_up() -> None:
+    """Create the CUDA context and load what requests use (cuda-python, every SDPA backend, the
+    matmul library of GREEN's reference), so a fresh worker's first request is not charged for it."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from evo.gpu import gate  # noqa: F401 - imported here, not inside a request's budget
+    from evo.gpu.runtime import import_cuda
+    from evo.gpu.timing import runs, sdpa_op
+    from evo.vocab import SDPA_BACKENDS
+
+    import_cuda()
+    x = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
+    for backend in SDPA_BACKENDS:
+        runs(sdpa_op(backend, False), (x, x, x, None))  # a backend that refuses is skipped
+    with sdpa_kernel(SDPBackend.MATH):
+        for wide in (torch.float32, torch.float64):
+            F.scaled_dot_product_attention(x.to(wide), x.to(wide), x.to(wide))
+    torch.cuda.synchronize()
+
+
+def serve(conn: Connection) -> None:
+    """Worker target: :func:`serve_requests` answering each request with :func:`evaluate`."""
+    serve_requests(conn, evaluate)
+
+
+def serve_requests(conn: Connection, answer: Callable[[EvalRequest, Session], Evaluation]) -> None:
+    """Worker loop: one Evaluation per EvalRequest (from ``answer``) until ``None`` or a closed
+    pipe; start-up first, before the first ``recv`` tells the parent this worker is ready. A
+    launch refused before any kernel ran is ``resource_rejected`` and the worker serves on; any
+    other failure is ``crashed`` and the worker stops (its context may be poisoned)."""
+    import torch
+
+    torch.cuda.set_device(0)
+    _warm_up()
+    session = Session()
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        try:
+            result = answer(request, session)
+        except LaunchRejected as exc:  # refused before any kernel ran: the context is intact
+            conn.send(Evaluation(request.build_id, Status.RESOURCE_REJECTED, str(exc),
+                                 device=dict(session.device)))
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported as crashed; the context may be poisoned
+            conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
+            return
+        session.evaluations += 1
+        conn.send(result)

@@ -1,0 +1,285 @@
+"""GREEN: decide, case by case, whether a kernel computes attention correctly (docs/design.md, GREEN).
+
+One check = one case x one seed: fresh normal inputs (seeded by case, seed and a per-evaluation
+salt; of the case's spread, with a spiked key if it has one), a reference from SDPA's math
+backend on the inputs upcast to float32 (float64 for small shapes), and PyTorch's own
+low-precision SDPA against that reference to set the tolerance (``multiplier * ref_err +
+floor``), all at the case's scale. The candidate writes into an output view between two guard
+regions, all poisoned with a NaN payload no arithmetic produces, and then must have: written
+nothing outside the view, left its inputs bit-identical, written every element, produced no NaN
+or Inf, stayed within tolerance, and produced the same bits when run again.
+
+:func:`check_outputs` applies the same rule to outputs a kernel wrote while it was being timed
+(FAST), against a reference on freshly regenerated inputs, many input sets at once.
+
+The launch is any callable ``launch(q, k, v, o, causal, scale)``: a compiled candidate on the
+GPU, or plain torch code on CPU tensors in the tests. Nothing here catches exceptions: a CUDA
+fault propagates so the worker can mark the candidate ``crashed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Collection, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from evo.errors import EvoError
+from evo.results import CheckResult, Shape, Status
+from evo.gpu.suites import GreenCase, GreenSettings
+
+Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool, float], None]
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# Quiet NaNs with a payload that arithmetic never yields (GPUs and CPUs produce the canonical NaN),
+# so an element still holding exactly these bits was never written.
+POISON = {"fp16": 0x7E5A, "bf16": 0x7FE5}
+
+
+def input_seed(shape: Shape, seed: int, salt: int) -> int:
+    """The generator seed of one check: stable per (case, seed, salt), independent of process."""
+    key = (f"{shape.case}|{shape.B},{shape.H},{shape.L},{shape.D}|{int(shape.causal)}|"
+           f"{shape.dtype}|{seed}|{salt}")
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, *, std: float = 1.0,
+                spike: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Independent normal q, k, v of ``shape`` in its dtype (never zeros, never equal), of
+    standard deviation ``std``; ``spike`` > 0 multiplies one key row per head, drawn from the
+    first half of the sequence (so that under a causal mask most rows see it), by ``spike``."""
+    gen = torch.Generator(device=device).manual_seed(input_seed(shape, seed, salt))
+    dims = (shape.B, shape.H, shape.L, shape.D)
+    q, k, v = (torch.randn(dims, generator=gen, device=device, dtype=torch.float32) * std
+               for _ in range(3))
+    if spike:
+        rows = torch.randint(0, (shape.L + 1) // 2, (shape.B, shape.H), generator=gen, device=device)
+        b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.H, device=device),
+                              indexing="ij")
+        k[b, h, rows] *= spike
+    dt = TORCH_DTYPES[shape.dtype]
+    return q.to(dt), k.to(dt), v.to(dt)
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+              dtype: torch.dtype, max_scores_bytes: int = 1 << 30) -> torch.Tensor:
+    """SDPA's math backend on the inputs upcast to ``dtype``, with full-precision float32 matmuls.
+
+    Heads go through in chunks whose L x L score matrices stay under ``max_scores_bytes``, so
+    long FAST shapes can be re-checked without materializing every head's scores at once.
+    """
+    B, H, L, D = q.shape
+    step = max(1, max_scores_bytes // (L * L * torch.finfo(dtype).bits // 8))
+    heads = [t.reshape(B * H, L, D) for t in (q, k, v)]
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            out = [F.scaled_dot_product_attention(heads[0][i:i + step].to(dtype), heads[1][i:i + step].to(dtype),
+                                                  heads[2][i:i + step].to(dtype), is_causal=causal, scale=scale)
+                   for i in range(0, B * H, step)]
+    finally:
+        torch.set_float32_matmul_precision(prev)
+    return torch.cat(out).view(B, H, L, D)
+
+
+def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, tuple[int, ...] | None]:
+    """max |out - ref| and its index (b, h, row, col); ``inf`` and no index if anything is not finite."""
+    diff = (out.to(ref.dtype) - ref).abs()
+    if not bool(torch.isfinite(diff).all()):
+        return math.inf, None
+    flat = int(diff.argmax())
+    err = float(diff.reshape(-1)[flat])
+    index = []
+    for n in reversed(diff.shape):
+        flat, i = divmod(flat, n)
+        index.append(i)
+    return err, tuple(reversed(index))
+
+
+class GuardedOutput:
+    """An output view of ``shape`` with guard regions before and after it, all NaN-poisoned."""
+
+    def __init__(self, shape: Shape, guard: int, device: str | torch.device) -> None:
+        self.n = shape.B * shape.H * shape.L * shape.D
+        self.guard = guard
+        self.pattern = POISON[shape.dtype]
+        self.buf = torch.empty(self.n + 2 * guard, dtype=TORCH_DTYPES[shape.dtype], device=device)
+        self.out = self.buf[guard:guard + self.n].view(shape.B, shape.H, shape.L, shape.D)
+
+    def poison(self) -> None:
+        self.buf.view(torch.int16).fill_(self.pattern)
+
+    def guards_changed(self) -> int:
+        bits = self.buf.view(torch.int16)
+        return int((bits[:self.guard] != self.pattern).sum()
+                   + (bits[self.guard + self.n:] != self.pattern).sum())
+
+    def unwritten(self) -> int:
+        return int((self.out.view(torch.int16) == self.pattern).sum())
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def _memory_faults(buf: GuardedOutput, inputs: Sequence[torch.Tensor],
+                   copies: Sequence[torch.Tensor]) -> str:
+    """Writes outside the output view, or into the inputs."""
+    oob = buf.guards_changed()
+    if oob:
+        return f"wrote out of bounds: {oob} guard elements changed"
+    touched = [n for n, a, b in zip("qkv", inputs, copies, strict=True) if not _same_bits(a, b)]
+    if touched:
+        return f"modified its inputs: {', '.join(touched)}"
+    return ""
+
+
+def _output_faults(buf: GuardedOutput, err: float, where: tuple[int, ...] | None, tol: float) -> str:
+    """Unwritten, NaN or Inf elements, or an error over tolerance."""
+    out = buf.out
+    unwritten = buf.unwritten()
+    if unwritten:
+        return f"unwritten: {unwritten} of {buf.n} output elements still hold the NaN poison"
+    nans = int(torch.isnan(out).sum())
+    if nans:
+        return f"NaN in output: {nans} elements"
+    infs = int(torch.isinf(out).sum())
+    if infs:
+        return f"Inf in output: {infs} elements"
+    if err > tol and where is not None:
+        b, h, i, d = where
+        return f"max|err| {err:.1e} > tol {tol:.1e} at b={b} h={h} row {i} col {d}"
+    return ""
+
+
+def wide_dtype(shape: Shape, settings: GreenSettings) -> torch.dtype:
+    """The reference's precision: float64 for small problems, float32 otherwise."""
+    return torch.float64 if settings.float64_below > shape.B * shape.H * shape.L * shape.L else torch.float32
+
+
+def _as_case(case: Shape | GreenCase) -> GreenCase:
+    return case if isinstance(case, GreenCase) else GreenCase(case)
+
+
+def check_case(launch: Launch, case: Shape | GreenCase, seed: int, settings: GreenSettings, *,
+               salt: int = 0, device: str | torch.device = "cuda") -> CheckResult:
+    """Run one GREEN check of ``launch`` on ``case`` with inputs drawn for (seed, salt)."""
+    case = _as_case(case)
+    shape = case.shape
+    q, k, v = make_inputs(shape, seed, salt, device, std=case.std, spike=case.spike)
+    scale = case.scale_for()
+    ref = reference(q, k, v, shape.causal, scale, wide_dtype(shape, settings))
+    ref_err, _ = max_abs_err(F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
+                                                            scale=scale), ref)
+    if not math.isfinite(ref_err):
+        raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to gate with")
+    tol = settings.tolerance(ref_err, shape.dtype)
+    copies = (q.clone(), k.clone(), v.clone())
+    buf = GuardedOutput(shape, settings.guard_elements, device)
+
+    buf.poison()
+    launch(q, k, v, buf.out, shape.causal, scale)
+    first = buf.out.clone()
+    err, where = max_abs_err(first, ref)
+    reason = _memory_faults(buf, (q, k, v), copies) or _output_faults(buf, err, where, tol)
+    if not reason:
+        buf.poison()
+        launch(q, k, v, buf.out, shape.causal, scale)
+        reason = _memory_faults(buf, (q, k, v), copies)
+        if not reason and not _same_bits(buf.out, first):
+            differ = int((buf.out.view(torch.int16) != first.view(torch.int16)).sum())
+            reason = f"non-deterministic: {differ} elements differ between two runs on the same inputs"
+    return CheckResult(shape, seed, not reason, err, ref_err, tol, reason)
+
+
+def run_green(launch: Launch, cases: Sequence[Shape | GreenCase], settings: GreenSettings, salt: int, *,
+              device: str | torch.device = "cuda") -> list[CheckResult]:
+    """Every case x its seeds (the settings' seeds unless the case has its own), in order; all
+    results kept, nothing caught."""
+    out = []
+    for case in map(_as_case, cases):
+        for seed in case.seeds if case.seeds is not None else settings.seeds:
+            out.append(check_case(launch, case, seed, settings, salt=salt, device=device))
+    return out
+
+
+def _per_set_max(diff: torch.Tensor, n: int) -> list[float]:
+    """max |x| of each of ``n`` equal slices of ``diff`` along dim 0; inf where one is not finite."""
+    flat = diff.reshape(n, -1).abs()
+    flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, math.inf))
+    return [float(x) for x in flat.amax(dim=1).tolist()]
+
+
+InputSet = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: Sequence[InputSet],
+                  live: Sequence[InputSet], shape: Shape, scale: float, settings: GreenSettings,
+                  guards: Sequence[GuardedOutput] = ()) -> str:
+    """Why outputs a kernel wrote while it was timed are wrong ("" when all are right).
+
+    ``fresh`` are the input sets regenerated from their seed and ``live`` the ones the kernel
+    read, which must still be bit-identical; each pass pairs what it was (e.g. "after the timed
+    replays") with one output per set. GREEN's rule per set: no guard element changed, no element
+    left holding the poison, no NaN or Inf, and max|err| against the reference on the fresh
+    inputs within ``multiplier`` x PyTorch's own error on that set + floor. All sets go through
+    the reference at once (stacked along the batch dimension).
+    """
+    n = len(fresh)
+    for i, (a, b) in enumerate(zip(live, fresh, strict=True)):
+        touched = [name for name, x, y in zip("qkv", a, b, strict=True) if not _same_bits(x, y)]
+        if touched:
+            return f"set {i} of {n}: modified its inputs while timed: {', '.join(touched)}"
+    for i, g in enumerate(guards):
+        if g.guards_changed():
+            return f"set {i} of {n}: wrote out of bounds while timed: {g.guards_changed()} guard elements changed"
+    q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
+    wide = wide_dtype(shape, settings)
+    ref = reference(q, k, v, shape.causal, scale, wide)
+    own = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, scale=scale)
+    tols = [settings.tolerance(e, shape.dtype) for e in _per_set_max(own.to(wide) - ref, n)]
+    if not all(math.isfinite(t) for t in tols):
+        raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to check with")
+    poison = POISON[shape.dtype]
+    for what, outs in passes:
+        for i, o in enumerate(outs):
+            unwritten = int((o.view(torch.int16) == poison).sum())
+            if unwritten:
+                return f"{what}, set {i} of {n}: unwritten: {unwritten} of {o.numel()} output elements"
+        errs = _per_set_max(torch.cat(list(outs)).to(wide) - ref, n)
+        for i, (err, tol) in enumerate(zip(errs, tols, strict=True)):
+            if not err <= tol:
+                found = "NaN or Inf in output" if math.isinf(err) else f"max|err| {err:.1e} > tol {tol:.1e}"
+                return f"{what}, set {i} of {n}: {found}"
+    return ""
+
+
+def label(check: CheckResult) -> str:
+    """``G4c fp16 seed 1``: which case, causal mode, dtype and seed a check ran; a drawn case
+    (its name spells its inputs) adds its shape: ``R07c fp16 seed 0 B,H,L,D=1,2,37,64 (sd=2.6 spike)``."""
+    s = check.shape
+    name, _, inputs = s.case.partition(" ")
+    text = f"{name}{'c' if s.causal else ''} {s.dtype} seed {check.seed}"
+    return text + (f" B,H,L,D={s.B},{s.H},{s.L},{s.D} ({inputs})" if inputs else "")
+
+
+def verdict(checks: Sequence[CheckResult],
+            gate_dtypes: Collection[str] | None = None) -> tuple[Status, str]:
+    """GREEN only if every gating check passed; else RED naming the first failure.
+
+    ``gate_dtypes`` limits which dtypes count (default: all of them, as green.toml has it).
+    """
+    gating = [c for c in checks if gate_dtypes is None or c.shape.dtype in gate_dtypes]
+    if not gating:
+        return Status.RED, "no GREEN checks ran"
+    failed = [c for c in gating if not c.passed]
+    if failed:
+        more = f" (and {len(failed) - 1} more failing checks)" if len(failed) > 1 else ""
+        return Status.RED, f"{label(failed[0])}: {failed[0].reason}{more}"
+    worst = max(gating, key=lambda c: c.max_abs_err / c.tolerance)
+    return Status.GREEN, (f"all {len(gating)} checks passed; worst max|err|/tol "
+                          f"{worst.max_abs_err / worst.tolerance:.2f} at {label(worst)}")

@@ -1,0 +1,219 @@
+"""Load a candidate's cubin and launch its kernels on torch tensors, on torch's current stream.
+
+cuda-python's ``cuda.core`` loads the cubin (a CUDA library: context-independent ``CUkernel``
+handles) and launches with ``cuLaunchKernelEx`` on a wrapper of ``torch.cuda.current_stream()``,
+so launches order with torch's own work and can be captured in a ``torch.cuda.CUDAGraph``: a
+launch checks its tensors and picks the entry for (head dim, dtype, causal) from the renderer's
+:class:`~evo.family.render.Entry` records, with no host sync and no allocation. cuda-python is needed
+only on the GPU host, so it is imported when kernels are first loaded (or by
+:func:`import_cuda`). An entry whose launch the device cannot set up (threads or shared memory
+over its limits) raises :class:`~evo.errors.LaunchRejected` at load, before any kernel runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from evo.gpu import tma
+from evo.errors import EvoError, LaunchRejected
+from evo.family.render import Entry
+
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the kernel's limit raised
+ALIGNMENT = 16  # bytes: base pointers of q, k, v, o (16-byte vector loads)
+MAX_GRID_Y = 65535              # grid.y = B * H
+ATTRIBUTES = ("num_regs", "local_size_bytes", "shared_size_bytes", "const_size_bytes",
+              "max_threads_per_block", "max_dynamic_shared_size_bytes", "binary_version",
+              "ptx_version")
+
+
+def _cuda() -> tuple[ModuleType, ModuleType]:
+    """``cuda.core`` (or its pre-1.0 home ``cuda.core.experimental``) and ``cuda.bindings.driver``."""
+    try:
+        driver = importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        raise EvoError("cuda-python is not installed; it loads and launches compiled kernels: "
+                       "pip install 'evo-kernels[gpu]'") from None
+    for name in ("cuda.core", "cuda.core.experimental"):
+        try:
+            core = importlib.import_module(name)
+        except ImportError:
+            continue
+        if all(hasattr(core, a) for a in ("Device", "ObjectCode", "LaunchConfig", "launch")):
+            return core, driver
+    raise EvoError("cuda.core is not installed or too old (needs Device, ObjectCode, LaunchConfig, "
+                   "launch): pip install 'evo-kernels[gpu]'")
+
+
+def import_cuda() -> None:
+    """Import cuda-python now (a GPU worker does at start-up, outside any request's budget)."""
+    _cuda()
+
+
+def _check(driver: ModuleType, result: Any, what: str, error: type[EvoError] = EvoError) -> tuple[Any, ...]:
+    """Raise ``error`` unless a cuda.bindings call returned CUDA_SUCCESS; return its other outputs."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise error(f"{what}: {getattr(err, 'name', err)}")
+    return tuple(rest)
+
+
+def _handle_value(obj: Any) -> int:
+    """The raw pointer value of a cuda.bindings handle object (CUfunction, ...)."""
+    try:
+        return int(obj)
+    except TypeError:  # older bindings: getPtr() is the address of the stored handle
+        return int(ctypes.c_void_p.from_address(obj.getPtr()).value or 0)
+
+
+def _attribute(kernel: Any, name: str) -> int:
+    v = getattr(kernel.attributes, name)
+    return int(v() if callable(v) else v)  # methods before cuda.core 0.3
+
+
+def _setup_problem(entry: Entry, kernel: Any, smem_optin: int) -> str:
+    """Why the device cannot launch ``entry`` as configured ("" when it can)."""
+    threads, most = entry.launch.threads, _attribute(kernel, "max_threads_per_block")
+    if threads > most:
+        return f"{threads} threads per CTA > {most}, the most this kernel can be launched with"
+    static, dynamic = _attribute(kernel, "shared_size_bytes"), entry.launch.smem_bytes
+    if static + dynamic > smem_optin:
+        return (f"needs {static + dynamic} B shared memory ({static} static + {dynamic} dynamic) "
+                f"> {smem_optin} B per CTA on this GPU")
+    return ""
+
+
+class CandidateKernels:
+    """The kernels of one built candidate, loaded on one device and ready to launch."""
+
+    def __init__(self, cubin_path: str | Path, entries: Sequence[Entry], device: int = 0) -> None:
+        path = Path(cubin_path)
+        if not path.is_file():
+            raise EvoError(f"cubin not found: {path}")
+        if not entries:
+            raise EvoError(f"{path.name}: no kernel entries to load")
+        core, driver = _cuda()
+        self.device = device
+        self.entries = tuple(entries)
+        self._core = core
+        self._torch_device = torch.device("cuda", device)
+        self._dev = core.Device(device)
+        self._dev.set_current()
+        self._code = core.ObjectCode.from_cubin(path.read_bytes())
+        self._kernels: dict[tuple[int, str, bool], tuple[Entry, Any]] = {}
+        self._streams: dict[int, Any] = {}
+        (smem_optin,) = _check(driver, driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+            "shared memory per block (opt-in)")
+        self._functions: dict[str, int] = {}   # CUfunction handles, for raw (TMA ABI) launches
+        self._sms = torch.cuda.get_device_properties(device).multi_processor_count  # persistent grids
+        for e in self.entries:
+            try:
+                kernel = self._code.get_kernel(e.name)
+            except Exception as exc:  # cuda.core reports a missing symbol or bad cubin its own way
+                raise EvoError(f"{path.name}: cannot load kernel {e.name}: {exc}") from None
+            problem = _setup_problem(e, kernel, int(smem_optin))
+            if problem:
+                raise LaunchRejected(f"{e.name}: {problem}")
+            if _attribute(kernel, "shared_size_bytes") + e.launch.smem_bytes > DEFAULT_SMEM_LIMIT:
+                _check(driver, driver.cuKernelSetAttribute(
+                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    e.launch.smem_bytes, kernel.handle, device),
+                    f"{e.name}: raising dynamic shared memory to {e.launch.smem_bytes} bytes", LaunchRejected)
+            # load into this context now rather than lazily at a first launch that may be captured
+            (function,) = _check(driver, driver.cuKernelGetFunction(kernel.handle), f"{e.name}: loading")
+            self._kernels[(e.head_dim, e.dtype, e.causal)] = (e, kernel)
+            self._functions[e.name] = _handle_value(function)
+
+    def supports(self, q: torch.Tensor, causal: bool) -> bool:
+        """Whether a kernel exists for ``q``'s head dim and dtype in this causal mode."""
+        return (q.shape[-1], DTYPE_NAMES.get(q.dtype), causal) in self._kernels
+
+    def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, *,
+               causal: bool, scale: float | None = None) -> None:
+        """o = softmax(scale * q k^T [causal mask]) v for contiguous (B, H, L, D) tensors."""
+        self._validate(q, k, v, o)
+        B, H, L, D = q.shape
+        found = self._kernels.get((D, DTYPE_NAMES[q.dtype], causal))
+        if found is None:
+            have = ", ".join(e.name for e in self.entries)
+            raise EvoError(f"no kernel for D={D} {DTYPE_NAMES[q.dtype]} "
+                           f"{'causal' if causal else 'full'}; have {have}")
+        entry, kernel = found
+        s = 1.0 / math.sqrt(D) if scale is None else scale
+        if entry.launch.abi == "tma":
+            self._launch_tma(entry, (q, k, v, o), s)
+            return
+        config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L, self._sms),
+                                         block=(entry.launch.threads, 1, 1),
+                                         shmem_size=entry.launch.smem_bytes)
+        self._core.launch(self._stream(), config, kernel,
+                          q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                          np.int32(B), np.int32(H), np.int32(L), np.float32(s))
+
+    def _launch_tma(self, entry: Entry, qkvo: tuple[torch.Tensor, ...], scale: float) -> None:
+        """TMA ABI: a tensor map per tensor (box rows from the manifest), then the plain arguments."""
+        B, H, L, D = qkvo[0].shape
+        shape = (B, H, L, D)
+        maps = [tma.encode(t.data_ptr(), shape, entry.dtype, rows) for t, rows in zip(qkvo, entry.launch.tma_rows, strict=True)]
+        args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
+                ctypes.c_int(B), ctypes.c_int(H), ctypes.c_int(L), ctypes.c_float(scale)]
+        tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
+                   entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 causal: bool, scale: float) -> None:
+        """The gate's and timer's launch signature: ``launch(q, k, v, o, causal, scale)``."""
+        self.launch(q, k, v, o, causal=causal, scale=scale)
+
+    def kernel_attributes(self) -> dict[str, dict[str, int]]:
+        """Per entry: registers, local/static/const memory, limits and versions, from the driver."""
+        out = {}
+        for entry, kernel in self._kernels.values():
+            out[entry.name] = {name: _attribute(kernel, name) for name in ATTRIBUTES}
+        return out
+
+    def _stream(self) -> Any:
+        """A cuda.core wrapper of torch's current stream on this device (cached per handle)."""
+        ts = torch.cuda.current_stream(self.device)
+        wrapped = self._streams.get(ts.cuda_stream)
+        if wrapped is None:
+            wrapped = self._streams[ts.cuda_stream] = self._dev.create_stream(ts)
+        return wrapped
+
+    def _validate(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> None:
+        check_tensors(q, k, v, o, self._torch_device)
+
+
+def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                  device: torch.device) -> None:
+    """Refuse (EvoError) what the kernel ABI does not take: see docs/kernel-abi.md."""
+    for name, t in zip("qkvo", (q, k, v, o), strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise EvoError(f"{name} is a {type(t).__name__}, not a tensor")
+        if t.device != device:
+            raise EvoError(f"{name} is on {t.device}; the kernels are loaded on {device}")
+        if t.dtype not in DTYPE_NAMES or t.dtype != q.dtype:
+            raise EvoError(f"{name} is {t.dtype}; need float16 or bfloat16, the same for q, k, v, o")
+        if t.dim() != 4 or t.shape != q.shape:
+            raise EvoError(f"{name} has shape {tuple(t.shape)}; need (B, H, L, D) equal for q, k, v, o")
+        if not t.is_contiguous():
+            raise EvoError(f"{name} is not contiguous (strides {t.stride()})")
+        if t.data_ptr() % ALIGNMENT:  # the families load 16-byte vectors (docs/kernel-abi.md)
+            raise EvoError(f"{name} is not {ALIGNMENT}-byte aligned (a view with a storage offset?)")
+    B, H, L, D = q.shape
+    if min(B, H, L, D) < 1:
+        raise EvoError(f"empty problem (B, H, L, D) = {(B, H, L, D)}")
+    if B * H > MAX_GRID_Y:
+        raise EvoError(f"B * H = {B * H} is over the grid limit {MAX_GRID_Y}")
+    if q.numel() >= 2**31:
+        raise EvoError(f"{q.numel()} elements per tensor: the kernel ABI indexes with 32-bit ints")

@@ -1,0 +1,86 @@
+"""Promote's speed confirmation (``evo promote --confirm``): route to a kernel only on a win
+measured beside SDPA.
+
+A search times each candidate alone against SDPA baselines its worker measured earlier
+(:mod:`evo.gpu.evaluate`), which is cheap enough to rank thousands of candidates by, but not the
+protocol `evo bench` quotes: there every SDPA backend is interleaved with the candidate, round by
+round. On the H200 the two disagree by 2-4 % on the long non-causal cases, in the search's
+favour, in every package benchmarked so far (dev/perf-notes.md, 2026-11-26): enough to route a
+bucket to a kernel that loses to SDPA in the package (F4c at x1.02 in the database, x0.97 in
+the package). With confirmation, each bucket winner is timed again on the bucket's FAST cases,
+interleaved (:func:`evo.products.verify.confirm_speed`), the evaluation is stored (so later promotions
+and reports read the interleaved numbers: they are the newest), and the table is planned again
+from them. A bucket whose winner loses its lead goes to the next contender, which is confirmed
+in turn, or to SDPA. After :data:`ROUNDS` rounds, the FAST cases still served by an unconfirmed
+winner keep only confirmed measurements, so no bucket is routed on a search-time number alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evo.family.render import Entry
+from evo.products.routes import Contender, Measured, Route, Shipped
+from evo.results import Evaluation, Shape, Timing
+
+ROUNDS = 4
+Todo = tuple[str, Path, list[Entry], list[Shape]]
+
+
+@dataclass
+class Confirmation:
+    """Which (candidate, FAST case) pairs were timed beside SDPA, with the speedup the database
+    held and the one measured interleaved."""
+
+    rounds: int = 0
+    done: set[tuple[str, Shape]] = field(default_factory=set)
+    speedups: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+
+    def todo(self, routes: Sequence[Route], shipped: Sequence[Shipped]) -> list[Todo]:
+        """Each winner with the FAST cases of its buckets not yet timed beside SDPA."""
+        by_id = {s.view.id: s for s in shipped}
+        need: dict[str, list[Shape]] = {}
+        for r in routes:
+            if r.winner is not None:
+                need.setdefault(r.winner, []).extend(s for s in r.shapes if (r.winner, s) not in self.done)
+        return [(cid, by_id[cid].cubin, list(by_id[cid].entries.values()), shapes)
+                for cid, shapes in need.items() if shapes]
+
+    def take(self, contenders: Sequence[Contender], todo: Sequence[Todo], evaluations: Sequence[Evaluation],
+             fresh: Callable[[Sequence[Timing]], Sequence[Measured]]) -> list[Contender]:
+        """The contenders with each confirmed case's measurement replaced by the interleaved one
+        (``fresh(timings)`` gives its Measured; a case it lacks is dropped, not kept at the
+        database's number)."""
+        self.rounds += 1
+        asked = {cid: set(shapes) for cid, _, _, shapes in todo}
+        got = {ev.build_id: {m.shape: m for m in fresh(ev.timings)} for ev in evaluations}
+        out = []
+        for c in contenders:
+            cid = c.view.id
+            if cid not in asked:
+                out.append(c)
+                continue
+            before = {m.shape: m for m in c.cases}
+            for s in asked[cid]:
+                self.done.add((cid, s))
+                now = got.get(cid, {}).get(s)
+                self.speedups.setdefault(cid, {})[s.tag] = [
+                    before[s].speedup if s in before else None, now.speedup if now else None]
+            kept = tuple(got.get(cid, {}).get(m.shape) if m.shape in asked[cid] else m for m in c.cases)
+            out.append(dataclasses.replace(c, cases=tuple(m for m in kept if m is not None)))
+        return out
+
+    def only_confirmed(self, contenders: Sequence[Contender], routes: Sequence[Route]) -> list[Contender]:
+        """After the last round: on every FAST case an unconfirmed winner still serves, only the
+        confirmed measurements stay."""
+        open_ = {s for r in routes if r.winner is not None for s in r.shapes if (r.winner, s) not in self.done}
+        return [dataclasses.replace(c, cases=tuple(m for m in c.cases
+                                                   if m.shape not in open_ or (c.view.id, m.shape) in self.done))
+                for c in contenders]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"interleaved": True, "rounds": self.rounds, "speedups": self.speedups}

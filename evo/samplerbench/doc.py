@@ -1,0 +1,142 @@
+"""Regenerate docs/sampler-benchmark.md (with its figure and raw runs) from recordings.
+
+One section per recording (``PATH`` or ``PATH:fam1,fam2`` to benchmark some of its families),
+a JSON file with every run (so each figure of the tables can be recomputed; ``evo report``
+draws it), and the plot when matplotlib is installed (otherwise said, and the doc is written without it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evo.errors import EvoError
+from evo.paths import git_sha
+from evo.results import Shape
+from evo.samplerbench import plot as plot_mod
+from evo.samplerbench.entrants import DEFAULT, resolve
+from evo.samplerbench.report import section
+from evo.samplerbench.run import MODES, RunResult, Spec, benchmark
+
+COUNTING = """\
+How to read it. An *evaluation* is the first proposal of a distinct valid point of the
+benchmarked families: it costs one whatever happened to it (timed, rejected by the build,
+failed, or missing from the recording -- on a GPU each would have cost a build and usually a
+GPU run). Invalid points (against the manifest's domains or constraints) and repeats are free.
+A run *reaches the best* at the evaluation that first proposes the target point; a run that
+does not within its budget is shown as "> budget" (and any median or quartile that falls on
+such runs), never interpolated, and counts as worse than every reached run in the rank tests
+(Mann-Whitney U, normal approximation with tie and continuity corrections). Build rejections
+(`resource_rejected`) cost one evaluation like any other point: the build step is not modelled
+as free. *Cold*: no defaults, each sampler's own random start from its seed; *warm*: the
+families' manifest defaults are evaluated first (evo proposes them itself, Optuna's samplers
+get them enqueued, Kernel Tuner's strategies get them as `x0`). Kernel Tuner runs in its own
+simulation mode on a cache converted from the recording (`evo.samplerbench.kt_runner`);
+its `bayes_opt` draws its initial Latin hypercube from fresh entropy, and its `diff_evo` gave
+other counts for every seed when the same command ran again, so neither is reproducible seed by
+seed (the others are).
+"""
+
+SCHEMA = "evo.sampler-benchmark/2"  # /1 was scripts/sampler_benchmark.py's single table with traces
+
+
+@dataclass
+class Options:
+    recordings: list[str]
+    seeds: int = 50
+    samplers: list[str] = field(default_factory=lambda: list(DEFAULT))
+    kt: list[str] | None = None          # None: Kernel Tuner's default set; []: none
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    cases: list[Shape] | None = None
+    baseline: str = "sdpa_default"
+    tolerance: float = 0.0
+    batch: int = 1
+    jobs: int | None = None
+    out: Path = Path("docs/sampler-benchmark.md")
+    plot: Path | None = Path("docs/sampler-benchmark.png")
+    results: Path | None = Path("docs/sampler-benchmark.json")
+
+
+def parse_recording(text: str) -> tuple[str, tuple[str, ...] | None]:
+    """``PATH`` or ``PATH:fam1,fam2``."""
+    path, sep, fams = text.partition(":")
+    names = tuple(f.strip() for f in fams.split(",") if f.strip()) if sep else None
+    if sep and not names:
+        raise EvoError(f"--recording {text!r}: no family after ':'")
+    if not Path(path).is_file():
+        raise EvoError(f"no recording at {path}")
+    return path, names
+
+
+def write(opts: Options, note: Callable[[str], None],
+          progress: Callable[[RunResult], None] | None = None) -> list[Path]:
+    """Run every recording's benchmark and write the doc, the runs and the plot; returns the
+    files written."""
+    if not opts.recordings:
+        raise EvoError("no recording: pass --recording FILE (or export one to data/)")
+    if opts.seeds < 1:
+        raise EvoError("--seeds must be at least 1")
+    bad = [m for m in opts.modes if m not in MODES]
+    if bad or not opts.modes:
+        raise EvoError(f"--modes takes cold and/or warm, not {', '.join(bad) or 'nothing'}")
+    if opts.batch < 1:
+        raise EvoError("--batch must be at least 1")
+    specs = [Spec(path, fams, tuple(opts.cases) if opts.cases else None, opts.baseline, opts.tolerance)
+             for path, fams in map(parse_recording, opts.recordings)]
+    problems = [s.load() for s in specs]
+    entrants = resolve(opts.samplers, opts.kt, note)
+    if not entrants:
+        raise EvoError("no sampler to benchmark")
+    seeds = list(range(opts.seeds))
+    sha = git_sha() or "unknown"
+    why_no_plot = plot_mod.available() if opts.plot is not None else "no --plot"
+    if why_no_plot and opts.plot is not None:
+        note(f"no plot: {why_no_plot}")
+    sections, panels, dump = [], [], []
+    for spec, problem in zip(specs, problems, strict=True):
+        runs, seconds = benchmark(spec, entrants, opts.modes, seeds, batch=opts.batch, jobs=opts.jobs,
+                                  progress=progress)
+        panels.append((problem, entrants, runs))
+        sections.append((problem, runs, seconds))
+        dump.append({"recording": spec.recording, "families": [f.name for f in problem.families],
+                     "gpu": problem.recording.gpu, "arch": problem.recording.arch, "baseline": problem.baseline,
+                     "cases": [c.tag for c in problem.cases], "target": problem.describe_target(),
+                     "best": problem.best, "size": problem.size, "seconds": round(seconds, 1),
+                     "runs": [{k: v for k, v in r.to_json().items() if k != "curve"} for r in runs]})
+    written = []
+    plot = None
+    if opts.plot is not None and not why_no_plot:
+        plot = plot_mod.draw(panels, opts.plot)
+        written.append(plot)
+    text = ["# Sampler benchmark (replay)", "",
+            f"Regenerated by `{command_line(opts)}`.", "", COUNTING]
+    for problem, runs, seconds in sections:
+        text.append(section(problem, entrants, runs, seeds, opts.batch, seconds, sha, plot))
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text("\n".join(text))
+    written.insert(0, opts.out)
+    if opts.results is not None:
+        opts.results.write_text(json.dumps({"schema": SCHEMA, "git_sha": sha, "batch": opts.batch, "seeds": opts.seeds,
+                                            "tolerance": opts.tolerance, "recordings": dump}) + "\n")
+        written.append(opts.results)
+    return written
+
+
+def command_line(opts: Options) -> str:
+    parts = ["evo bench-samplers"] + [f"--recording {r}" for r in opts.recordings]
+    parts.append(f"--seeds {opts.seeds}")
+    if opts.samplers != list(DEFAULT):
+        parts.append("--samplers " + ",".join(opts.samplers))
+    if opts.kt is not None:
+        parts.append("--kt " + (",".join(opts.kt) or "none"))
+    if opts.modes != list(MODES):
+        parts.append("--modes " + ",".join(opts.modes))
+    if opts.tolerance:
+        parts.append(f"--tolerance {opts.tolerance}")
+    if opts.batch != 1:
+        parts.append(f"--batch {opts.batch}")
+    return " ".join(parts)
+
+
