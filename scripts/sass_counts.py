@@ -18,7 +18,6 @@ import argparse
 import collections
 import re
 import shutil
-import subprocess
 import sys
 
 from evo.toolchain.build import build_batch
@@ -26,13 +25,14 @@ from evo.family.manifest import load_family
 from evo.family.render import render
 from evo.family.space import make_candidate
 from evo.store import open_store
+from evo.toolchain.sass import cuobjdump, dump_sass
 
 OPCODES = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")
 
 
 def sass_by_kernel(cubin: str) -> dict[str, str]:
     """The SASS text of each kernel function in ``cubin``."""
-    text = subprocess.run(["cuobjdump", "--dump-sass", cubin], check=True, capture_output=True, text=True).stdout
+    text = dump_sass(cubin)
     out: dict[str, list[str]] = collections.defaultdict(list)
     name = ""
     for line in text.splitlines():
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", default=None)
     ap.add_argument("--arch", default="sm_90a")
     args = ap.parse_args(argv)
-    if shutil.which("cuobjdump") is None or shutil.which("nvcc") is None:
-        print("needs nvcc and cuobjdump on PATH", file=sys.stderr)
+    if cuobjdump() is None or shutil.which("nvcc") is None:
+        print("needs nvcc and cuobjdump (the CUDA toolkit, or pip install 'evo-kernels[test]')", file=sys.stderr)
         return 2
     store = open_store(args.db) if args.db else open_store()
     header = ["candidate", "kernel", "regs", "spill B", "smem KB", *OPCODES, "setmaxnreg"]

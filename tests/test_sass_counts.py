@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from evo.toolchain.sass import cuobjdump
+
 SPEC = importlib.util.spec_from_file_location(
     "sass_counts", Path(__file__).resolve().parents[1] / "scripts" / "sass_counts.py")
 assert SPEC and SPEC.loader
@@ -39,8 +41,7 @@ def test_no_reallocation_reads_as_dashes() -> None:
     assert SASS.counts("/*0010*/  HMMA.16816.F32 R4, R8, R12, R4 ;")["HMMA"] == 1
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("cuobjdump") is None,
-                    reason="needs nvcc and cuobjdump")
+@pytest.mark.skipif(shutil.which("nvcc") is None or cuobjdump() is None, reason="needs nvcc and cuobjdump")
 def test_the_default_hopper_kernel_shows_wgmma_tma_and_mbarriers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from evo.toolchain.build import build_batch
     from evo.family.manifest import load_family

@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from evo.toolchain.build import build_batch
+from evo.toolchain.sass import cuobjdump, dump_sass
 from evo.errors import EvoError
 from evo.family.manifest import load_family
 from evo.toolchain.ptxas import parse_ptxas
@@ -57,7 +57,7 @@ def sass_by_function(genes: dict[str, object], cache: Path, monkeypatch: pytest.
                      validate: bool = True) -> dict[str, str]:
     """Build one candidate (``validate=False``: under the manifest less its Q_IN_REGS / overlap
     constraint) into a private cache; its SASS per kernel function (ptxas checked)."""
-    if shutil.which("nvcc") is None or shutil.which("cuobjdump") is None:
+    if shutil.which("nvcc") is None or cuobjdump() is None:
         pytest.skip("nvcc or cuobjdump not available")
     monkeypatch.setenv("EVO_CANDIDATES", str(cache))
     family = FAMILY if validate else dataclasses.replace(
@@ -70,7 +70,7 @@ def sass_by_function(genes: dict[str, object], cache: Path, monkeypatch: pytest.
     cubin = Path(result.cubin_path)
     for name, res in parse_ptxas((cubin.parent / "ptxas.log").read_text()).items():
         assert res.spill_stores == 0 and res.spill_loads == 0, name
-    sass = subprocess.run(["cuobjdump", "--dump-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    sass = dump_sass(cubin)
     return {body.split()[0]: body for body in re.split(r"\n\s*Function : ", sass)[1:]}
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from evo.toolchain.build import build_batch
+from evo.toolchain.sass import cuobjdump, dump_sass
 from evo.errors import EvoError
 from evo.toolchain.ptxas import parse_ptxas
 from evo.family.render import render
@@ -74,10 +74,10 @@ def test_ptxas_gives_each_thread_the_pool_the_template_assumes(
 @pytest.mark.parametrize(("genes", "wgs"), CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_the_sass_asks_for_no_more_than_the_producer_gives_back(
         genes: dict[str, object], wgs: dict[int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if shutil.which("nvcc") is None or shutil.which("cuobjdump") is None:
+    if shutil.which("nvcc") is None or cuobjdump() is None:
         pytest.skip("nvcc or cuobjdump not available")
     cubin = built(genes, tmp_path, monkeypatch)
-    sass = subprocess.run(["cuobjdump", "--dump-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    sass = dump_sass(cubin)
     functions = re.split(r"\n\s*Function : ", sass)[1:]
     assert len(functions) == 8
     for body in functions:
