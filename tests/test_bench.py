@@ -76,7 +76,7 @@ def test_nothing_benchmarked_is_an_error() -> None:
 
 def test_benchmarks_md_from_sample_json() -> None:
     md = render_benchmarks_md(load_records(SAMPLE.parent))
-    assert "## NVIDIA H100 80GB HBM3 — 2026-11-20, git abc1234" in md
+    assert "## NVIDIA H100 80GB HBM3: candidates, fp16 — 2026-11-20, git abc1234" in md
     assert "torch 2.11.0+cu130 · CUDA 13.0 · cuDNN 91300 · driver 580.65.06 · dense fp16 GEMM 742 TFLOP/s" in md
     assert "| F1 | 1,8,512,64 | fp16 | `0123456789` | 5.00 (0.10) | 107.4 | 1.80x | 1.60x |" in md
     assert "| F7c | 2,16,8192,128 | fp16 | `0123456789` | 2000.0 (5.00) | 274.9 | 0.80x | 0.50x |" in md
@@ -182,15 +182,28 @@ def test_fidelity_summary_counts_agreement_and_names_the_worst() -> None:
     assert "no profiler measurements" in fidelity_summary(json.loads(SAMPLE.read_text()))
 
 
-def test_benchmarks_md_has_the_fidelity_table() -> None:
+def test_benchmarks_md_lists_the_timings_outside_the_fidelity_limit() -> None:
     record = make_record([("cid", profiled_eval())], gemm_tflops=None, sha="x",
                          created=datetime(2026, 11, 21, tzinfo=UTC))
     md = render_benchmarks_md([("x.json", record)])
+    assert fidelity_summary(record) in md
     assert "| case | backend | FAST us (p80-p20) | span us (p80-p20) | FAST / [busy, span] | busy us | events us |" in md
-    assert "| F1 | evo | 5.00 (0.30) | 5.10 (0.10) | 1.000 | 4.60 | 5.12 |" in md
     assert "| F1 | sdpa_flash | 9.00 (0.20) | 8.00 (0.20) | 1.125 ✗ | 7.50 | 8.02 |" in md
-    assert "| F1 | sdpa_default | | not profiled | | | |" in md
-    assert "FAST / profiler" not in render_benchmarks_md(load_records(SAMPLE.parent))   # older records: none
+    assert "| F1 | evo |" not in md          # within the limit: counted in the summary line, not listed
+    assert "FAST / [busy, span]" not in render_benchmarks_md(load_records(SAMPLE.parent))   # older records: none
+
+
+def test_benchmarks_md_shows_the_newest_run_of_each_gpu_and_suite_and_indexes_all(tmp_path: Path) -> None:
+    old = json.loads(SAMPLE.read_text())
+    newer = old | {"created": "2026-11-21T08:00:00+00:00", "git_sha": "fedcba9"}
+    package = old | {"package": "evoattn", "git_sha": "0a0a0a0"}
+    md = render_benchmarks_md([("old.json", old), ("newer.json", newer), ("pkg.json", package)])
+    latest, history = md.split("\n## History\n")
+    assert "git fedcba9" in latest and "git abc1234" not in latest      # the older candidates run: indexed only
+    assert "## NVIDIA H100 80GB HBM3: package `evoattn`, fp16" in latest
+    for name in ("old.json", "newer.json", "pkg.json"):
+        assert f"[{name}](benchmarks/{name})" in history
+    assert history.index("fedcba9") < history.index("abc1234")       # newest first
 
 
 def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,7 +87,7 @@ def test_plots_are_svg_with_one_panel_per_batch_and_heads(tmp_path: Path) -> Non
         assert root.tag.endswith("svg")
     assert ET.fromstring(heatmap(rec["sweep"], "g")).tag.endswith("svg")
     text = md.read_text()
-    assert text.index("Seed campaigns") < text.index("## g —")  # newest first, both kinds rendered
+    assert text.index("Seed campaigns") < text.index("## g: candidates, no cases —")  # newest first, both kinds rendered
     assert "(benchmarks/plots/seeds-x-time-d64.svg)" in text
 
 

@@ -178,7 +178,7 @@ def _x(s: float | None) -> str:
 def _table(record: Mapping[str, Any], name: str) -> str:
     v = record.get("versions", {})
     gemm = record.get("gemm_tflops")
-    head = (f"## {record['gpu']} — {record['created'][:10]}, git {record['git_sha']}\n\n"
+    head = (f"## {record['gpu']}: {suite_of(record)} — {record['created'][:10]}, git {record['git_sha']}\n\n"
             f"torch {v.get('torch', '?')} · CUDA {v.get('cuda', '?')} · cuDNN {v.get('cudnn', '?')} · "
             f"driver {v.get('driver', '?')}"
             + (f" · dense fp16 GEMM {gemm:.0f} TFLOP/s" if gemm else "")
@@ -210,36 +210,66 @@ def _table(record: Mapping[str, Any], name: str) -> str:
 
 
 def _fidelity_table(record: Mapping[str, Any]) -> str:
-    """Per case and backend: FAST and the profiler's median (p80-p20), their ratio, kernels busy."""
+    """FAST's fidelity in one line (:func:`fidelity_summary`), and a row for each timing outside the
+    limit: FAST and the profiler's median (p80-p20), their ratio, the kernels' busy time. The
+    record's JSON keeps every timing's entry."""
     rows = fidelity_rows(record)
     if not any(f for _, _, f in rows):
         return ""
-    lines = [f"\nFidelity: FAST (CUDA events around graph replays) against CUPTI kernel timestamps of "
-             "replays of the same graphs (torch.profiler), taken right after FAST's last samples of each "
-             "backend. Busy: the kernels' own durations per launch; span: first kernel start to last "
-             "kernel end per launch, with the gaps between kernels, which the profiler lengthens. A "
-             f"launch's true time lies between the two: FAST must too, within {FIDELITY_LIMIT:.0%} "
-             "(ratio: FAST over the nearest end of [busy, span], 1 inside it). Events: CUDA events "
-             "around the profiled replays (the profiler's own cost shows there).\n",
-             "| case | backend | FAST us (p80-p20) | span us (p80-p20) | FAST / [busy, span] | busy us | events us |",
+    outside = [(tag, b, f) for tag, b, f in rows if f and abs(f["ratio"] - 1.0) > FIDELITY_LIMIT]
+    text = (f"\n{fidelity_summary(record)}. FAST: CUDA events around graph replays; the profiler: CUPTI "
+            "kernel timestamps of replays of the same graphs, right after FAST's samples (busy: the kernels' "
+            "own durations; span: first kernel start to last kernel end). FAST must lie within "
+            f"[busy, span], give or take {FIDELITY_LIMIT:.0%}.\n")
+    if not outside:
+        return text
+    lines = ["", "| case | backend | FAST us (p80-p20) | span us (p80-p20) | FAST / [busy, span] | busy us | events us |",
              "|---|---|---|---|---|---|---|"]
-    for tag, b, f in rows:
-        if f is None:
-            lines.append(f"| {tag} | {b} | | not profiled | | | |")
-            continue
-        mark = "" if abs(f["ratio"] - 1.0) <= FIDELITY_LIMIT else " ✗"
-        lines.append(f"| {tag} | {b} | {_us(f['fast_us'])} ({_us(f['fast_spread_us'])}) | "
-                     f"{_us(f['profiled_us'])} ({_us(f['profiled_spread_us'])}) | {f['ratio']:.3f}{mark} | "
-                     f"{_us(f['busy_us'])} | {_us(f.get('events_under_profiler_us'))} |")
+    lines += [f"| {tag} | {b} | {_us(f['fast_us'])} ({_us(f['fast_spread_us'])}) | "
+              f"{_us(f['profiled_us'])} ({_us(f['profiled_spread_us'])}) | {f['ratio']:.3f} ✗ | "
+              f"{_us(f['busy_us'])} | {_us(f.get('events_under_profiler_us'))} |" for tag, b, f in outside]
+    return text + "\n".join(lines) + "\n"
+
+
+def suite_of(record: Mapping[str, Any]) -> str:
+    """What a record measured, for grouping: a seeds campaign, a package or candidates, and its dtypes."""
+    if record.get("kind") == "seeds":
+        return "seed campaigns"
+    dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])})) or "no cases"
+    what = f"package `{record['package']}`" if record.get("package") else "candidates"
+    return f"{what}, {dtypes}"
+
+
+def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The newest record of each (GPU, suite), newest first."""
+    newest: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
+    for name, rec in sorted(records, key=lambda nr: (nr[1]["created"], nr[0])):
+        newest[(rec["gpu"], suite_of(rec))] = (name, rec)
+    return sorted(newest.values(), key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
+
+
+def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """One row per record on disk, newest first: the index of the JSON history."""
+    lines = ["| date | GPU | git | suite | cases | geomean vs sdpa_default | file |", "|---|---|---|---|---|---|---|"]
+    for name, rec in sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True):
+        ratios = [s for c in rec.get("cases", []) if (s := _speedup(c.get("us", {}).get("sdpa_default"),
+                                                                      c.get("us", {}).get(EVO))) is not None]
+        lines.append(f"| {rec['created'][:10]} | {rec['gpu']} | {rec['git_sha']} | {suite_of(rec)} | "
+                     f"{len(rec.get('cases', rec.get('rows', [])))} | {_x(geomean(ratios) if ratios else None)} | "
+                     f"[{name}](benchmarks/{name}) |")
     return "\n".join(lines) + "\n"
 
 
 def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
-    """BENCHMARKS.md from ``(file name, record)`` pairs: one table per file, newest first."""
-    ordered = sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
-    if not ordered:
+    """BENCHMARKS.md from ``(file name, record)`` pairs: the newest record of each GPU and suite in
+    full, newest first, then an index of every record (the JSON keeps all of them)."""
+    everything = list(records)
+    if not everything:
         return MD_HEADER + "\nNo benchmarks yet: run `evo bench` on a GPU machine.\n"
-    return MD_HEADER + "".join("\n" + _section(rec, name) for name, rec in ordered)
+    latest = latest_per_suite(everything)
+    return (MD_HEADER + "\nThe newest run of each GPU and suite; every run is indexed under "
+            "[History](#history).\n" + "".join("\n" + _section(rec, name) for name, rec in latest)
+            + "\n## History\n\n" + _history(everything))
 
 
 def _section(record: Mapping[str, Any], name: str) -> str:
