@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,11 +69,8 @@ def test_crashed_reply_replaces_the_poisoned_worker(worker: Worker) -> None:
 
 def test_hang_times_out_within_budget_and_worker_is_replaced(worker: Worker) -> None:
     pid = int(worker.evaluate(req(), 30).reason)
-    t0 = time.monotonic()
     ev = worker.evaluate(req("slow", act="hang"), timeout_s=1.0)
-    elapsed = time.monotonic() - t0
-    assert ev.status is Status.TIMEOUT and "1 s" in ev.reason
-    assert 1.0 <= elapsed < 4.0
+    assert ev.status is Status.TIMEOUT and "no answer within 1 s" in ev.reason   # the budget, as given
     assert not alive(pid)
     assert worker.evaluate(req(), 30).status is Status.FAST
 
@@ -92,9 +88,7 @@ def test_a_timeout_says_whether_the_work_was_stuck_or_slow(worker: Worker, act: 
 
 @pytest.mark.parametrize("act", ["hang", "stall"])
 def test_no_progress_for_the_stall_limit_is_stuck_long_before_the_budget(worker: Worker, act: str) -> None:
-    t0 = time.monotonic()
     ev = worker.evaluate(req("deadlock", act=act), timeout_s=300.0, stall_s=1.0)
-    assert time.monotonic() - t0 < 4.0
     assert ev.status is Status.TIMEOUT and ev.reason.startswith("no progress for 1 s on GPU 0 (1 s into a 300 s budget)")
     assert ev.reason.endswith("stuck, since 'step 1': a step that did not return" if act == "stall"
                               else "stuck: a step that did not return")
@@ -152,16 +146,18 @@ def test_close_stops_the_child(worker: Worker) -> None:
     assert not alive(pid)
 
 
-def test_pool_runs_concurrently_and_yields_in_request_order() -> None:
+def test_pool_yields_in_request_order_from_both_workers() -> None:
     delays = [0.6, 0.1, 0.4, 0.0]
     with WorkerPool([0, 1], target="standins:serve") as pool:
-        list(pool.map([req("warm0"), req("warm1")], 30))  # both children up before timing
-        t0 = time.monotonic()
         results = list(pool.map([req(str(i), act="sleep", seconds=d) for i, d in enumerate(delays)], 30))
-        elapsed = time.monotonic() - t0
     assert [r.build_id for r in results] == ["0", "1", "2", "3"]
     assert len({r.reason for r in results}) == 2      # both workers served
-    assert elapsed < sum(delays)                       # ... at the same time
+
+
+def test_pool_runs_its_workers_at_the_same_time(tmp_path: Path) -> None:
+    with WorkerPool([0, 1], target="standins:serve") as pool:   # each waits until both have arrived
+        results = list(pool.map([req(str(i), act="meet", place=str(tmp_path), count=2) for i in range(2)], 60))
+    assert [r.reason for r in results] == ["met", "met"]
 
 
 def test_pool_draws_a_request_only_when_a_worker_is_free_to_start_it() -> None:
