@@ -1,8 +1,11 @@
-"""Shared pytest setup: the ``gpu`` marker skips cleanly when no CUDA device is present."""
+"""Shared pytest setup: the ``gpu`` marker skips cleanly when no CUDA device is present; the
+``smoke`` marker names the tests that CI runs again against the lowest dependency versions and
+from the installed wheel (imports, packaging, storage, the CLI end to end); the full suite runs once."""
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -16,10 +19,26 @@ def has_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
+SMOKE = frozenset({  # test files: where a dependency's oldest or a wheel's packaging would show first
+    "test_cli.py", "test_cli_errors.py", "test_cli_db.py", "test_api.py", "test_store.py", "test_search_study.py",
+    "test_render.py", "test_space.py", "test_replay.py", "test_report_page.py", "test_doctor.py", "test_vocab.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SMOKE:
+            item.add_marker(pytest.mark.smoke)
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One content-addressed build cache for the tests that only read what a build makes (SASS,
+    registers, ptxas reports): a candidate several of them need is compiled once per session."""
+    return tmp_path_factory.mktemp("candidates")

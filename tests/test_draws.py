@@ -62,7 +62,7 @@ def _of_kind(kind: int, seeds: range = range(30)) -> list:
 def test_scales_spreads_and_batches_vary_over_seeds() -> None:
     cases = [c for seed in range(30) for c in drawn_cases(SETTINGS, ALL_KEYS, seed)]
     assert 0.6 < sum(c.scale is not None for c in cases) / len(cases) < 0.9   # 3 in 4 non-default
-    others = [c for i, k in enumerate(KINDS) if k != "long" for c in _of_kind(i)]
+    others = [c for i, k in enumerate(KINDS) if k not in ("long", "flat", "mixed") for c in _of_kind(i)]
     factors = [c.scale * math.sqrt(c.shape.D) for c in others if c.scale is not None]
     assert all(f <= 0.51 or f >= 1.99 for f in factors)                # far from the default
     assert min(factors) < 0.2 and max(factors) > 2.5
@@ -162,3 +162,17 @@ def test_no_draws_section_means_the_core_only(tmp_path) -> None:
                     '[[case]]\nname = "G1"\nshape = [1, 1, 8, 16]\n')
     assert green_settings(base).draws is None
     assert DrawSettings().kinds == KINDS
+
+
+def test_the_input_axes_each_have_a_kind_of_their_own() -> None:
+    """docs/trust.md's axes: flat and mixed softmax over long rows, heavy tails, exact ties, inputs
+    placed inside one allocation, and serving-size batches of heads."""
+    flat, mixed = _of_kind(KINDS.index("flat"), range(20)), _of_kind(KINDS.index("mixed"), range(20))
+    assert all(c.inputs == "flat" and SETTINGS.long[0] <= c.shape.L and c.spike == 0 for c in flat)
+    assert all(c.inputs == "mixed" and SETTINGS.long[0] <= c.shape.L and c.spike > 0 for c in mixed)
+    for kind in ("heavy", "equal_keys", "placed"):
+        assert all(c.inputs == kind for c in _of_kind(KINDS.index(kind), range(10)))
+    many = _of_kind(KINDS.index("many_heads"), range(20))
+    lo, hi = SETTINGS.many_heads
+    assert all(lo - 64 < c.shape.B * c.shape.H <= hi and c.shape.L <= SETTINGS.tile for c in many)
+    assert all(c.shape.case.split()[-1] == {"flat": "flat", "mixed": "mix"}[c.inputs] for c in flat + mixed)

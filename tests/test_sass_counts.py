@@ -42,13 +42,14 @@ def test_no_reallocation_reads_as_dashes() -> None:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or cuobjdump() is None, reason="needs nvcc and cuobjdump")
-def test_the_default_hopper_kernel_shows_wgmma_tma_and_mbarriers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_hopper_kernel_shows_wgmma_tma_and_mbarriers(build_cache: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from evo.toolchain.build import build_batch
     from evo.family.manifest import load_family
     from evo.family.render import render
     from evo.family.space import make_candidate
 
-    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
+    monkeypatch.setenv("EVO_CANDIDATES", str(build_cache))
     fam = load_family("flash_wgmma")
     built = build_batch([render(make_candidate(fam), fam)], "sm_90a")[0]
     assert built.cubin_path is not None, built.reason

@@ -56,7 +56,7 @@ def test_q_in_registers_needs_the_overlap() -> None:
 def sass_by_function(genes: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch,
                      validate: bool = True) -> dict[str, str]:
     """Build one candidate (``validate=False``: under the manifest less its Q_IN_REGS / overlap
-    constraint) into a private cache; its SASS per kernel function (ptxas checked)."""
+    constraint) into ``cache``; its SASS per kernel function (ptxas checked)."""
     if shutil.which("nvcc") is None or cuobjdump() is None:
         pytest.skip("nvcc or cuobjdump not available")
     monkeypatch.setenv("EVO_CANDIDATES", str(cache))
@@ -74,9 +74,9 @@ def sass_by_function(genes: dict[str, object], cache: Path, monkeypatch: pytest.
     return {body.split()[0]: body for body in re.split(r"\n\s*Function : ", sass)[1:]}
 
 
-def test_q_in_registers_feeds_s_from_registers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_q_in_registers_feeds_s_from_registers(build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     genes = {"Q_IN_REGS": True, "BLOCK_N_D128": 96}
-    functions = sass_by_function(genes, tmp_path, monkeypatch)
+    functions = sass_by_function(genes, build_cache, monkeypatch)
     assert len(functions) == 8
     for name, body in functions.items():
         n = 96 if "_d128_" in name else 128
@@ -87,8 +87,8 @@ def test_q_in_registers_feeds_s_from_registers(tmp_path: Path, monkeypatch: pyte
         assert "HMMA" not in body.replace("HGMMA", ""), name
 
 
-def test_conditional_rescaling_votes_only_where_it_is_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    functions = sass_by_function({"LAZY_D128": True}, tmp_path, monkeypatch)
+def test_conditional_rescaling_votes_only_where_it_is_on(build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    functions = sass_by_function({"LAZY_D128": True}, build_cache, monkeypatch)
     assert len(functions) == 8
     for name, body in functions.items():
         assert ("VOTE.ANY" in body) == ("_d128_" in name), name
@@ -105,10 +105,10 @@ def test_the_rounded_row_sum_is_rendered_only_for_conditional_rescaling(genes: d
         assert "round_pair<T>(s[" in render(make_candidate(FAMILY, point(**genes, **{lazy: True}))).source
 
 
-def test_row_sums_run_on_the_tensor_cores_instead_of_an_add_chain(tmp_path: Path,
+def test_row_sums_run_on_the_tensor_cores_instead_of_an_add_chain(build_cache: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    plain = sass_by_function({}, tmp_path / "plain", monkeypatch)
-    summed = sass_by_function({"ROWSUM_MMA": True}, tmp_path / "rowsum", monkeypatch)
+    plain = sass_by_function({}, build_cache, monkeypatch)
+    summed = sass_by_function({"ROWSUM_MMA": True}, build_cache, monkeypatch)
     assert plain.keys() == summed.keys() and len(summed) == 8
     for name, body in summed.items():
         # P (A from registers) against the ones (B from a descriptor), beside every P V step
@@ -132,23 +132,23 @@ def _unpredicated(ins: str) -> str:
 
 
 @pytest.mark.parametrize("genes", [{"WGS_D64": 3, "BLOCK_N_D64": 96}, {"BLOCK_N_D64": 64, "INTRA_WG_OVERLAP": False}])
-def test_causal_trim_changes_only_the_causal_kernels(genes: dict[str, object], tmp_path: Path,
+def test_causal_trim_changes_only_the_causal_kernels(genes: dict[str, object], build_cache: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """With three consumers, or ping-pong without the overlap and BLOCK_N 64, warpgroups stop
     before the CTA's last KV tiles: the causal kernels change (no spill, sass_by_function checks)
     and the full ones compile to the same machine code, as without the gene."""
-    plain = sass_by_function(genes, tmp_path / "plain", monkeypatch)
-    trimmed = sass_by_function(genes | {"CAUSAL_TRIM": True}, tmp_path / "trim", monkeypatch)
+    plain = sass_by_function(genes, build_cache, monkeypatch)
+    trimmed = sass_by_function(genes | {"CAUSAL_TRIM": True}, build_cache, monkeypatch)
     assert plain.keys() == trimmed.keys() and len(trimmed) == 8
     for name, body in trimmed.items():
         assert (_code(body) == _code(plain[name])) == ("_full" in name), name
 
 
-def test_the_section_order_changes_only_the_causal_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_section_order_changes_only_the_causal_kernels(build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CAUSAL_ORDER = "sections" deals each L2 section's tiles by a snake of its own; the order of a
     non-causal launch is unchanged, so those kernels compile to the default's machine code."""
-    plain = sass_by_function({}, tmp_path / "plain", monkeypatch)
-    dealt = sass_by_function({"CAUSAL_ORDER": "sections"}, tmp_path / "sections", monkeypatch)
+    plain = sass_by_function({}, build_cache, monkeypatch)
+    dealt = sass_by_function({"CAUSAL_ORDER": "sections"}, build_cache, monkeypatch)
     assert plain.keys() == dealt.keys() and len(dealt) == 8
     for name, body in dealt.items():
         assert (_code(body) == _code(plain[name])) == ("_full" in name), name
@@ -188,12 +188,12 @@ def q_register_clobbers(body: str) -> list[str]:
     ({"Q_IN_REGS": True, "WGS_D128": 1, "PERSISTENT": False}, True),
     ({"Q_IN_REGS": True, "WGS_D128": 1, "PERSISTENT": False, "INTRA_WG_OVERLAP": False}, False),
 ])
-def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: bool, tmp_path: Path,
+def test_q_registers_stay_q_for_the_whole_tile(genes: dict[str, object], valid: bool, build_cache: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Admitted points keep Q's registers; the refused one (one consumer, no overlap, D=128, BLOCK_N
     128) is what ptxas 13.0 miscompiled: if it stops clobbering, the constraint can go."""
     assert is_valid(FAMILY, point(**genes)) == valid
-    functions = sass_by_function(genes, tmp_path, monkeypatch, validate=valid)
+    functions = sass_by_function(genes, build_cache, monkeypatch, validate=valid)
     clobbered = {name: len(q_register_clobbers(body)) for name, body in functions.items() if "_d128_" in name}
     assert len(clobbered) == 4
     if valid:
@@ -220,13 +220,13 @@ def softmax_exps_beside_pv(body: str) -> list[int]:
     {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True},
     {"LAZY_D64": True, "ROWSUM_MMA": True, "BLOCK_N_D128": 96},
 ])
-def test_the_softmax_runs_beside_the_previous_p_v(genes: dict[str, object], tmp_path: Path,
+def test_the_softmax_runs_beside_the_previous_p_v(genes: dict[str, object], build_cache: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """INTRA_WG_OVERLAP's point: tile j's exponentials run while P V of tile j-1 is on the tensor
     cores. ptxas schedules a warpgroup wait at the top of its basic block, and in family version 8
     that put the wait for P V above every exponential of the two-row softmax (above one row's of
     the other): the template now ends a block (the spin on V's barrier) between them."""
-    functions = sass_by_function(genes, tmp_path, monkeypatch)
+    functions = sass_by_function(genes, build_cache, monkeypatch)
     assert len(functions) == 8
     for name, body in functions.items():
         block_n = int(point(**genes)["BLOCK_N_D128" if "_d128_" in name else "BLOCK_N_D64"])  # type: ignore[call-overload]
@@ -240,14 +240,14 @@ def test_the_softmax_runs_beside_the_previous_p_v(genes: dict[str, object], tmp_
     {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True},
     {"WGS_D64": 3, "BLOCK_N_D64": 96, "CAUSAL_TRIM": True},
 ])
-def test_branches_on_the_consumer_index_are_warp_uniform(genes: dict[str, object], tmp_path: Path,
+def test_branches_on_the_consumer_index_are_warp_uniform(genes: dict[str, object], build_cache: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A causal tile's consumers branch on their own rows (idle past L, CAUSAL_TRIM's last tile).
     Computed from threadIdx, that branch looked divergent to ptxas, which bracketed the GEMM regions
     with reconvergence barriers: 30 BSSY per causal kernel against 10 in the full one, and every
     causal case 4-7 % slower (family version 10's first build). The consumer index is broadcast
     from lane 0 now, so a causal kernel carries no more of them than its full twin."""
-    functions = sass_by_function(genes, tmp_path, monkeypatch)
+    functions = sass_by_function(genes, build_cache, monkeypatch)
     bssy = {name: sum(_unpredicated(ins).split()[0] == "BSSY" for ins in _code(body)) for name, body in functions.items()}
     for name, n in bssy.items():
         if "_causal" in name:

@@ -46,7 +46,7 @@ def pool_regs(wgs: int) -> int:
 
 
 def built(genes: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Build one candidate into a private cache and return its cubin."""
+    """Build one candidate into ``cache`` (the session's, shared by both tests) and return its cubin."""
     monkeypatch.setenv("EVO_CANDIDATES", str(cache))
     rendered = render(make_candidate("flash_wgmma", genes))
     try:
@@ -59,10 +59,10 @@ def built(genes: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize(("genes", "wgs"), CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_ptxas_gives_each_thread_the_pool_the_template_assumes(
-        genes: dict[str, object], wgs: dict[int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        genes: dict[str, object], wgs: dict[int, int], build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not available")
-    cubin = built(genes, tmp_path, monkeypatch)
+    cubin = built(genes, build_cache, monkeypatch)
     entries = parse_ptxas((cubin.parent / "ptxas.log").read_text())
     assert len(entries) == 8
     for name, res in entries.items():
@@ -73,10 +73,10 @@ def test_ptxas_gives_each_thread_the_pool_the_template_assumes(
 
 @pytest.mark.parametrize(("genes", "wgs"), CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_the_sass_asks_for_no_more_than_the_producer_gives_back(
-        genes: dict[str, object], wgs: dict[int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        genes: dict[str, object], wgs: dict[int, int], build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if shutil.which("nvcc") is None or cuobjdump() is None:
         pytest.skip("nvcc or cuobjdump not available")
-    cubin = built(genes, tmp_path, monkeypatch)
+    cubin = built(genes, build_cache, monkeypatch)
     sass = dump_sass(cubin)
     functions = re.split(r"\n\s*Function : ", sass)[1:]
     assert len(functions) == 8

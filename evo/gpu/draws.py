@@ -37,9 +37,10 @@ import random
 from collections.abc import Collection
 
 from evo.results import Shape
-from evo.gpu.suites import DTYPES, DrawSettings, GreenCase
+from evo.gpu.suites import DTYPES, INPUTS, DrawSettings, GreenCase
 
-LONG_KINDS = ("long", "long_spiked")  # lengths in ``[draws] long``, at most 2 heads
+LONG_KINDS = ("long", "long_spiked", "flat", "mixed")  # lengths in ``[draws] long``, at most 2 heads
+INPUT_KINDS = {"flat": "flat", "mixed": "mixed", "heavy": "heavy", "equal_keys": "equal_keys", "placed": "placed"}
 LONG_STD = (2.0, 3.0)            # long draws: large values, softmax still spread over many keys
 LONG_SCALE = (0.3, 1.0)
 NON_DEFAULT = 0.75               # share of draws with a non-default scale
@@ -73,8 +74,10 @@ def _length(kind: str, settings: DrawSettings, rng: random.Random) -> int:
     if kind == "edge":    # every family's tiles are multiples of half the tile
         step = rng.choice((tile // 2, tile, 2 * tile))
         return max(2, step * rng.randint(1, 16) + rng.choice((-1, 0, 1)))
-    if kind == "odd":
+    if kind in ("odd", "heavy", "equal_keys", "placed"):
         return min(rng.randint(tile + 1, 32 * tile - 1) | 1, 32 * tile - 1)
+    if kind == "many_heads":
+        return rng.randint(1, tile)
     if kind in LONG_KINDS:
         return rng.randint(*settings.long)
     if kind == "spiked":
@@ -84,9 +87,13 @@ def _length(kind: str, settings: DrawSettings, rng: random.Random) -> int:
     raise ValueError(f"unknown draw kind {kind!r}")
 
 
-def _batch_heads(long: bool, settings: DrawSettings, rng: random.Random, wide: bool = False) -> tuple[int, int]:
+def _batch_heads(long: bool, settings: DrawSettings, rng: random.Random, wide: bool = False,
+                 many: bool = False) -> tuple[int, int]:
     if long:
         return 1, rng.randint(1, 2)
+    if many:
+        b = rng.choice((1, 8, 32, 64))
+        return b, max(1, rng.randint(*settings.many_heads) // b)
     if wide:
         b = rng.randint(1, 4)
         return b, max(1, rng.randint(*settings.wide_heads) // b)
@@ -100,19 +107,22 @@ def spike_factor(settings: DrawSettings, factor: float, std: float) -> float:
     return min(settings.spike / (factor * std * std), FP16_SAFE / std)
 
 
-def case_name(prefix: str, index: int, scale: float | None, std: float, spike: float) -> str:
-    """``R07 sc=0.0389 sd=2.6 spike``: the draw index and its inputs (no ``sc``: default scale)."""
+def case_name(prefix: str, index: int, scale: float | None, std: float, spike: float, inputs: str = "normal") -> str:
+    """``R07 sc=0.0389 sd=2.6 spike flat``: the draw index and its inputs (no ``sc``: default scale;
+    the last word: how the inputs were drawn, :data:`evo.gpu.suites.INPUTS`)."""
     parts = [f"{prefix}{index:02d}"]
     if scale is not None:
         parts.append(f"sc={scale:.3g}")
     parts.append(f"sd={std:.1f}")
     if spike:
         parts.append("spike")
+    if INPUTS[inputs]:
+        parts.append(INPUTS[inputs])
     return " ".join(parts)
 
 
 def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool, str], long: bool,
-              spiked: bool, settings: DrawSettings, rng: random.Random) -> GreenCase:
+              spiked: bool, settings: DrawSettings, rng: random.Random, inputs: str = "normal") -> GreenCase:
     """One case with drawn scale, spread and (if ``spiked``) a spiked key; values rounded to
     what the name prints, so the name states the inputs exactly."""
     B, H, L, D, causal, dtype = shape_of
@@ -126,8 +136,8 @@ def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool,
     scale = None if factor == 1.0 else float(f"{factor / math.sqrt(D):.3g}")
     real = 1.0 if scale is None else scale * math.sqrt(D)
     spike = round(spike_factor(settings, real, std), 1) if spiked else 0.0
-    name = case_name(prefix, index, scale, std, spike)
-    return GreenCase(Shape(name, B, H, L, D, causal, dtype), scale, std, spike, seeds=(0,))
+    name = case_name(prefix, index, scale, std, spike, inputs)
+    return GreenCase(Shape(name, B, H, L, D, causal, dtype), scale, std, spike, seeds=(0,), inputs=inputs)
 
 
 def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> list[GreenCase]:
@@ -142,10 +152,11 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
         for dt in dtypes:
             D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
             L = _length(kind, settings, rng)
-            B, H = _batch_heads(kind in LONG_KINDS, settings, rng, wide=kind == "wide")
-            spiked = kind in ("spiked", "long_spiked") or (kind not in ("one", "long") and rng.random() < SPIKED)
-            out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long", spiked,
-                                 settings, rng))
+            B, H = _batch_heads(kind in LONG_KINDS, settings, rng, wide=kind == "wide", many=kind == "many_heads")
+            spiked = kind in ("spiked", "long_spiked", "mixed") or (
+                kind not in ("one", "long", "flat", "equal_keys") and rng.random() < SPIKED)
+            out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind in ("long", "flat", "mixed"),
+                                 spiked, settings, rng, INPUT_KINDS.get(kind, "normal")))
     return out
 
 

@@ -29,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from evo.errors import EvoError
 from evo.results import CheckResult, Shape, Status
-from evo.gpu.suites import GreenCase, GreenSettings
+from evo.gpu.suites import INPUTS, GreenCase, GreenSettings
 
 Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool, float], None]
 
@@ -46,22 +46,65 @@ def input_seed(shape: Shape, seed: int, salt: int) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
 
+FLAT = 1e-4          # "flat" queries: this fraction of the drawn spread, so every score is near zero
+HEAVY_CLIP = 30.0    # "heavy" entries stay within 30 standard deviations (fp16's range, with the spike's room)
+PLACED_GAP = 256     # bytes between the "placed" tensors inside their one allocation
+
+
+def _normal(dims: tuple[int, ...], gen: torch.Generator, device: str | torch.device, heavy: bool) -> torch.Tensor:
+    """Standard normal entries, or Student-t with 3 degrees of freedom scaled to variance 1."""
+    z = torch.randn(dims, generator=gen, device=device, dtype=torch.float32)
+    if not heavy:
+        return z
+    chi2 = torch.randn((3, *dims), generator=gen, device=device, dtype=torch.float32).square().sum(0)
+    t = z / torch.sqrt(chi2 / 3).clamp_min(1e-3) / math.sqrt(3.0)
+    return t.clamp(-HEAVY_CLIP, HEAVY_CLIP)
+
+
+def _placed(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Copies of ``tensors`` as contiguous views into one allocation, last first, each after a gap
+    of :data:`PLACED_GAP` bytes: inputs that share a buffer and start at offsets, not at the
+    allocator's own (2 MB-aligned) addresses."""
+    gap = PLACED_GAP // tensors[0].element_size()
+    n = tensors[0].numel()
+    pool = torch.empty(len(tensors) * (n + gap), dtype=tensors[0].dtype, device=tensors[0].device)
+    out = []
+    for i, t in enumerate(reversed(tensors)):
+        start = i * (n + gap) + gap
+        view = pool[start:start + n].view(t.shape)
+        view.copy_(t)
+        out.append(view)
+    return tuple(reversed(out))
+
+
 def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, *, std: float = 1.0,
-                spike: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Independent normal q, k, v of ``shape`` in its dtype (never zeros, never equal), of
-    standard deviation ``std``; ``spike`` > 0 multiplies one key row per head, drawn from the
-    first half of the sequence (so that under a causal mask most rows see it), by ``spike``."""
+                spike: float = 0.0, inputs: str = "normal") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of ``shape`` in its dtype (never zeros, never equal), of standard deviation ``std``,
+    drawn as ``inputs`` says (:data:`evo.gpu.suites.INPUTS`): independent normal entries by default;
+    ``spike`` > 0 multiplies one key row per head, drawn from the first half of the sequence (so
+    that under a causal mask most rows see it), by ``spike``."""
+    if inputs not in INPUTS:
+        raise EvoError(f"unknown GREEN inputs {inputs!r}; one of {', '.join(INPUTS)}")
     gen = torch.Generator(device=device).manual_seed(input_seed(shape, seed, salt))
     dims = (shape.B, shape.H, shape.L, shape.D)
-    q, k, v = (torch.randn(dims, generator=gen, device=device, dtype=torch.float32) * std
-               for _ in range(3))
+    q, k, v = (_normal(dims, gen, device, inputs == "heavy") * std for _ in range(3))
+    if inputs == "flat":
+        q *= FLAT
+    elif inputs == "mixed":
+        q[:, :, 0::2] *= FLAT
+    elif inputs == "equal_keys":
+        k = k[:, :, :1].expand(dims).clone()
     if spike:
         rows = torch.randint(0, (shape.L + 1) // 2, (shape.B, shape.H), generator=gen, device=device)
         b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.H, device=device),
                               indexing="ij")
         k[b, h, rows] *= spike
     dt = TORCH_DTYPES[shape.dtype]
-    return q.to(dt), k.to(dt), v.to(dt)
+    typed = (q.to(dt), k.to(dt), v.to(dt))
+    if inputs == "placed":
+        q, k, v = _placed(typed)
+        return q, k, v
+    return typed
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
@@ -170,7 +213,7 @@ def check_case(launch: Launch, case: Shape | GreenCase, seed: int, settings: Gre
     """Run one GREEN check of ``launch`` on ``case`` with inputs drawn for (seed, salt)."""
     case = _as_case(case)
     shape = case.shape
-    q, k, v = make_inputs(shape, seed, salt, device, std=case.std, spike=case.spike)
+    q, k, v = make_inputs(shape, seed, salt, device, std=case.std, spike=case.spike, inputs=case.inputs)
     scale = case.scale_for()
     ref = reference(q, k, v, shape.causal, scale, wide_dtype(shape, settings))
     ref_err, _ = max_abs_err(F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,

@@ -26,7 +26,8 @@ _SELECT = re.compile(r"^(?P<first>[^-\s]+?)(?:-(?P<last>[^-\s]+?))?(?P<mode>[cf]
 _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 
 
-DRAW_KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide")
+DRAW_KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide",
+              "flat", "mixed", "heavy", "equal_keys", "placed", "many_heads")
 """The kinds of check GREEN draws (:mod:`evo.gpu.draws`). New kinds go last: a stored salt then still
 draws the same cases for the kinds it had."""
 
@@ -40,6 +41,7 @@ class DrawSettings:
     long: tuple[int, int] = (2049, 4608)     # "long" lengths
     max_heads: int = 8                       # B * H of a drawn case (long ones: 2)
     wide_heads: tuple[int, int] = (96, 192)  # B * H of a "wide" case: more tiles than a GPU has SMs
+    many_heads: tuple[int, int] = (4096, 16384)  # B * H of a "many_heads" case (a serving batch), one short tile
     scale: tuple[float, float] = (0.1, 3.0)  # drawn scales, in units of 1/sqrt(D)
     std: tuple[float, float] = (1.0, 4.0)    # input standard deviations
     spike: float = 200.0                     # score size a spiked key reaches
@@ -67,6 +69,16 @@ class GreenSettings:
                        floors={d: f * fraction for d, f in self.floors.items()})
 
 
+INPUTS = {  # GreenCase.inputs -> the tag its drawn case's name carries (evo.gpu.gate.make_inputs draws them)
+    "normal": "",        # independent normal q, k, v
+    "flat": "flat",      # queries near zero (1e-4 of std): every row's softmax almost uniform over all its keys
+    "mixed": "mix",      # flat and ordinary query rows alternating within each head
+    "heavy": "t3",       # Student-t (3 degrees of freedom) entries, scaled to std: rare huge values
+    "equal_keys": "eqk",  # every key of a head the same row: scores tie, softmax exactly uniform
+    "placed": "ofs",     # q, k, v as views into one allocation at 256-byte offsets, in reverse order
+}
+
+
 @dataclass(frozen=True)
 class GreenCase:
     """One GREEN case: a shape and the inputs it is checked on.
@@ -82,6 +94,7 @@ class GreenCase:
     std: float = 1.0
     spike: float = 0.0
     seeds: tuple[int, ...] | None = None
+    inputs: str = "normal"                   # one of INPUTS: how q, k, v are drawn and placed
 
     def scale_for(self) -> float:
         return self.scale if self.scale is not None else self.shape.D ** -0.5
@@ -177,11 +190,12 @@ def _draw_settings(d: Mapping[str, Any], where: Path) -> DrawSettings:
         raise EvoError(f"{where}: unknown [draws] kind {', '.join(bad)}; known: {', '.join(DRAW_KINDS)}")
     long = _pair(d.get("long", list(default.long)), "long", where)
     wide = _pair(d.get("wide_heads", list(default.wide_heads)), "wide_heads", where)
+    many = _pair(d.get("many_heads", list(default.many_heads)), "many_heads", where)
     tile, heads = int(d.get("tile", default.tile)), int(d.get("max_heads", default.max_heads))
     if tile < 4 or heads < 2 or long[0] < 2:
         raise EvoError(f"{where}: [draws] needs tile >= 4, max_heads >= 2 and long lengths >= 2")
     return DrawSettings(kinds=kinds, tile=tile, long=(int(long[0]), int(long[1])), max_heads=heads,
-                        wide_heads=(int(wide[0]), int(wide[1])),
+                        wide_heads=(int(wide[0]), int(wide[1])), many_heads=(int(many[0]), int(many[1])),
                         scale=_pair(d.get("scale", list(default.scale)), "scale", where),
                         std=_pair(d.get("std", list(default.std)), "std", where),
                         spike=float(d.get("spike", default.spike)))
