@@ -38,8 +38,9 @@ pytestmark = pytest.mark.gpu
 FAULTS = {"no_write": "unwritten", "zeros": "max|err|", "skip_tail": "max|err|",
           "no_scale": "max|err|", "no_causal": "max|err|", "oob_write": "wrote out of bounds",
           "ignore_scale": "max|err|", "no_max_sub": "in output", "small_tail": "max|err|",
-          "shape_keyed": "max|err|", "half_acc": "max|err|"}
-DRAW_KEYED = ("ignore_scale", "no_max_sub", "small_tail", "shape_keyed")
+          "shape_keyed": "max|err|", "half_acc": "max|err|", "many_heads": "max|err|", "flat": "max|err|"}
+DRAW_KEYED = ("ignore_scale", "no_max_sub", "small_tail", "shape_keyed", "many_heads", "flat")
+PROMOTE_KEYED = ("long_only",)   # wrong only past every length GREEN draws: promote's bucket checks refuse it
 TIMED = ("first_n", "jitter")
 HOPPER = default_arch() == "sm_90a"
 FAMILIES = ["flash_scalar", "flash_mma", *(["flash_wgmma"] if HOPPER else []), "faulty"]
@@ -51,7 +52,7 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
     "pingpong3_ilp_trim_qregs": {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True,
                                  "CAUSAL_TRIM": True, "Q_IN_REGS": True},
 }
-CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED)),
+CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED, *PROMOTE_KEYED)),
               *((("flash_wgmma", f) for f in WGMMA_FEATURES) if HOPPER else ())]
 F1 = Shape("F1", 1, 8, 512, 64, False)
 Built = dict[tuple[str, str], tuple[CandidateKernels, tuple[Entry, ...], str]]
@@ -109,6 +110,14 @@ def test_faulty_kernel_is_red_for_its_reason(built: Built, fault: str) -> None:
     print(f"{fault}: {status.value}: {reason}")
     assert status is Status.RED
     assert FAULTS[fault] in reason, reason
+
+
+@pytest.mark.parametrize("fault", PROMOTE_KEYED)
+def test_green_lets_a_kernel_wrong_only_past_its_lengths_through(built: Built, fault: str) -> None:
+    """GREEN cannot see past the lengths it draws; promote's checks up to each route's top do
+    (tests/test_promote_gpu.py), and the package serves no length above that top."""
+    status, reason = _green(built[("faulty", fault)])
+    assert status is Status.GREEN, reason
 
 
 @pytest.mark.parametrize("fault", DRAW_KEYED)

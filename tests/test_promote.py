@@ -24,6 +24,7 @@ from evo.toolchain.build import CUBIN, build_id_for, cache_dir
 from evo.cli import main
 from evo.errors import EvoError
 from evo.products.promote import capability, check_name, promote, sanitize_url
+from evo.gpu.draws import MAX_BUCKET_LEN, MAX_GRID_Y, verified_heads
 from evo.products.routes import Bucket, Contender, Measured, length_buckets, measurements, plan_routes
 from evo.family.render import Rendered, render
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
@@ -136,7 +137,21 @@ def _contender(cid: str, speedups: dict[Shape, float]) -> Contender:
 def test_plan_prefers_the_candidate_covering_more_of_the_bucket() -> None:
     other = Shape("F9", 2, 16, 512, 64, False)
     routes = plan_routes([_contender("wide", {MID: 1.5, other: 1.5}), _contender("narrow", {MID: 3.0})])
-    assert [(r.bucket, r.winner) for r in routes] == [(Bucket(1, None), "wide")]
+    assert [(r.bucket, r.winner) for r in routes] == [(Bucket(1, 1024), "wide")]   # closed at twice 512
+
+
+def test_every_route_is_closed_at_the_longest_length_verified_in_it() -> None:
+    """The open-ended top bucket ends at twice its longest measured length (at most
+    MAX_BUCKET_LEN): past it the package calls SDPA, since nothing longer was checked."""
+    routes = plan_routes([_contender("a", {SHORT: 2.0, LONG: 1.5})])
+    assert all(r.bucket.hi is not None and r.top == r.bucket.hi for r in routes)
+    assert routes[-1].top == min(2 * LONG.L, MAX_BUCKET_LEN) and routes[0].top == routes[1].bucket.lo - 1
+
+
+def test_a_route_serves_the_heads_promote_checks_or_a_fast_case_ran() -> None:
+    routes = plan_routes([_contender("a", {SHORT: 2.0, LONG: 1.5})])
+    assert routes[0].max_bh == verified_heads(1, 64) == MAX_GRID_Y            # short: the grid's limit
+    assert routes[1].max_bh == max(verified_heads(routes[1].bucket.lo, 64), LONG.B * LONG.H)
 
 
 def test_plan_picks_the_fastest_per_bucket() -> None:
@@ -356,9 +371,10 @@ def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, d
         assert Path(cubin).is_file() and {(e.head_dim, e.dtype, e.causal) for e in entries} == {b[0] for b in buckets}
         assert all(b.lo <= b.top and all(b.lo <= n <= b.top for n in b.measured) for b in buckets)
     full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)
-    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,)), (full, 2049, 16384, (8192,)),
-                                           (causal, 257, 2048, (512,))]
-    assert kernels[db["B"]][2] == ((full, 257, 2048, (512,)),)    # the open top bucket: twice F5's 8192
+    heads = [verified_heads(lo, 64) for lo in (1, 2049, 257)]         # or a FAST case's B * H, if more
+    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,), heads[0]), (full, 2049, 16384, (8192,), heads[1]),
+                                           (causal, 257, 2048, (512,), heads[2])]
+    assert kernels[db["B"]][2] == ((full, 257, 2048, (512,), heads[2]),)  # the top bucket: twice F5's 8192
     (folder, name, had_files), = fake_gpu_verify["tests"]
     assert name == NAME and had_files and not folder.exists()       # ran in the scratch folder
     v = _json(tmp_path / NAME, "PROVENANCE.json")["verification"]
@@ -421,12 +437,12 @@ def test_a_kernel_verified_over_the_same_buckets_is_not_verified_again(fake_gpu_
     def shipped(cid: str) -> NS:
         return NS(view=NS(id=cid), cubin=Path(f"{cid}.cubin"), entries={})
 
-    def route(cid: str, lo: int, hi: int | None) -> NS:
-        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), shapes=[NS(L=lo)])
+    def route(cid: str, lo: int, hi: int) -> NS:
+        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), top=hi, shapes=[NS(L=lo)], max_bh=64)
 
     passed: dict[str, Any] = {}
     first = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, 2048)], 9, passed)
-    again = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, None)], 9, passed)
+    again = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, 4096)], 9, passed)
     assert fake_gpu_verify["calls"] == [["a", "b"], ["b"]]         # b's buckets changed, a's did not
     assert first == again == {"verified": True, "seed": 9, "checks": {"a": 7, "b": 7}}
 

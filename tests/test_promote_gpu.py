@@ -16,11 +16,14 @@ pytestmark = pytest.mark.gpu
 
 TEST_TEMPLATES = Path(__file__).parent / "templates"
 F1 = Shape("F1", 1, 8, 512, 64, False)
+F5 = Shape("F5", 1, 12, 8192, 64, False)
 
 
-def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study: str) -> tuple[str, str]:
+def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study: str,
+              wins: tuple[Shape, ...] = (F1,)) -> tuple[str, str]:
     """A ``faulty`` kernel built for this GPU and stored as a search might have stored it: passing
-    checks on GREEN's fixed core and an F1 win (5 us against SDPA's 9); (build id, database URL)."""
+    checks on GREEN's fixed core and a win on each of ``wins`` (5 us against SDPA's 9; default F1);
+    (build id, database URL)."""
     import torch
 
     from evo.toolchain.build import build_batch, default_arch
@@ -39,7 +42,7 @@ def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study
     major, minor = torch.cuda.get_device_capability()
     device = {"name": torch.cuda.get_device_name(), "sm": f"{major}{minor}"}
     checks = [CheckResult(s, seed, True, 1e-4, 2e-4, 9e-4) for s in green_cases() for seed in (0, 1)]
-    timings = [Timing(F1, "evo", 5.0, 4.9, 5.1), Timing(F1, "sdpa_default", 9.0, 8.9, 9.1)]
+    timings = [t for s in wins for t in (Timing(s, "evo", 5.0, 4.9, 5.1), Timing(s, "sdpa_default", 9.0, 8.9, 9.1))]
     url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
     with open_store(url) as store:
         run = store.start_run("test", study=study, device=device)
@@ -60,6 +63,26 @@ def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatc
     assert message.startswith(f"refusing to promote {build_id[:12]}: ") and "\n" not in message
     assert "checks over its dispatch buckets failed (at 0.75 of GREEN's tolerance); first: P" in message
     assert "max|err|" in message
+    assert not (tmp_path / "out" / "planted").exists()
+
+
+@pytest.mark.parametrize(("fault", "wins"), [
+    ("long_only", (F1, F5)),   # wrong past L = 8192: the top bucket is checked up to 16384, its top
+    ("many_heads", (F1,)),     # wrong past 2048 batch x heads: the bucket's heads check (65535 at L = 1)
+    ("flat", (F1, F5)),        # wrong on a flat softmax over > 1024 keys: checked at each bucket's top
+])
+def test_promote_refuses_a_kernel_wrong_only_outside_what_was_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, wins: tuple[Shape, ...]) -> None:
+    """Issue 36's classes: each kernel is right on every case the search timed and wrong elsewhere in
+    the domain a package would serve it on; promote's checks over that domain refuse it."""
+    from evo.products.promote import promote
+
+    build_id, url = flattered(tmp_path, monkeypatch, fault, f"planted-{fault}", wins)
+    with pytest.raises(EvoError) as err:
+        promote("planted", tmp_path / "out", db_url=url, study=f"planted-{fault}")
+    message = str(err.value)
+    print(f"{fault}: {message}")
+    assert message.startswith(f"refusing to promote {build_id[:12]}: ") and "checks over its dispatch" in message
     assert not (tmp_path / "out" / "planted").exists()
 
 

@@ -47,6 +47,8 @@ NON_DEFAULT = 0.75               # share of draws with a non-default scale
 SPIKED = 0.25                    # share of other draws that also get a spiked key
 FP16_SAFE = 8000.0               # spike * std stays below this: 6 sigma is inside fp16's range
 MAX_BUCKET_LEN = 16384           # promote's checks stop here in an open-ended top bucket
+MAX_GRID_Y = 65535               # B * H of one launch: the grid's y limit (the kernel ABI's, and the package's)
+HEADS_CHECK_BYTES = 1 << 30      # promote's many-heads check: at most this many bytes per input tensor
 
 Key = tuple[int, str, bool]      # head dim, dtype, causal
 
@@ -194,6 +196,25 @@ def stress_cases(settings: DrawSettings, key: Key, lengths: Collection[int], *, 
             name = case_name(prefix, start + len(out), scale, STRESS_STD, spike)
             out.append(GreenCase(Shape(name, 2, 3, L, D, causal, dtype), scale, STRESS_STD, spike, seeds=(0,)))
     return out
+
+
+def verified_heads(length: int, head_dim: int) -> int:
+    """B * H of promote's many-heads check at ``length``: the grid's limit where that fits
+    :data:`HEADS_CHECK_BYTES` per tensor (2-byte elements), else as many heads as do."""
+    return max(1, min(MAX_GRID_Y, HEADS_CHECK_BYTES // (length * head_dim * 2)))
+
+
+def domain_cases(settings: DrawSettings, key: Key, lo: int, top: int, heads: int, seed: int, *,
+                 prefix: str = "P", start: int = 0) -> list[GreenCase]:
+    """Promote's checks of the rest of a bucket's domain: ``heads`` (B * H, up to the grid's limit)
+    at its shortest length ``lo``, and at its longest, ``top``, a flat softmax (queries near zero)
+    and flat and peaked rows mixed in one head. Names count from ``start``."""
+    D, dtype, causal = key
+    rng = random.Random(seed)
+    B = next(b for b in (4, 3, 2, 1) if heads % b == 0)
+    return [_stressed(prefix, start, (B, heads // B, lo, D, causal, dtype), False, False, settings, rng),
+            _stressed(prefix, start + 1, (1, 2, top, D, causal, dtype), True, False, settings, rng, "flat"),
+            _stressed(prefix, start + 2, (1, 2, top, D, causal, dtype), True, True, settings, rng, "mixed")]
 
 
 def bucket_cases(settings: DrawSettings, key: Key, lo: int, top: int, seed: int, *,

@@ -49,7 +49,6 @@ from evo.errors import EvoError
 from evo.family.manifest import load_family
 from evo.family.render import Rendered, entries_for, entry_name, render
 from evo.family.space import make_candidate
-from evo.gpu.draws import bucket_top
 from evo.gpu.suites import green_cases, green_settings
 from evo.products import confirm as confirming
 from evo.products import verify as verifier
@@ -329,9 +328,8 @@ def _verify(shipped: Sequence[Shipped], routes: Sequence[Route], seed: int,
     """Every shipped kernel over each bucket it serves, on the GPU (EvoError: refused), except
     those ``passed`` already holds with the same buckets (an earlier round of a re-planned
     promotion verified them); each kernel that passes goes into ``passed`` with its check count."""
-    buckets = {s.view.id: tuple(verifier.Bucket(r.key, r.bucket.lo,
-                                                bucket_top(r.bucket.lo, r.bucket.hi, [x.L for x in r.shapes]),
-                                                tuple(sorted({x.L for x in r.shapes})))
+    buckets = {s.view.id: tuple(verifier.Bucket(r.key, r.bucket.lo, r.top, tuple(sorted({x.L for x in r.shapes})),
+                                                r.max_bh)
                                 for r in routes if r.winner == s.view.id) for s in shipped}
     todo = [(s.view.id, s.cubin, list(s.entries.values()), buckets[s.view.id]) for s in shipped
             if s.view.id not in passed or passed[s.view.id][0] != buckets[s.view.id]]
@@ -452,7 +450,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
     for r in routes:
         d, dt, causal = r.key
         table.append({"head_dim": d, "dtype": dt, "causal": causal, "min_len": r.bucket.lo,
-                      "max_len": r.bucket.hi,
+                      "max_len": r.top, "max_bh": r.max_bh,
                       "kernel": index[(r.winner, r.key)] if r.winner else None,
                       "candidate": r.winner, "entry": entry_name(*r.key) if r.winner else None,
                       "speedup": r.speedup, "lengths": sorted({s.L for s in r.shapes}),

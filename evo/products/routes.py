@@ -16,6 +16,7 @@ from typing import Any
 
 from evo.errors import EvoError
 from evo.family.render import Entry
+from evo.gpu.draws import bucket_top, verified_heads
 from evo.gpu.timing import recheck_failed
 from evo.results import Shape, Timing
 from evo.scoring import geomean, latest
@@ -71,7 +72,9 @@ class Contender:
 
 @dataclass(frozen=True)
 class Route:
-    """One row of the dispatch table: a key, a bucket and its kernel (None: SDPA)."""
+    """One row of the dispatch table: a key, a bucket and its kernel (None: SDPA). The bucket's
+    top is finite, the longest length promote verifies in it; past the last top of a key, and
+    past ``max_bh`` heads, the package calls SDPA."""
 
     key: Key
     bucket: Bucket
@@ -79,6 +82,19 @@ class Route:
     winner: str | None = None                  # candidate id
     speedup: float | None = None               # the winner's geometric mean over ``shapes``
     best: tuple[str, float] | None = None      # best contender when none beat SDPA
+    max_bh: int = 0                            # the most B * H the kernel is verified for here
+
+    @property
+    def top(self) -> int:
+        """The longest length served (finite: :func:`plan_routes` closes every bucket)."""
+        return self.bucket.hi if self.bucket.hi is not None else self.bucket.lo
+
+
+def served_heads(key: Key, bucket: Bucket, shapes: Iterable[Shape]) -> int:
+    """The most B * H a route serves: promote's many-heads check at the bucket's shortest length
+    (:func:`evo.gpu.draws.verified_heads`), or the most heads a FAST case of the bucket was timed
+    and checked at, whichever is more."""
+    return max([verified_heads(bucket.lo, key[0]), *(s.B * s.H for s in shapes)])
 
 
 def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) -> tuple[Measured, ...]:
@@ -94,7 +110,9 @@ def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) ->
 
 
 def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
-    """The dispatch table: every bucket of every key that has at least one winner.
+    """The dispatch table: every bucket of every key that has at least one winner, each closed at
+    the longest length promote verifies in it (the open-ended top bucket at twice its longest
+    measured length, :func:`evo.gpu.draws.bucket_top`).
 
     A bucket's winner covers the most of its cases (scores over different case sets are not
     comparable), then has the highest geometric-mean speedup, which must exceed ``min_speedup``.
@@ -116,11 +134,13 @@ def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> li
                     ranked.append((-len(mine), -geomean(mine), c.view.id))
             ranked.sort()
             ordered = tuple(sorted(shapes, key=lambda s: (s.L, s.B, s.H, s.case)))
+            closed = Bucket(b.lo, bucket_top(b.lo, b.hi, [s.L for s in ordered]))
+            heads = served_heads(key, closed, ordered)
             if ranked and -ranked[0][1] > min_speedup:
-                rows.append(Route(key, b, ordered, ranked[0][2], -ranked[0][1]))
+                rows.append(Route(key, closed, ordered, ranked[0][2], -ranked[0][1], max_bh=heads))
             else:
                 best = (ranked[0][2], -ranked[0][1]) if ranked else None
-                rows.append(Route(key, b, ordered, best=best))
+                rows.append(Route(key, closed, ordered, best=best, max_bh=heads))
         if any(r.winner for r in rows):
             routes += rows
     return routes

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from evo.gpu.draws import bucket_cases, stress_cases
+from evo.gpu.draws import bucket_cases, domain_cases, stress_cases
 from evo.errors import EvoError
 from evo.gpu.margin import TOLERANCE_SHARE  # why 0.75: evo.gpu.margin
 from evo.family.render import Entry
@@ -65,23 +65,29 @@ def require_gpu() -> None:
 
 class Bucket(NamedTuple):
     """A dispatch bucket a kernel serves: its key (head dim, dtype, causal), the shortest and
-    longest length to check, and the lengths the search measured in it."""
+    longest length to check, the lengths the search measured in it, and the most B * H it is
+    checked at (0: no many-heads check)."""
 
     key: Key
     lo: int
     top: int
     measured: tuple[int, ...] = ()
+    heads: int = 0
 
 
 def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
     """The checks of one kernel over its buckets, named ``P00``, ``P01``, ... in order: per
-    bucket its edges, ragged lengths and drawn stress inputs, then the package's own stress test
-    (:func:`evo.gpu.draws.stress_cases`) at the measured lengths and one below each, so that what the
-    package's tests would refuse is found here, where promote can plan without it."""
+    bucket its edges, ragged lengths and drawn stress inputs, the rest of its domain (its B * H
+    at the shortest length, flat and mixed softmax at the longest: :func:`evo.gpu.draws.domain_cases`),
+    then the package's own stress test (:func:`evo.gpu.draws.stress_cases`) at the measured lengths
+    and one below each, so that what the package's tests would refuse is found here, where
+    promote can plan without it."""
     draws = green_settings().draws or DrawSettings()
     cases: list[GreenCase] = []
     for i, b in enumerate(buckets):
         cases += bucket_cases(draws, b.key, b.lo, b.top, seed + i, start=len(cases))
+        if b.heads:
+            cases += domain_cases(draws, b.key, b.lo, b.top, b.heads, seed + i, start=len(cases))
         lengths = sorted({n for L in b.measured for n in (L, L - 1) if b.lo <= n <= b.top})
         cases += stress_cases(draws, b.key, lengths, start=len(cases))
     return cases

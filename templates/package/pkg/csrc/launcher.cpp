@@ -102,11 +102,12 @@ struct Kernel {
   bool persistent;     // grid = min(tiles, SMs) x 1 x 1
 };
 
-struct Route {         // (head_dim, dtype, causal, L <= max_len) -> kernel; kernel < 0: SDPA
+struct Route {         // (head_dim, dtype, causal, L <= max_len, B*H <= max_bh) -> kernel; kernel < 0: SDPA
   int64_t head_dim;
   at::ScalarType dtype;
   bool causal;
   int64_t max_len;
+  int64_t max_bh;
   int kernel;
 };
 
@@ -251,7 +252,7 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
   if (!aligned(q) || !aligned(k) || !aligned(v)) return -1;
   for (const Route& r : g_routes) {
     if (r.head_dim == D && r.dtype == dt && r.causal == causal && L <= r.max_len) {
-      if (r.kernel < 0) return -1;
+      if (r.kernel < 0 || B * H > r.max_bh) return -1;               // past the heads promote verified
       DeviceState* st = state(q.get_device());
       return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
     }
@@ -263,10 +264,11 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
 // persistent);
-// routes: (head_dim, dtype, causal, max_len, kernel) in increasing max_len per key.
+// routes: (head_dim, dtype, causal, max_len, max_bh, kernel) in increasing max_len per key; past the
+// last max_len of a key, and past a route's max_bh, SDPA serves the call (promote verified no further).
 void configure(const std::string& package, const std::vector<py::bytes>& images,
                const std::vector<std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool>>& kernels,
-               const std::vector<std::tuple<int64_t, std::string, bool, int64_t, int>>& routes,
+               const std::vector<std::tuple<int64_t, std::string, bool, int64_t, int64_t, int>>& routes,
                int arch_major, int arch_minor) {
   bool first = false;
   std::call_once(g_configured, [&] {
@@ -280,9 +282,10 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
                   "bad tensor-map box rows for ", entry);
       g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent});
     }
-    for (const auto& [head_dim, dtype, causal, max_len, kernel] : routes) {
+    for (const auto& [head_dim, dtype, causal, max_len, max_bh, kernel] : routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
-      g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, kernel});
+      TORCH_CHECK(max_len >= 1 && max_bh >= 1, "a route needs a finite length and heads limit");
+      g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, max_bh, kernel});
     }
     g_major = arch_major;
     g_minor = arch_minor;
