@@ -28,7 +28,7 @@ Key = tuple[int, str, bool]  # head dim, dtype, causal
 
 @dataclass(frozen=True)
 class Bucket:
-    """Sequence lengths ``lo..hi`` (``hi`` None: no upper bound)."""
+    """Sequence lengths ``lo..hi`` (``hi`` None: the top bucket before :func:`plan_routes` closes it)."""
 
     lo: int
     hi: int | None
@@ -111,7 +111,7 @@ def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) ->
 
 def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
     """The dispatch table: every bucket of every key that has at least one winner, each closed at
-    the longest length promote verifies in it (the open-ended top bucket at twice its longest
+    the longest length promote verifies in it (the top bucket at twice its longest
     measured length, :func:`evo.gpu.draws.bucket_top`).
 
     A bucket's winner covers the most of its cases (scores over different case sets are not
