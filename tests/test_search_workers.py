@@ -1,7 +1,8 @@
 """One worker among several: a claim is taken over only from a trial that is no longer running
 (a holder in another study has its heartbeat checked here: that study may have no worker left),
-a trial failed as stale under a live worker is noted, not a crash, and the run of a worker that
-died holding no trial is failed once its lease has passed."""
+a trial failed as stale under a live worker is noted, not a crash, and counted once (lost, not
+also recovered), a trial answered after waiting for another worker is counted once, the run of
+a worker that died holding no trial is failed once its lease has passed."""
 
 from __future__ import annotations
 
@@ -120,3 +121,32 @@ def test_a_worker_that_died_holding_no_trial_has_its_run_failed_after_the_grace_
     assert search.study.get_trials() == []  # it left nothing to retry
     search._recover()
     assert len(notes) == 1  # failed once
+
+
+def test_each_trial_told_is_counted_once_however_it_was_answered(setup) -> None:
+    """The summary's status rows add up to the trials told, and each told trial was measured
+    here, answered from the store at once, or answered once another worker had measured it:
+    one of the three (a trial waited for used to count as answered from the store as well)."""
+    search, rdb, store = setup
+    search.poll_s = 0
+    measured, reused, waited = asked(search), asked(search), asked(search)
+    search._finish(measured, Outcome("fast", values=[1.0]))
+    search._finish(reused, Outcome("red", "wrong", reused=True))
+    search.scoring.reuse = lambda known: Outcome("fast", values=[1.2], reused=True)  # type: ignore[method-assign]
+    search._await({BID: [waited]})  # the other worker's measurement is in the store by the first look
+    s = search.summary
+    assert s.finished == sum(s.counts.values()) == 3 and s.counts == {"fast": 2, "red": 1}
+    assert (s.reused, s.waited, s.finished - s.reused - s.waited) == (1, 1, 1)
+    assert rdb.get_trial(waited.trial_id).user_attrs["reused"] is True  # the trial itself says it was not measured
+
+
+def test_a_trial_of_this_worker_failed_by_its_own_check_is_lost_not_also_recovered(setup) -> None:
+    search, rdb, store = setup
+    p = search._ask()  # one heartbeat; this worker's beats then stall (no heartbeat thread here)
+    time.sleep(2.3)    # past the 1 s grace period (the database clock has 1 s resolution)
+    search._recover()  # this worker's own check finds its trial stale
+    assert rdb.get_trial(p.trial_id).state == TrialState.FAIL
+    search._finish(p, Outcome("fast", values=[1.2]))
+    s = search.summary
+    assert (s.lost, s.recovered, s.finished) == (1, 0, 0)
+    assert store.get_run(search.run_id).status == "running"  # a live worker does not fail its own run

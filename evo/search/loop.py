@@ -101,7 +101,7 @@ class Search:
                                   metric_names=objective.names(objective_kind, cases),
                                   not_evaluated=evaluator.not_evaluated)
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired)
-        self.liveness = Liveness(study, storage, retry, store, self.heartbeat, self.summary, self.reporter)
+        self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter)
         self.teller = Teller(study, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
 
     def valid_keys(self) -> set[str]:
@@ -247,9 +247,8 @@ class Search:
             for bid, ps in list(groups.items()):
                 done = self.scoring.reuse(known_outcome(self.store, bid, self.evaluator.device))
                 if done is not None:
-                    self.summary.waited += len(ps)
                     for p in ps:
-                        self._finish(p, done)
+                        self._finish(p, done, waited=True)
                     del groups[bid]
             mine, groups = self._claim_all(groups)
             self._measure(mine)
@@ -356,5 +355,5 @@ class Search:
     def _finish_all(self, ps: Sequence[Pending], outcome: Outcome) -> None:
         self.teller.finish_all(ps, outcome)
 
-    def _finish(self, p: Pending, outcome: Outcome) -> None:
-        self.teller.finish(p, outcome)
+    def _finish(self, p: Pending, outcome: Outcome, waited: bool = False) -> None:
+        self.teller.finish(p, outcome, waited)

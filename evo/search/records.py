@@ -79,20 +79,28 @@ class Best:
 
 @dataclass
 class RunSummary:
-    """What one ``evo run`` (or :func:`evo.run`) did: trials told by status, trials answered from
-    the store or recovered from dead workers, why it stopped, and the best candidate."""
+    """What one ``evo run`` (or :func:`evo.run`) did: trials told by status, how they were
+    answered, trials of dead workers it recovered, why it stopped, and the best candidate.
+
+    ``counts`` (trials by status) add up to ``finished``, the trials this run told. ``reused``
+    and ``waited`` are among them, each trial in one at most: answered from the store at once
+    (measured before, or by another trial of the batch), or once another worker had measured
+    its candidate; the rest this run measured itself. ``recovered`` and ``lost`` are not among
+    them: trials of other, dead, workers this run failed as stale and re-queued, and trials of
+    this run that were failed as stale before it could tell them (their retries are told as
+    trials of their own)."""
 
     study: str
     source: str
     run_id: Any
     requested: int
-    finished: int = 0                 # trials this run told
+    finished: int = 0                 # trials this run told (the sum of counts)
     total: int = 0                    # trials of the study that count toward --trials
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
-    reused: int = 0
-    recovered: int = 0                # stale trials of dead workers this run failed and re-queued
+    reused: int = 0                   # of the finished: answered from the store at once
+    recovered: int = 0                # not this run's: dead workers' stale trials this run failed and re-queued
     lost: int = 0                     # this run's trials failed as stale before it could tell them
-    waited: int = 0                   # candidates another worker was measuring, answered from the store
+    waited: int = 0                   # of the finished: answered from the store once another worker measured them
     stopped: str = ""
     best: Best | None = None
     metric_names: list[str] = field(default_factory=list)

@@ -45,8 +45,9 @@ class Teller:
         for i, p in enumerate(ps):
             self.finish(p, outcome if i == 0 else replace(outcome, reused=True))
 
-    def finish(self, p: Pending, outcome: Outcome) -> None:
-        """Tell ``p``'s trial its outcome (see the module docstring for the order), count it."""
+    def finish(self, p: Pending, outcome: Outcome, waited: bool = False) -> None:
+        """Tell ``p``'s trial its outcome (see the module docstring for the order), count it
+        (``waited``: answered from the store once another worker had measured its candidate)."""
         label = (p.candidate or Candidate(p.family.name, tuple(p.raw.items()))).label()
         self._edges(p, outcome.candidate_id)
         try:
@@ -58,7 +59,7 @@ class Teller:
             return
         finally:
             self.heartbeat.discard(p.trial_id)
-        self._count(p.trial.number, outcome, label)
+        self._count(p.trial.number, outcome, label, waited)
 
     def _edges(self, p: Pending, cid: str | None) -> None:
         """Store the candidate's lineage edges the first time it appears in the study."""
@@ -91,12 +92,14 @@ class Teller:
         self.summary.lost += 1
         self.reporter.note(_lost_note(p.trial.number))
 
-    def _count(self, number: int, outcome: Outcome, label: str) -> None:
-        """Add a told trial to the summary (and the best so far), tell the reporter."""
+    def _count(self, number: int, outcome: Outcome, label: str, waited: bool) -> None:
+        """Add a told trial to the summary (its status, and how it was answered: waited for,
+        else reused or measured here; and the best so far), tell the reporter."""
         s = self.summary
         s.finished += 1
         s.counts[outcome.status] += 1
-        s.reused += outcome.reused
+        s.waited += waited
+        s.reused += outcome.reused and not waited
         if outcome.values is not None and (s.best is None or Best(0, "", "", outcome.values).score > s.best.score):
             s.best = Best(number, outcome.candidate_id or "", label, outcome.values, over_share(outcome.shares or {}))
         self.reporter.advance(number, outcome, s.best)
