@@ -1,15 +1,16 @@
 """The ask-and-tell search loop: batches of trials through validate, build, GREEN+FAST, store, tell.
 
 One :class:`Search` is one worker's share of a study; any number of workers (processes, GPUs,
-hosts) may run on one study at once (docs/scale-out.md). Per batch: fail the study's stale
-trials and enqueue them again (:func:`~evo.search.resume.recover`); ask K trials (each kept
-alive by an Optuna heartbeat); a candidate that violates its manifest is stored as ``invalid``
-and told FAIL at once; the rest are rendered, and a candidate whose outcome the store already
-holds (same build id, same device, or a build failure for the same arch) is answered from it --
-never built or evaluated twice. A candidate another worker is measuring on the same kind of
-device right now (it holds the store's claim on the build id and device) is waited for and
-then answered from the store. What is left is built as one batch ahead of the GPU (build
-failures told at once), then gated and timed through the
+hosts) may run on one study at once (docs/scale-out.md). Dead workers are found on a schedule
+of their own, whatever this one is doing (:class:`~evo.search.liveness.Liveness`: their stale
+trials failed and enqueued again, their runs failed), and once more before each batch. Per
+batch: ask K trials (each kept alive by an Optuna heartbeat); a candidate that violates its
+manifest is stored as ``invalid`` and told FAIL at once; the rest are rendered, and a candidate
+whose outcome the store already holds (same build id, same device, or a build failure for the
+same arch) is answered from it -- never built or evaluated twice. A candidate another worker is
+measuring on the same kind of device right now (it holds the store's claim on the build id and
+device) is waited for and then answered from the store. What is left is built as one batch
+ahead of the GPU (build failures told at once), then gated and timed through the
 :class:`~evo.search.evaluators.Evaluator`, stored, and told: COMPLETE with the objective values,
 or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md says why FAIL
 and not a made-up value). A COMPLETE trial also carries its GREEN margin, the worst
@@ -101,7 +102,8 @@ class Search:
                                   metric_names=objective.names(objective_kind, cases),
                                   not_evaluated=evaluator.not_evaluated)
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired)
-        self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter)
+        self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
+                                 period_s=interval / 2)
         self.teller = Teller(study, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
 
     def valid_keys(self) -> set[str]:
@@ -129,6 +131,7 @@ class Search:
         s.requested = trials
         self.heartbeat.beat()             # this run's lease first: _recover fails the runs past theirs
         self.heartbeat.start()
+        self.liveness.start()             # dead workers are found whatever this one is doing
         try:
             self._recover()
             s.best = best_trial(self.study.get_trials(deepcopy=False))
@@ -153,6 +156,7 @@ class Search:
             s.stopped = f"interrupted ({n} open trial(s) re-queued)"
             raise
         finally:
+            self.liveness.stop()
             self.heartbeat.stop()
             trials_now = self.study.get_trials(deepcopy=False)
             s.total = counted(trials_now)
@@ -160,7 +164,8 @@ class Search:
         return s
 
     def _recover(self) -> None:
-        """The liveness check (:meth:`Liveness.check <evo.search.liveness.Liveness.check>`)."""
+        """The liveness check before a batch (:meth:`Liveness.check <evo.search.liveness.Liveness.check>`);
+        its thread checks on its own schedule meanwhile."""
         self.liveness.check()
 
     def _next_batch_size(self, trials: int) -> tuple[int, str]:
@@ -354,6 +359,10 @@ class Search:
 
     def _finish_all(self, ps: Sequence[Pending], outcome: Outcome) -> None:
         self.teller.finish_all(ps, outcome)
+        self.liveness.report()
 
     def _finish(self, p: Pending, outcome: Outcome, waited: bool = False) -> None:
+        """Tell ``p``'s trial (:meth:`Teller.finish <evo.search.tell.Teller.finish>`), then say
+        what the liveness thread found meanwhile."""
         self.teller.finish(p, outcome, waited)
+        self.liveness.report()
