@@ -1,6 +1,7 @@
-"""Manifests that cannot be used are one-line errors naming the file and what is wrong, and so
-are constraint expressions that name an unknown parameter or fail when evaluated; an unknown
-backend name too."""
+"""Manifests that cannot be used are one-line errors naming the file and what is wrong (a
+missing or malformed entry, a constraint or launch formula that does not parse or reads a name
+it cannot have), and so are constraint expressions that name an unknown parameter or fail when
+evaluated; an unknown backend name too."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ LAUNCH = '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n'
     ('[family]\nname = "x"\n' + LAUNCH, r"\[family\] lacks version, template"),
     (FAMILY + '[launch]\nthreads = "128"\nsmem_bytes = "0"\n', r"\[launch\] lacks rows_per_cta"),
     (FAMILY + "[launch\n", "cannot read manifest .*manifest.toml: "),
+    (FAMILY.replace("version = 1", 'version = "one"') + LAUNCH,
+     r"malformed manifest \(ValueError: invalid literal for int\(\) with base 10: 'one'\)"),
+    (FAMILY + LAUNCH + "[[constraints]]\nmessage = \"no expr\"\n", r"malformed manifest \(KeyError: 'expr'\)"),
+    (FAMILY + LAUNCH + "[params]\nA = 3\n", r"malformed manifest \(AttributeError: "),
+    (FAMILY + LAUNCH + "[params.A]\nvalues = [1]\n[[constraints]]\nexpr = \"A < B\"\n",
+     r"constraint 'A < B' reads 'B', which is not a parameter"),
+    (FAMILY + LAUNCH + "[params.A]\nvalues = [1]\n[[constraints]]\nexpr = \"A <\"\n",
+     r"constraint: bad manifest expression 'A <'"),
+    (FAMILY + LAUNCH.replace('threads = "128"', "threads = 128"),
+     r"\[launch\] threads must be an expression in a string"),
+    (FAMILY + LAUNCH.replace('smem_bytes = "0"', 'smem_bytes = "A * D"'),
+     r"\[launch\] smem_bytes 'A \* D' reads 'A', which is not a parameter"),
 ])
 def test_a_manifest_that_cannot_be_used_names_the_file_and_the_problem(tmp_path: Path, text: str,
                                                                         message: str) -> None:

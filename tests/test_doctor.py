@@ -1,5 +1,6 @@
 """evo doctor's findings on machines this one is not: GPUs of several kinds, nvidia-smi absent
-or failing, cuda-python present, an unreadable database, a home that cannot be written."""
+or failing, cuda-python present, an unreadable database, a home that cannot be written, family
+manifests that do not load and family folders shadowed by a family of the same name."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from evo import paths
+from evo.errors import EvoError
+from evo.family.manifest import load_family
 from evo.products import doctor
+
+BUILTIN = paths.root() / "templates"
 
 
 @pytest.fixture
@@ -69,3 +75,54 @@ def test_a_home_is_probed_where_it_would_be_created(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("EVO_HOME", str(tmp_path / "not" / "yet"))
     found = doctor._home()
     assert found.ok and found.detail == str(tmp_path / "not" / "yet")
+
+
+def family_folder(root: Path, name: str, manifest: str) -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "manifest.toml").write_text(manifest)
+    return root / name
+
+
+def test_a_family_whose_manifest_does_not_load_is_a_required_failure_with_its_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    family_folder(tmp_path, "mine", '[family]\nname = "mine"\nversion = 1\n')
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(tmp_path))
+    found = {f.name: f for f in doctor._families(True)}
+    broken = found["family mine"]
+    assert not broken.ok and broken.required  # evo doctor fails
+    assert broken.detail == f"broken manifest: {tmp_path / 'mine' / 'manifest.toml'}: [family] lacks template"
+    assert found["families"].ok and "mine" not in found["families"].detail.split(", ")
+    assert "flash_mma" in found["families"].detail.split(", ")
+
+
+def test_a_manifest_error_is_reported_on_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    family_folder(tmp_path, "mine", '[family]\nname = "mine"\nversion = "one"\ntemplate = "k.cu.j2"\n'
+                                    '[launch]\nthreads = "32"\nrows_per_cta = "1"\nsmem_bytes = "0"\n')
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(tmp_path))
+    (broken,) = [f for f in doctor._families(True) if f.name == "family mine"]
+    assert "\n" not in broken.detail and "malformed manifest (ValueError: invalid literal" in broken.detail
+
+
+def test_a_broken_copy_of_a_builtin_family_is_reported_and_refused_not_passed_over(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    copy = family_folder(tmp_path, "flash_scalar", "[family\n")
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(tmp_path))
+    with pytest.raises(EvoError) as info:
+        load_family("flash_scalar")
+    said = str(info.value)
+    assert f"cannot read manifest {copy / 'manifest.toml'}" in said
+    assert f"shadowed by {BUILTIN / 'flash_scalar'}" in said and "\n" not in said
+    (broken,) = [f for f in doctor._families(True) if f.name == "family flash_scalar"]
+    assert not broken.ok and broken.required and broken.detail == "broken manifest: " + said
+
+
+def test_a_working_copy_of_a_builtin_family_is_said_to_be_shadowed(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    copy = tmp_path / "flash_scalar"
+    copy.mkdir()
+    (copy / "manifest.toml").write_text((BUILTIN / "flash_scalar" / "manifest.toml").read_text())
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(tmp_path))
+    assert load_family("flash_scalar").path == BUILTIN / "flash_scalar"  # the first on the path is used
+    (note,) = [f for f in doctor._families(True) if f.name == "family flash_scalar"]
+    assert not note.ok and not note.required  # said, without failing the check
+    assert note.detail == f"{copy} is shadowed by {BUILTIN / 'flash_scalar'}, which is used instead"

@@ -1,12 +1,18 @@
 """One worker among several: a claim is taken over only from a trial that is no longer running
 (a holder in another study has its heartbeat checked here: that study may have no worker left),
-a trial failed as stale under a live worker is noted, not a crash, and the run of a worker that
-died holding no trial is failed once its lease has passed."""
+a trial failed as stale under a live worker is noted, not a crash, and counted once (lost, not
+also recovered), a trial answered after waiting for another worker is counted once, the run of
+a worker that died holding no trial is failed once its lease has passed, and a dead worker's
+trials and run are failed while a live worker is in the middle of a batch."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import typing
 
 import optuna
 import pytest
@@ -15,9 +21,11 @@ from sqlalchemy import select
 
 from evo.family.manifest import load_family
 from evo.store.recording import load_recording
-from evo.search.evaluators import ReplayEvaluator
+from evo.results import Evaluation
+from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
 from evo.search.loop import Outcome, Pending, Search
-from evo.search.resume import Retry
+from evo.search.records import Reporter
+from evo.search.resume import RUN, Retry
 from evo.search.study import storage
 from evo.store import open_store
 from evo.store.models import Trial
@@ -120,3 +128,120 @@ def test_a_worker_that_died_holding_no_trial_has_its_run_failed_after_the_grace_
     assert search.study.get_trials() == []  # it left nothing to retry
     search._recover()
     assert len(notes) == 1  # failed once
+
+
+def test_each_trial_told_is_counted_once_however_it_was_answered(setup) -> None:
+    """The summary's status rows add up to the trials told, and each told trial was measured
+    here, answered from the store at once, or answered once another worker had measured it:
+    one of the three (a trial waited for used to count as answered from the store as well)."""
+    search, rdb, store = setup
+    search.poll_s = 0
+    measured, reused, waited = asked(search), asked(search), asked(search)
+    search._finish(measured, Outcome("fast", values=[1.0]))
+    search._finish(reused, Outcome("red", "wrong", reused=True))
+    search.scoring.reuse = lambda known: Outcome("fast", values=[1.2], reused=True)  # type: ignore[method-assign]
+    search._await({BID: [waited]})  # the other worker's measurement is in the store by the first look
+    s = search.summary
+    assert s.finished == sum(s.counts.values()) == 3 and s.counts == {"fast": 2, "red": 1}
+    assert (s.reused, s.waited, s.finished - s.reused - s.waited) == (1, 1, 1)
+    assert rdb.get_trial(waited.trial_id).user_attrs["reused"] is True  # the trial itself says it was not measured
+
+
+def test_a_trial_of_this_worker_failed_by_its_own_check_is_lost_not_also_recovered(setup) -> None:
+    search, rdb, store = setup
+    p = search._ask()  # one heartbeat; this worker's beats then stall (no heartbeat thread here)
+    time.sleep(2.3)    # past the 1 s grace period (the database clock has 1 s resolution)
+    search._recover()  # this worker's own check finds its trial stale
+    assert rdb.get_trial(p.trial_id).state == TrialState.FAIL
+    search._finish(p, Outcome("fast", values=[1.2]))
+    s = search.summary
+    assert (s.lost, s.recovered, s.finished) == (1, 0, 0)
+    assert store.get_run(search.run_id).status == "running"  # a live worker does not fail its own run
+
+
+class Held(ReplayEvaluator):
+    """Holds the first evaluation it starts until the test lets it go, so that its worker stays
+    inside one batch."""
+
+    def __init__(self, recording: Path) -> None:
+        super().__init__(load_recording(recording))
+        self.inside, self.go = threading.Event(), threading.Event()
+        self.started = 0
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        for job in jobs:
+            self.started += 1
+            self.inside.set()
+            assert self.go.wait(timeout=300)
+            yield from super().evaluate([job])
+
+
+class Notes:
+    """A reporter that keeps the notes, and the thread each reporter call came from."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.threads: set[str] = set()
+
+    def start(self, total: int, done: int) -> None:
+        self.threads.add(threading.current_thread().name)
+
+    def advance(self, number: int, outcome: Outcome, best: object) -> None:
+        self.threads.add(threading.current_thread().name)
+
+    def note(self, text: str) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.notes.append(text)
+
+
+def test_a_dead_workers_trials_and_run_are_failed_while_a_live_worker_is_inside_a_batch(tmp_path: Path) -> None:
+    """The liveness check runs on its own schedule, not only before a batch: a worker killed
+    after one heartbeat, and one of its trials that never got one (killed in between), are
+    failed, mirrored in the store and its run failed while the live worker is still evaluating
+    the first candidate of its batch. The live worker's own trial, beaten all along, is left
+    alone, and what was found is said on the worker's thread."""
+    heartbeat_s, grace_s = 1, 2
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    store, retry = open_store(url), Retry()
+    rdb = storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s, retry=retry)
+    study = optuna.create_study(study_name="b", storage=rdb, direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    ev, reporter = Held(make_recording(tmp_path / "rec.json.gz", drop=0.0)), Notes()
+    search = Search(study, store, ev, [load_family("flash_mma")], fast_cases()[:1], "sdpa_default", "geomean",
+                    store.start_run("evo run", study="b", lease_s=grace_s), storage=rdb, retry=retry, batch=1,
+                    reporter=typing.cast(Reporter, reporter))
+    worker = threading.Thread(target=search.run, args=(3,), name="worker")
+    worker.start()
+    try:
+        assert ev.inside.wait(timeout=120), "the live worker never started an evaluation"
+        dead_run = store.start_run("evo run", study="b", lease_s=grace_s)
+        dead = optuna.load_study(study_name="b", storage=rdb)
+        beaten, unbeaten = dead.ask(), dead.ask()
+        for t in (beaten, unbeaten):
+            rdb.set_trial_system_attr(t._trial_id, RUN, str(dead_run))
+        rdb.record_heartbeat(beaten._trial_id)  # ... and then the worker was killed
+        deadline = time.monotonic() + 20 * (grace_s + heartbeat_s)
+        while time.monotonic() < deadline and not (
+                rdb.get_trial(beaten._trial_id).state == rdb.get_trial(unbeaten._trial_id).state == TrialState.FAIL
+                and store.get_run(dead_run).status == "failed"):
+            time.sleep(0.1)
+        assert ev.started == 1 and not ev.go.is_set()  # still inside the live worker's first evaluation
+        assert rdb.get_trial(beaten._trial_id).state == rdb.get_trial(unbeaten._trial_id).state == TrialState.FAIL
+        assert store.get_run(dead_run).status == "failed"
+        with store._read() as s:
+            rows = {r.trial_number: (r.state, r.run_id) for r in s.scalars(select(Trial).where(Trial.study == "b"))}
+        assert rows[beaten.number] == rows[unbeaten.number] == ("FAIL", dead_run)
+        (own,) = [t for t in search.study.get_trials() if t.number not in (beaten.number, unbeaten.number)
+                  and not t.state.is_finished()]
+        assert own.state == TrialState.RUNNING  # the one being evaluated, beaten by its worker all along
+    finally:
+        ev.go.set()
+        worker.join(timeout=300)
+    assert not worker.is_alive()
+    s = search.summary
+    assert (s.recovered, s.lost) == (2, 0) and s.total == 3
+    assert "re-queued 2 trial(s) of a worker whose heartbeat stopped" in reporter.notes or (
+        reporter.notes.count("re-queued 1 trial(s) of a worker whose heartbeat stopped") == 2)
+    assert reporter.threads == {"worker"}
+    store.close()

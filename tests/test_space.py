@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import random
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.family.expr import evaluate
+from evo.family.expr import MAX_BITS, evaluate
 from evo.family.manifest import load_family
 from evo.family.space import (all_candidates, combinations, diff, launch_config, listable, make_candidate, mutations,
                        parse_assignments, random_candidates, sample_valid, violations)
 
 FAMILIES = ["flash_mma", "flash_scalar"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -126,3 +132,40 @@ def test_expression_evaluator(expr: str, names: dict, want: object) -> None:
 def test_expression_evaluator_refuses_code(expr: str) -> None:
     with pytest.raises(EvoError):
         evaluate(expr, {"A": 1})
+
+
+def test_a_power_that_never_ends_is_an_error_at_once() -> None:
+    """``9**9**9**9`` in a constraint used to compute for ever; in a child process, so that a
+    regression fails here instead of hanging the suite."""
+    code = ("from evo.errors import EvoError\nfrom evo.family.expr import evaluate\n"
+            "try:\n    evaluate('9**9**9**9 > A', {'A': 1})\nexcept EvoError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    said = f"manifest expression '9**9**9**9 > A': the power's result would exceed {MAX_BITS} bits"
+    assert out.stdout.strip() == said
+
+
+@pytest.mark.parametrize(("expr", "said"), [
+    ("A ** (8 * MAX)", "power's result would exceed"),
+    ("(-A) ** (4 * MAX + 1)", "power's result would exceed"),
+    ("(A ** (MAX - 1)) * (A ** (MAX - 1)) * A", "product would exceed"),
+    ("'x' * 10 ** 9", "repeated sequence would exceed"),
+    ("[A] * (MAX * MAX)", "repeated sequence would exceed"),
+    ("'%0999999999d' % A", "% on a string"),
+    ("A << 10 ** 9", "unsupported syntax"),
+])
+def test_a_result_too_large_to_compute_is_refused(expr: str, said: str) -> None:
+    with pytest.raises(EvoError, match=re.escape(f"manifest expression {expr!r}") + ".*" + re.escape(said)):
+        evaluate(expr, {"A": 2, "MAX": MAX_BITS})
+
+
+@pytest.mark.parametrize(("expr", "want"), [
+    ("A ** (MAX - 1)", 2 ** (MAX_BITS - 1)),        # MAX_BITS bits: the largest power allowed
+    ("(A ** (MAX // 2)) * (A ** (MAX // 2 - 1))", 2 ** (MAX_BITS - 1)),
+    ("1 ** 10 ** 100 + 0 ** 10 ** 100", 1),         # no growth, whatever the exponent
+    ("A ** -2 + 2.0 ** 3", 8.25),
+    ("S * 3 == 'abab' + S", True),                   # a short repetition is fine
+])
+def test_large_but_bounded_results_are_computed(expr: str, want: object) -> None:
+    assert evaluate(expr, {"A": 2, "MAX": MAX_BITS, "S": "ab"}) == want

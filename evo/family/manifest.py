@@ -23,9 +23,11 @@ from typing import Any
 
 from evo import paths
 from evo.errors import EvoError
+from evo.family.expr import names_in
 from evo.vocab import KERNEL_BACKENDS, value_text
 
 Value = int | str | bool
+LAUNCH_FORMULAS = ("threads", "rows_per_cta", "smem_bytes")  # [launch] entries every manifest gives
 
 
 @dataclass(frozen=True)
@@ -94,18 +96,31 @@ def _param(name: str, spec: dict[str, Any], where: Path) -> Param:
 
 
 def load_family_dir(folder: Path) -> Family:
-    """Parse ``folder/manifest.toml`` into a Family."""
+    """Parse ``folder/manifest.toml`` into a Family; EvoError, one line naming the file, when it
+    cannot be read or used (a missing or malformed entry, a constraint or launch formula that
+    does not parse or reads a name it cannot have)."""
     mf = folder / "manifest.toml"
     try:
         data = tomllib.loads(mf.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise EvoError(f"cannot read manifest {mf}: {exc}") from None
+    try:
+        fam = _parse(folder, mf, data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EvoError(f"{mf}: malformed manifest ({type(exc).__name__}: {exc})") from None
+    _check_expressions(fam, mf)
+    return fam
+
+
+def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
+    """The Family a manifest's TOML describes (EvoError for what a manifest must hold; a wrong
+    type surfaces as the KeyError, TypeError, ValueError or AttributeError it raises here)."""
     fam = data.get("family", {})
     missing = [k for k in ("name", "version", "template") if k not in fam]
     if missing:
         raise EvoError(f"{mf}: [family] lacks {', '.join(missing)}")
     launch = data.get("launch", {})
-    for key in ("threads", "rows_per_cta", "smem_bytes"):
+    for key in LAUNCH_FORMULAS:
         if key not in launch:
             raise EvoError(f"{mf}: [launch] lacks {key}")
     backend = fam.get("backend", "cuda")
@@ -141,6 +156,25 @@ def load_family_dir(folder: Path) -> Family:
     )
 
 
+def _check_expressions(fam: Family, mf: Path) -> None:
+    """Every constraint parses and reads only parameters; every launch formula parses and reads
+    only parameters and the head dim ``D`` (what :mod:`evo.family.space` binds)."""
+    allowed = set(fam.params) | {"min", "max"}
+    formulas = [(f"[launch] {k}", fam.launch[k]) for k in LAUNCH_FORMULAS]
+    formulas += [(f"[launch] tma_rows.{k}", v) for k, v in fam.launch.get("tma_rows", {}).items()]
+    checks = [("constraint", c.expr, allowed) for c in fam.constraints]
+    checks += [(what, text, allowed | {"D"}) for what, text in formulas]
+    for what, text, names in checks:
+        if not isinstance(text, str):
+            raise EvoError(f"{mf}: {what} must be an expression in a string, not {text!r}")
+        try:
+            unknown = sorted(names_in(text) - names)
+        except EvoError as exc:
+            raise EvoError(f"{mf}: {what}: {exc}") from None
+        if unknown:
+            raise EvoError(f"{mf}: {what} {text!r} reads {unknown[0]!r}, which is not a parameter")
+
+
 @cache
 def _load_cached(folder: str, mtime: float) -> Family:
     return load_family_dir(Path(folder))
@@ -155,11 +189,28 @@ def list_families() -> list[str]:
     return sorted(set(names))
 
 
+def family_dirs(name: str) -> list[Path]:
+    """Every folder on the template path (:func:`evo.paths.template_dirs`) that holds a family
+    called ``name``, in priority order: the first is the one used, the others are shadowed."""
+    return [d / name for d in paths.template_dirs() if (d / name / "manifest.toml").is_file()]
+
+
 def load_family(name: str) -> Family:
-    """Find and parse the family called ``name``; unknown names list the known ones."""
-    for d in paths.template_dirs():
-        mf = d / name / "manifest.toml"
-        if mf.is_file():
-            return _load_cached(str(d / name), mf.stat().st_mtime)
-    known = ", ".join(list_families()) or "none"
-    raise EvoError(f"unknown family {name!r}; known families: {known}")
+    """Find and parse the family called ``name``; unknown names list the known ones. A copy
+    that the first one shadows (a folder of the same name further along the template path) is
+    parsed too: a broken one is an error naming it, never silently passed over."""
+    found = family_dirs(name)
+    if not found:
+        known = ", ".join(list_families()) or "none"
+        raise EvoError(f"unknown family {name!r}; known families: {known}")
+    for shadowed in found[1:]:
+        try:
+            _load(shadowed)
+        except EvoError as exc:
+            raise EvoError(f"{exc} (this copy of family {name!r} is shadowed by {found[0]}, which is used "
+                           "instead: fix it, or remove or rename it)") from None
+    return _load(found[0])
+
+
+def _load(folder: Path) -> Family:
+    return _load_cached(str(folder), (folder / "manifest.toml").stat().st_mtime)

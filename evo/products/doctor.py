@@ -2,9 +2,10 @@
 files, the data folder, the database).
 
 Each finding says whether it is *required*: nvcc and ninja (every build needs them), evo's
-templates, suites and migrations, a writable data folder and a database that opens. A GPU, its
-driver and cuda-python are needed only for GREEN/FAST, so their absence is reported but does
-not fail the check.
+templates, suites and migrations, families whose manifests load, a writable data folder and a
+database that opens. A GPU, its driver and cuda-python are needed only for GREEN/FAST, so their
+absence is reported but does not fail the check; nor does a family folder further along the
+template path (``$EVO_TEMPLATE_PATH``) that a family of the same name shadows, which is said.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from evo.toolchain import build, smi
 
 from evo import paths
 from evo.errors import EvoError
-from evo.family.manifest import list_families
+from evo.family.manifest import family_dirs, list_families, load_family
 from evo.store import open_store
 from evo.store.engine import safe_url
 
@@ -129,18 +130,36 @@ def _home() -> Finding:
     return Finding("data", ok, f"{home}{'' if ok else ' is not writable: set EVO_HOME'}", True)
 
 
+def _families(files_ok: bool) -> list[Finding]:
+    """The families that load, one required failure per family whose manifest (or a shadowed
+    copy's) does not, with its error on one line, and a note per shadowed copy that loads."""
+    names = list_families() if files_ok else []
+    loaded, broken, shadowed = [], [], []
+    for name in names:
+        try:
+            load_family(name)
+        except EvoError as exc:
+            broken.append(Finding(f"family {name}", False, "broken manifest: " + " ".join(str(exc).split()), True))
+            continue
+        loaded.append(name)
+        first, *others = family_dirs(name)
+        shadowed += [Finding(f"family {name}", False, f"{d} is shadowed by {first}, which is used instead")
+                     for d in others]
+    found = Finding("families", bool(loaded), ", ".join(loaded) or f"none under {paths.template_dirs()}")
+    return [found, *broken, *shadowed]
+
+
 def diagnose(db_url: str | None = None) -> list[Finding]:
     """Everything ``evo doctor`` reports, in display order."""
     url = db_url or paths.default_db_url()
     files = _files()
-    families = list_families() if files.ok else []
     return [
         _nvcc(),
         _ninja(),
         *_gpus(),
         _cuda_python(),
         files,
-        Finding("families", bool(families), ", ".join(families) or f"none under {paths.template_dirs()}"),
+        *_families(files.ok),
         _home(),
         Finding("cache", True, str(paths.candidates_dir().resolve())),
         _database(url),

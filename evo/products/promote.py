@@ -194,63 +194,96 @@ def promote(name: str, out: Path, *, db_url: str | None = None, study: str | Non
         views = select_candidates(store, study, candidate_ids)
         here = smi.gpu_name(0) if verify or confirm else None   # GPU 0, the one that verifies
         dev = choose_device(store, [v.id for v in views], device, here)
-        timed = store.latest_timings([v.id for v in views], dev)
         info = next((e.device_info for v in views for e in reversed(store.evaluations(v.id, dev))
                      if e.device_info), {})
         cap = _device_capability(info, views, dev)
-        contenders = [Contender(v, measurements(timed[v.id][1], baseline)) for v in views
-                      if v.id in timed and v.arch is not None and capability(v.arch) == cap
-                      and ships_cubin(v.family)]
-        stale: list[str] = []
-        if not candidate_ids:   # named candidates are shipped as asked or refused (_ship)
-            stale = [c.view.id for c in contenders if not renders_as_stored(c.view)]
-            contenders = [c for c in contenders if c.view.id not in stale]
-            if stale and not contenders:
-                raise EvoError(f"every timed candidate ({len(stale)}) renders differently with today's templates: "
-                               "its measurements belong to code they no longer make; evaluate fresh builds")
-        red = red_kernels(store)
-        contenders, excluded = without_red(store, contenders, red)
-        rejected: list[str] = []
-        passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
-        seed = secrets.randbelow(2**31)
-        confirmation = confirming.Confirmation()
-        while True:      # winners that fail their verification are stored red, and the plan made again
-            routes, shipped, contenders = _plan(store, contenders, red, excluded, baseline, dev, min_speedup,
-                                                rejected[-1] if rejected else None)
-            try:
-                if confirm and (todo := confirmation.todo(routes, shipped)):
-                    contenders = _confirm(store, confirmation, contenders, routes, todo, seed, dev, baseline, note)
-                    continue
-                if not verify:
-                    checked: dict[str, Any] = {"verified": False}
-                    break
-                checked = _verify(shipped, routes, seed, passed)
-                break
-            except verifier.VerifyFailed as failed:
-                for line, evaluation in failed.failures:
-                    store.record_evaluation(evaluation)
-                    rejected.append(line)
-                gone = {evaluation.build_id for _, evaluation in failed.failures}
-                contenders = [c for c in contenders if c.view.id not in gone]
-                red = red_kernels(store)
-                contenders, more = without_red(store, contenders, red)
-                excluded += more
+        contest = _contest(store, views, dev, cap, baseline, named=bool(candidate_ids))
+        routes, shipped, checked, confirmation = _settle(store, contest, baseline, dev, min_speedup, verify,
+                                                         confirm, note)
         winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
         db = sanitize_url(store.url)
     _check_target(target, force)
-    if rejected:
-        checked["rejected"] = rejected
-    cases = _case_table(routes, contenders)
+    if contest.rejected:
+        checked["rejected"] = contest.rejected
+    cases = _case_table(routes, contest.contenders)
     context = _context(name, version, shipped, routes, cases, info, dev, cap, db, study,
-                       list(candidate_ids), baseline, min_speedup) | {"verification": checked,
-                                                                       "excluded": [x.as_dict() for x in excluded],
-                                                                       "stale": stale,
-                                                                       "confirmation": confirmation.as_dict()
-                                                                       if confirm else {"interleaved": False}}
+                       list(candidate_ids), baseline, min_speedup) | {
+        "verification": checked, "excluded": [x.as_dict() for x in contest.excluded], "stale": contest.stale,
+        "confirmation": confirmation.as_dict() if confirm else {"interleaved": False}}
     _write(target, context, shipped, run_tests=verify)
     return Promoted(target, dev, routes, winners, [v.id for v in views if v.id not in winners]
-                    if candidate_ids else [], cases, context["verification"], excluded, rejected, stale,
-                    confirmation.speedups)
+                    if candidate_ids else [], cases, context["verification"], contest.excluded, contest.rejected,
+                    contest.stale, confirmation.speedups)
+
+
+@dataclass
+class _Contest:
+    """The candidates still in the running for the table, and what left it: measurements on red
+    machine code (``excluded``), winners that failed their verification (``rejected``, one line
+    each), and candidates today's templates render differently (``stale``)."""
+
+    contenders: list[Contender]
+    red: Mapping[tuple[str, str], RedCheck]
+    excluded: list[Excluded]
+    stale: list[str]
+    rejected: list[str] = field(default_factory=list)
+
+    def reject(self, store: Store, failed: verifier.VerifyFailed) -> None:
+        """Store the failed verification's evaluations as red, and drop those candidates and any
+        measurement whose machine code is red now."""
+        for line, evaluation in failed.failures:
+            store.record_evaluation(evaluation)
+            self.rejected.append(line)
+        gone = {evaluation.build_id for _, evaluation in failed.failures}
+        self.red = red_kernels(store)
+        self.contenders, more = without_red(store, [c for c in self.contenders if c.view.id not in gone], self.red)
+        self.excluded += more
+
+
+def _contest(store: Store, views: Sequence[CandidateView], dev: str, cap: tuple[int, int], baseline: str,
+             named: bool) -> _Contest:
+    """The contenders: candidates timed on ``dev`` whose cubins run on ``cap``, less those that
+    render differently today (unless ``named``: those are shipped as asked or refused, in
+    _ship) and the measurements of red machine code."""
+    timed = store.latest_timings([v.id for v in views], dev)
+    contenders = [Contender(v, measurements(timed[v.id][1], baseline)) for v in views
+                  if v.id in timed and v.arch is not None and capability(v.arch) == cap
+                  and ships_cubin(v.family)]
+    stale: list[str] = []
+    if not named:
+        stale = [c.view.id for c in contenders if not renders_as_stored(c.view)]
+        contenders = [c for c in contenders if c.view.id not in stale]
+        if stale and not contenders:
+            raise EvoError(f"every timed candidate ({len(stale)}) renders differently with today's templates: "
+                           "its measurements belong to code they no longer make; evaluate fresh builds")
+    red = red_kernels(store)
+    contenders, excluded = without_red(store, contenders, red)
+    return _Contest(contenders, red, excluded, stale)
+
+
+def _settle(store: Store, contest: _Contest, baseline: str, dev: str, min_speedup: float, verify: bool,
+            confirm: bool, note: Callable[[str], None] | None
+            ) -> tuple[list[Route], list[Shipped], dict[str, Any], confirming.Confirmation]:
+    """Plan the table until it holds: with ``confirm``, its winners timed beside SDPA first;
+    with ``verify``, checked on the GPU, a winner that fails leaving the contest and the table
+    planned again. Returns the routes, the shipped kernels, the verification's record and the
+    confirmation."""
+    passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
+    seed = secrets.randbelow(2**31)
+    confirmation = confirming.Confirmation()
+    while True:
+        routes, shipped, contest.contenders = _plan(store, contest.contenders, contest.red, contest.excluded,
+                                                    baseline, dev, min_speedup,
+                                                    contest.rejected[-1] if contest.rejected else None)
+        try:
+            if confirm and (todo := confirmation.todo(routes, shipped)):
+                contest.contenders = _confirm(store, confirmation, contest.contenders, routes, todo, seed, dev,
+                                              baseline, note)
+                continue
+            checked = _verify(shipped, routes, seed, passed) if verify else {"verified": False}
+            return routes, shipped, checked, confirmation
+        except verifier.VerifyFailed as failed:
+            contest.reject(store, failed)
 
 
 def _confirm(store: Store, confirmation: confirming.Confirmation, contenders: Sequence[Contender], routes: Sequence[Route],

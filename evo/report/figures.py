@@ -223,27 +223,9 @@ def roofline(cases: Mapping[str, Any], bench: Sequence[Any], case_key: Any) -> F
         return None
     data, owner = [], []
     for v, view in enumerate(views):
-        tags = sorted(view["per"], key=case_key)
-        names = {b for per in view["per"].values() for b in per}
-        ordered = [b for b in BACKEND_COLORS if b in names] + sorted(names - set(BACKEND_COLORS))
-        for i, b in enumerate(ordered):
-            pts = [(t, view["per"][t][b]) for t in tags if b in view["per"][t] and view["per"][t][b][0]]
-            data.append({"type": "scatter", "mode": "markers+lines" if b == EVO else "markers",
-                         "name": b, "visible": v == 0,
-                         "x": [t for t, _ in pts], "y": [p[0] for _, p in pts],
-                         "text": [p[1] for _, p in pts],
-                         "marker": {"size": 10 if b == EVO else 8, "color": _backend_color(b, i),
-                                    "symbol": "star" if b == EVO else i % 5},
-                         "line": {"width": 1, "color": _backend_color(b, i)},
-                         "hovertemplate": "%{x}: %{y:.1f} TFLOP/s<br>%{text}<extra>" + b + "</extra>"})
-            owner.append(v)
-        if view["gemm"] and tags:
-            g = float(view["gemm"])
-            data.append({"type": "scatter", "mode": "lines", "name": f"dense fp16 GEMM {g:.0f} TFLOP/s (same run)",
-                         "visible": v == 0, "x": [tags[0], tags[-1]], "y": [g, g],
-                         "line": {"color": "#b22222", "dash": "dash", "width": 2},
-                         "hovertemplate": f"GEMM {g:.1f} TFLOP/s<extra></extra>"})
-            owner.append(v)
+        traces = _roofline_traces(view, sorted(view["per"], key=case_key), v == 0)
+        data += traces
+        owner += [v] * len(traces)
     if not any(t["x"] for t in data):
         return None
     notes = ["" if view["gemm"] else "no GEMM rate was measured in these runs" for view in views]
@@ -260,6 +242,31 @@ def roofline(cases: Mapping[str, Any], bench: Sequence[Any], case_key: Any) -> F
         yaxis={"title": {"text": "TFLOP/s (4·B·H·L²·D, halved when causal)"}, "rangemode": "tozero"},
         annotations=_note(notes[0]),
         updatemenus=_menu(buttons))}
+
+
+def _roofline_traces(view: Mapping[str, Any], tags: Sequence[str], visible: bool) -> list[dict[str, Any]]:
+    """One view's traces: each backend's TFLOP/s over the cases ``tags`` (evo's joined by a
+    line), and the run's GEMM rate as a dashed line when it measured one."""
+    names = {b for per in view["per"].values() for b in per}
+    ordered = [b for b in BACKEND_COLORS if b in names] + sorted(names - set(BACKEND_COLORS))
+    data = []
+    for i, b in enumerate(ordered):
+        pts = [(t, view["per"][t][b]) for t in tags if b in view["per"][t] and view["per"][t][b][0]]
+        data.append({"type": "scatter", "mode": "markers+lines" if b == EVO else "markers",
+                     "name": b, "visible": visible,
+                     "x": [t for t, _ in pts], "y": [p[0] for _, p in pts],
+                     "text": [p[1] for _, p in pts],
+                     "marker": {"size": 10 if b == EVO else 8, "color": _backend_color(b, i),
+                                "symbol": "star" if b == EVO else i % 5},
+                     "line": {"width": 1, "color": _backend_color(b, i)},
+                     "hovertemplate": "%{x}: %{y:.1f} TFLOP/s<br>%{text}<extra>" + b + "</extra>"})
+    if view["gemm"] and tags:
+        g = float(view["gemm"])
+        data.append({"type": "scatter", "mode": "lines", "name": f"dense fp16 GEMM {g:.0f} TFLOP/s (same run)",
+                     "visible": visible, "x": [tags[0], tags[-1]], "y": [g, g],
+                     "line": {"color": "#b22222", "dash": "dash", "width": 2},
+                     "hovertemplate": f"GEMM {g:.1f} TFLOP/s<extra></extra>"})
+    return data
 
 
 def _note(text: str) -> list[dict[str, Any]]:
@@ -284,13 +291,24 @@ def lineage(g: Mapping[str, Any]) -> Figure | None:
     if not nodes:
         return None
     at = {n["id"]: n for n in nodes}
-    scores = [n["score"] for n in nodes if n["score"] is not None]
-    lo, hi = (min(scores), max(scores)) if scores else (0.0, 1.0)
-    data: list[dict[str, Any]] = []
+    data = [*_edge_lines(g["edges"], at), *_moves(g["edges"], at), *_node_markers(nodes)]
+    rows = max(1, int(g["rows"]))
+    return {"data": data, "layout": _layout(
+        f"Lineage of {g['study'] or 'every candidate'} ({len(nodes)} candidates, score vs {g['baseline']})",
+        height=int(min(1600, max(480, 26 * rows + 150))), dragmode="pan",
+        margin={"l": 20, "r": 20, "t": 50, "b": 100},
+        xaxis={"title": {"text": "generation (depth along the first parent)"}, "zeroline": False, "dtick": 1},
+        yaxis={"visible": False, "autorange": "reversed"},
+        legend={"orientation": "h", "x": 0, "y": -0.12, "yanchor": "top"})}
+
+
+def _edge_lines(edges: Sequence[Mapping[str, Any]], at: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One trace of line segments per edge kind that has edges, styled by kind."""
+    data = []
     for kind, dash in EDGE_STYLES.items():
         xs: list[float | None] = []
         ys: list[float | None] = []
-        for e in g["edges"]:
+        for e in edges:
             if e["kind"] == kind:
                 p, c = at[e["parent"]], at[e["child"]]
                 xs += [p["x"], c["x"], None]
@@ -298,17 +316,30 @@ def lineage(g: Mapping[str, Any]) -> Figure | None:
         if xs:
             data.append({"type": "scatter", "mode": "lines", "name": f"{kind} edge", "x": xs, "y": ys,
                          "hoverinfo": "skip", "line": {"color": "#9aa5b1", "width": 1, "dash": dash}})
-    mids = g["edges"]
-    if mids:
-        write = len(mids) <= EDGE_TEXT_MAX
-        data.append({"type": "scatter", "mode": "markers+text" if write else "markers", "name": "moves",
-                     "x": [(at[e["parent"]]["x"] + at[e["child"]]["x"]) / 2 for e in mids],
-                     "y": [(at[e["parent"]]["y"] + at[e["child"]]["y"]) / 2 for e in mids],
-                     "text": [_ratio(e["effect"]) if e["effect"] is not None else "" for e in mids],
-                     "textposition": "top center", "textfont": {"size": 9, "color": "#52606d"},
-                     "hovertext": [f"{e['kind']}: {e['move']}<br>effect {_ratio(e['effect'])}"
-                                   f"<br>{at[e['parent']]['short']} → {at[e['child']]['short']}" for e in mids],
-                     "hoverinfo": "text", "marker": {"size": 5, "color": "#cbd2d9", "symbol": "diamond"}})
+    return data
+
+
+def _moves(edges: Sequence[Mapping[str, Any]], at: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A point on each edge's middle with its move and effect (written on the graph up to
+    :data:`EDGE_TEXT_MAX` edges, in the hover above); no trace without edges."""
+    if not edges:
+        return []
+    write = len(edges) <= EDGE_TEXT_MAX
+    return [{"type": "scatter", "mode": "markers+text" if write else "markers", "name": "moves",
+             "x": [(at[e["parent"]]["x"] + at[e["child"]]["x"]) / 2 for e in edges],
+             "y": [(at[e["parent"]]["y"] + at[e["child"]]["y"]) / 2 for e in edges],
+             "text": [_ratio(e["effect"]) if e["effect"] is not None else "" for e in edges],
+             "textposition": "top center", "textfont": {"size": 9, "color": "#52606d"},
+             "hovertext": [f"{e['kind']}: {e['move']}<br>effect {_ratio(e['effect'])}"
+                           f"<br>{at[e['parent']]['short']} → {at[e['child']]['short']}" for e in edges],
+             "hoverinfo": "text", "marker": {"size": 5, "color": "#cbd2d9", "symbol": "diamond"}}]
+
+
+def _node_markers(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One trace of nodes per status that has any, colored by status and sized by score."""
+    scores = [n["score"] for n in nodes if n["score"] is not None]
+    lo, hi = (min(scores), max(scores)) if scores else (0.0, 1.0)
+    data = []
     for status, color in STATUS_COLORS.items():
         ns = [n for n in nodes if n["status"] == status]
         if not ns:
@@ -319,14 +350,7 @@ def lineage(g: Mapping[str, Any]) -> Figure | None:
                      "hovertemplate": "%{text}<extra></extra>",
                      "marker": {"color": color, "size": [_size(n["score"], lo, hi) for n in ns],
                                 "line": {"color": "#333", "width": 0.6}}})
-    rows = max(1, int(g["rows"]))
-    return {"data": data, "layout": _layout(
-        f"Lineage of {g['study'] or 'every candidate'} ({len(nodes)} candidates, score vs {g['baseline']})",
-        height=int(min(1600, max(480, 26 * rows + 150))), dragmode="pan",
-        margin={"l": 20, "r": 20, "t": 50, "b": 100},
-        xaxis={"title": {"text": "generation (depth along the first parent)"}, "zeroline": False, "dtick": 1},
-        yaxis={"visible": False, "autorange": "reversed"},
-        legend={"orientation": "h", "x": 0, "y": -0.12, "yanchor": "top"})}
+    return data
 
 
 # ----------------------------------------------------------------------------- failures, insights

@@ -1,7 +1,11 @@
 """The search: Optuna ask-and-tell over kernel families, with evo's own samplers.
 
 - :mod:`evo.search.driver`: ``evo run`` minus the terminal (:func:`~evo.search.driver.run`).
-- :mod:`evo.search.loop`: the batch loop (:class:`~evo.search.loop.Search`).
+- :mod:`evo.search.loop`: the batch loop (:class:`~evo.search.loop.Search`), with its
+  collaborators: :mod:`evo.search.records` (what it passes around and reports),
+  :mod:`evo.search.parents` (lineage edges), :mod:`evo.search.outcomes` (what a measurement
+  scores), :mod:`evo.search.tell` (telling trials, the run's summary) and
+  :mod:`evo.search.liveness` (dead workers' trials and runs).
 - :mod:`evo.search.evaluators`: GPU, replay and build-only measurement sources.
 - :mod:`evo.search.sampler_evo` (with :mod:`evo.search.prescreen`), :mod:`evo.search.sampler_gp`
   (with :mod:`evo.search.surrogate`; both encode genes with :mod:`evo.search.encoding`),

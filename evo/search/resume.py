@@ -4,8 +4,9 @@ Any number of ``evo run`` processes (on one host or many) share a study, so a tr
 judged by who asked it: a worker records an Optuna heartbeat for each of its trials the moment
 it asks for it, and a :class:`Heartbeat` thread keeps recording one every ``heartbeat_interval``
 seconds while it runs (the RDB storage's heartbeat table, the one ``Study.optimize`` uses;
-ask-and-tell must beat for itself). Before every batch each worker calls :func:`recover`, which
-runs Optuna's ``fail_stale_trials``: a RUNNING trial whose last heartbeat is older than the
+ask-and-tell must beat for itself). Every half heartbeat interval, and before every batch, each
+worker calls :func:`recover` (:mod:`evo.search.liveness`), which runs Optuna's
+``fail_stale_trials``: a RUNNING trial whose last heartbeat is older than the
 grace period, by the database server's clock, is marked FAIL by exactly one worker (the state
 change is a locked row update), and the storage's stale-trial callback, :class:`Retry`,
 enqueues its candidate again (``evo:retry_of``: the first trial of the chain; ``evo:retries``:
@@ -19,8 +20,8 @@ passes, and a live owner is unaffected (its own thread keeps beating).
 
 A worker's run (``evo_runs``) is judged the same way, so that a worker that dies holding no
 trial is found too: it starts with a lease of one grace period, the :class:`Heartbeat` renews
-it with every beat, and :meth:`~evo.store.Store.fail_expired_runs` (every worker, before every
-batch) marks ``failed`` a run still ``running`` past its lease.
+it with every beat, and :meth:`~evo.store.Store.fail_expired_runs` (every worker, on the same
+schedule) marks ``failed`` a run still ``running`` past its lease.
 
 Ctrl-C or an error in a worker releases its own open trials at once (:func:`release`: FAIL,
 status ``abandoned``, enqueued again). Trials given up this way or by the heartbeat, and

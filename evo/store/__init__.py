@@ -2,14 +2,18 @@
 
 ``open_store(url)`` opens any SQLAlchemy URL (default: ``evo.paths.default_db_url()``),
 migrates it to the latest schema (Alembic, ``db/``) and returns a :class:`Store`; see
-:mod:`evo.store.repo` for the API and :mod:`evo.store.views` for what reads return.
+:mod:`evo.store.repo` for the API (one module per concern behind it) and :mod:`evo.store.views`
+for what reads return.
 """
 
 from __future__ import annotations
 
 from evo import paths
 from evo.store.engine import open_engine
-from evo.store.repo import EDGE_KINDS, NewInsight, Store, invalid_id, short_id
+from evo.store.candidates import invalid_id, short_id
+from evo.store.insights import NewInsight
+from evo.store.links import EDGE_KINDS
+from evo.store.repo import Store
 from evo.store.views import (BuildView, CandidateRecord, CandidateView, EdgeView, EvaluationView, InsightView,
                              RunView, TrialView)
 

@@ -28,7 +28,7 @@ from evo.errors import EvoError
 from evo.family.manifest import Value
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.family.space import Candidate
-from evo.store import Store
+from evo.store import CandidateView, EvaluationView, Store
 from evo.vocab import BUILD_FAILED, EVALUATED, EVO, gpu_slug
 
 FORMAT = "evo-sweep"
@@ -222,37 +222,65 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
     old = load_recording(out) if out is not None and Path(out).exists() else None
     evaluated = store.find_candidates(status=EVALUATED)
     if gpu is None:
-        gpu = old.gpu if old is not None else None
-    if gpu is None:
-        devices = _device_counts(store, (c.id for c in evaluated))
-        if not devices:
-            raise EvoError(f"no GPU evaluations in {store.url}: nothing to export")
-        gpu = devices.most_common(1)[0][0]
+        gpu = old.gpu if old is not None else _busiest_device(store, evaluated)
     if out is None:
         out = paths.home() / "data" / f"sweep-{gpu_slug(gpu)}.json.gz"
         old = load_recording(out) if out.exists() else None
     out = Path(out)
-    per_cand = {c.id: store.evaluations(c.id, gpu) for c in evaluated}
-    per_cand = {cid: evs for cid, evs in per_cand.items() if evs}
+    per_cand = {c.id: evs for c in evaluated if (evs := store.evaluations(c.id, gpu))}
+    arch = _export_arch(old, evaluated, per_cand, gpu, store.url)
+    timings = store.latest_timings([cid for cid, evs in per_cand.items() if evs[-1].status is Status.FAST], gpu)
+    records = [Record(c.family, c.family_version or 0, dict(c.params), c.status, c.reason, c.id)
+               for c in store.find_candidates(status=BUILD_FAILED, arch=arch)]
+    records += [r for c in evaluated if (r := _evaluated_record(c, per_cand.get(c.id), timings, arch))]
+    header = _export_header(store, gpu, arch, timings, per_cand)
+    rec_out = old if old is not None else Recording(header)
+    if old is not None:
+        rec_out.header = merge_header(old.header, header, out)
+    changed = _merge_records(rec_out, records)
+    save_recording(rec_out, out)
+    return rec_out, changed
+
+
+def _busiest_device(store: Store, evaluated: Sequence[CandidateView]) -> str:
+    """The real device with the most evaluations of these candidates (EvoError: none)."""
+    devices = _device_counts(store, (c.id for c in evaluated))
+    if not devices:
+        raise EvoError(f"no GPU evaluations in {store.url}: nothing to export")
+    return devices.most_common(1)[0][0]
+
+
+def _export_arch(old: Recording | None, evaluated: Sequence[CandidateView],
+                 per_cand: Mapping[str, Sequence[EvaluationView]], gpu: str, url: str) -> str:
+    """The arch of the export: the file's, else the one most candidates evaluated on ``gpu``
+    were built for (EvoError: there are none)."""
     arches = collections.Counter(c.arch for c in evaluated if c.id in per_cand)
     arch = old.arch if old is not None and old.arch else (arches.most_common(1)[0][0] if arches else "")
     if not arch:
-        raise EvoError(f"no evaluations on {gpu!r} in {store.url}: nothing to export")
-    timings = store.latest_timings([cid for cid, evs in per_cand.items() if evs[-1].status is Status.FAST], gpu)
-    records: list[Record] = []
-    for c in store.find_candidates(status=BUILD_FAILED, arch=arch):
-        records.append(Record(c.family, c.family_version or 0, dict(c.params), c.status, c.reason, c.id))
-    for c in evaluated:
-        evs = per_cand.get(c.id)
-        if not evs or c.arch != arch or evs[-1].status is Status.GREEN:
-            continue
-        rec = Record(c.family, c.family_version or 0, dict(c.params), evs[-1].status, evs[-1].reason, c.id)
-        for t in timings.get(c.id, ("", []))[1] if rec.status is Status.FAST else []:
-            stat = {"median_us": t.median_us}
-            if t.backend == EVO:
-                stat |= {"p20_us": t.p20_us, "p80_us": t.p80_us}
-            rec.timings.setdefault(t.shape.tag, {})[t.backend] = stat
-        records.append(rec)
+        raise EvoError(f"no evaluations on {gpu!r} in {url}: nothing to export")
+    return arch
+
+
+def _evaluated_record(c: CandidateView, evs: Sequence[EvaluationView] | None,
+                      timings: Mapping[str, tuple[str, list[Timing]]], arch: str) -> Record | None:
+    """The record of an evaluated candidate, from its newest evaluation on the GPU (with its
+    timings when FAST); None when it was not evaluated there, is of another arch, or only
+    passed GREEN (no final status)."""
+    if not evs or c.arch != arch or evs[-1].status is Status.GREEN:
+        return None
+    rec = Record(c.family, c.family_version or 0, dict(c.params), evs[-1].status, evs[-1].reason, c.id)
+    for t in timings.get(c.id, ("", []))[1] if rec.status is Status.FAST else []:
+        stat = {"median_us": t.median_us}
+        if t.backend == EVO:
+            stat |= {"p20_us": t.p20_us, "p80_us": t.p80_us}
+        rec.timings.setdefault(t.shape.tag, {})[t.backend] = stat
+    return rec
+
+
+def _export_header(store: Store, gpu: str, arch: str, timings: Mapping[str, tuple[str, list[Timing]]],
+                   per_cand: Mapping[str, Sequence[EvaluationView]]) -> dict[str, Any]:
+    """The header of this export: the cases timed, the versions the newest evaluation ran
+    with, and the git shas of the runs that measured."""
     shapes: dict[str, Shape] = {}
     for _, ts in timings.values():
         for t in ts:
@@ -263,14 +291,14 @@ def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = 
                                        if k in info}
     run_ids = {e.run_id for evs in per_cand.values() for e in evs if e.run_id is not None}
     measured = {sha for r in run_ids if (run := store.get_run(r)) is not None and (sha := run.git_sha)}
-    header = new_header(gpu, arch, sorted(shapes.values(), key=lambda s: s.tag), versions, measured)
-    rec_out = old if old is not None else Recording(header)
-    if old is not None:
-        rec_out.header = merge_header(old.header, header, out)
+    return new_header(gpu, arch, sorted(shapes.values(), key=lambda s: s.tag), versions, measured)
+
+
+def _merge_records(rec: Recording, records: Iterable[Record]) -> int:
+    """Add ``records`` to ``rec``; how many were new or changed it."""
     changed = 0
     for r in records:
-        before = rec_out.records.get(r.key)
-        rec_out.add(r)
-        changed += before is None or before.to_json() != rec_out.records[r.key].to_json()
-    save_recording(rec_out, out)
-    return rec_out, changed
+        before = rec.records.get(r.key)
+        rec.add(r)
+        changed += before is None or before.to_json() != rec.records[r.key].to_json()
+    return changed

@@ -1,0 +1,93 @@
+"""Evaluations: a candidate's GREEN checks and FAST timings on one device, stored as one.
+
+An evaluation row, its checks and its timings are written in one transaction together with the
+candidate's new status; reads give :mod:`evo.results` records back, so scoring code works the
+same on fresh and stored measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from evo.errors import EvoError
+from evo.results import Evaluation, Timing
+from evo.store.base import StoreBase
+from evo.store.convert import eval_view, num, timing
+from evo.store.models import Candidate, Check, EvaluationRow, TimingRow
+from evo.store.views import EvaluationView
+
+
+class EvaluationStore(StoreBase):
+    """The evaluations part of :class:`evo.store.Store`."""
+
+    def record_evaluation(self, evaluation: Evaluation, run_id: int | None = None,
+                          device: str | None = None) -> int:
+        """Store one evaluation with its checks and timings and set the candidate's status, all
+        in one transaction. ``device`` (default: ``evaluation.device["name"]``) is the name
+        evaluations are matched by. Returns the evaluation id."""
+        with self._tx() as s:
+            cand = s.get(Candidate, evaluation.build_id)
+            if cand is None:
+                raise EvoError(f"no candidate {evaluation.build_id}: record its build first")
+            row = EvaluationRow(candidate_id=cand.id, run_id=run_id,
+                                device=device if device is not None else evaluation.device.get("name", ""),
+                                device_info=dict(evaluation.device), status=evaluation.status.value,
+                                reason=evaluation.reason, green_seconds=evaluation.green_seconds,
+                                fast_seconds=evaluation.fast_seconds)
+            s.add(row)
+            row.checks = [Check(**c.shape.as_dict(), seed=c.seed, passed=c.passed,
+                                max_abs_err=num(c.max_abs_err), ref_err=num(c.ref_err),
+                                tolerance=num(c.tolerance), reason=c.reason) for c in evaluation.checks]
+            row.timings = [TimingRow(**t.shape.as_dict(), backend=t.backend, median_us=t.median_us,
+                                     p20_us=t.p20_us, p80_us=t.p80_us, samples_us=list(t.samples_us),
+                                     tflops=t.tflops if t.median_us > 0 else 0.0, flagged=t.flagged)
+                           for t in evaluation.timings]
+            cand.status, cand.reason = evaluation.status.value, evaluation.reason
+            s.flush()
+            return row.id
+
+    def evaluations(self, candidate_id: str, device: str | None = None) -> list[EvaluationView]:
+        """The candidate's evaluations, oldest first (only those on ``device`` when given)."""
+        with self._read() as s:
+            q = (select(EvaluationRow).where(EvaluationRow.candidate_id == candidate_id)
+                 .options(selectinload(EvaluationRow.checks), selectinload(EvaluationRow.timings))
+                 .order_by(EvaluationRow.id))
+            if device is not None:
+                q = q.where(EvaluationRow.device == device)
+            return [eval_view(e) for e in s.scalars(q)]
+
+    def failed_evaluations(self) -> list[EvaluationView]:
+        """Every evaluation with at least one failed GREEN check, oldest first (with its checks)."""
+        with self._read() as s:
+            failed = select(Check.evaluation_id).where(Check.passed.is_(False))
+            q = (select(EvaluationRow).where(EvaluationRow.id.in_(failed))
+                 .options(selectinload(EvaluationRow.checks), selectinload(EvaluationRow.timings))
+                 .order_by(EvaluationRow.id))
+            return [eval_view(e) for e in s.scalars(q)]
+
+    def latest_timings(self, ids: Iterable[str], device: str | None = None) -> dict[str, tuple[str, list[Timing]]]:
+        """Per candidate: (device, timings) from all its evaluations on ``device`` (default:
+        the device of its newest timed evaluation), oldest first so newer ones win in scoring."""
+        wanted = list(dict.fromkeys(ids))
+        out: dict[str, tuple[str, list[Timing]]] = {}
+        with self._read() as s:
+            for chunk in (wanted[i:i + 500] for i in range(0, len(wanted), 500)):
+                q = (select(EvaluationRow.candidate_id, EvaluationRow.device, TimingRow)
+                     .join(TimingRow, TimingRow.evaluation_id == EvaluationRow.id)
+                     .where(EvaluationRow.candidate_id.in_(chunk))
+                     .order_by(EvaluationRow.id, TimingRow.id))
+                if device is not None:
+                    q = q.where(EvaluationRow.device == device)
+                rows = s.execute(q).all()
+                newest = {cid: dev for cid, dev, _ in rows}  # ordered by id: the last one wins
+                for cid, dev, t in rows:
+                    if dev == newest[cid]:
+                        out.setdefault(cid, (dev, []))[1].append(timing(t))
+        return out
+
+    def timings_for(self, candidate_id: str, device: str | None = None) -> list[Timing]:
+        """All stored timings of one candidate on one device (see :meth:`latest_timings`)."""
+        return self.latest_timings([candidate_id], device).get(candidate_id, ("", []))[1]
