@@ -1,11 +1,14 @@
 """What every command prints through: rich consoles, tables that wrap, speedups in words.
 
 Tables keep ids and numbers on one line and wrap free text (a candidate label, a reason) onto
-more lines instead of cutting it, so nothing is lost on an 80-column terminal.
+more lines instead of cutting it, so nothing is lost on an 80-column terminal. ``--json``
+documents go to stdout whole, one per command.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -42,3 +45,8 @@ def speedup_words(speedup: float, baseline: str) -> str:
     if speedup >= 1:
         return f"{speedup:.2f}x faster than {who}"
     return f"{1 / speedup:.2f}x slower than {who}"
+
+
+def print_json(document: Any) -> None:
+    """One JSON document on stdout, indented (the API's documents are JSON-ready: NaN is null)."""
+    sys.stdout.write(json.dumps(document, indent=1, allow_nan=False) + "\n")
