@@ -8,6 +8,7 @@ documents go to stdout whole, one per command.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -23,6 +24,16 @@ BASELINE_WORDS = {
     "sdpa_cudnn": "SDPA's cuDNN backend",
     "sdpa_efficient": "SDPA's memory-efficient backend",
 }
+
+
+def follow_columns() -> None:
+    """Size both consoles by ``$COLUMNS`` as it is now. Rich reads it once, when a console is
+    made (at import); a process that runs commands in turn with ``$COLUMNS`` changed in between
+    (the tests, under pytest-xdist, which exports COLUMNS=80 first) would keep the first width."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        for c in (console, err_console):
+            c.width = int(columns)
 
 
 def table(*columns: str, title: str | None = None, right: tuple[str, ...] = (), wrap: tuple[str, ...] = (),
