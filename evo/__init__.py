@@ -6,10 +6,11 @@ to a cubin, the ``gpu`` worker gates (GREEN) and times (FAST) it, ``store`` keep
 ``search`` proposes the next candidates, ``analysis`` and ``products`` turn the store into
 lineage, insights, packages and benchmarks.
 
-The Python API (:mod:`evo.api`, docs/api.md) is reachable from here -- ``evo.open_db``,
-``evo.run``, ``evo.build_candidates``, ``evo.evaluate_candidate``, ``evo.benchmark``,
-``evo.lineage_graph``, ``evo.promote_winners`` -- and loads on first use, so that ``import
-evo`` stays light.
+The Python API (:mod:`evo.api`, docs/api.md) is reachable from here -- its functions, one per
+command: ``evo.open_db``, ``evo.run``, ``evo.run_report``, ``evo.lineage_graph``,
+``evo.show_candidate``, ``evo.study_insights``, ``evo.evaluate_candidate``, ``evo.benchmark``,
+``evo.promote_winners`` and the rest -- and loads on first use, so that ``import evo`` stays
+light. The records and constants they use are on :mod:`evo.api`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from evo.version import __version__
 
-__all__ = ["__version__", "benchmark", "build_candidates", "candidate", "evaluate_candidate", "fast_shapes",
-           "lineage_graph", "open_db", "promote_winners", "run"]
+__all__ = ["__version__", "bench_samplers", "benchmark", "benchmark_seeds", "build_candidates", "candidate", "doctor",
+           "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "open_db", "promote_winners", "run",
+           "run_report", "show_candidate", "study_insights", "write_report"]
 API = frozenset(__all__) - {"__version__"}
 
 if TYPE_CHECKING:
-    from evo.api import (benchmark, build_candidates, candidate, evaluate_candidate, fast_shapes, lineage_graph,
-                         open_db, promote_winners, run)
+    from evo.api import (bench_samplers, benchmark, benchmark_seeds, build_candidates, candidate, doctor,
+                         evaluate_candidate, export_sweep, fast_shapes, lineage_graph, open_db, promote_winners, run,
+                         run_report, show_candidate, study_insights, write_report)
 
 
 def __getattr__(name: str) -> Any:

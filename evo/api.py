@@ -9,15 +9,20 @@ notebook or a script calls them directly::
     graph = evo.lineage_graph(db, summary.study)
     package = evo.promote_winners("attn", "dist", db=db, study=summary.study)
 
-The names say what each does and stay clear of evo's modules of the same stem (``evo.toolchain.build``,
-``evo.gpu.evaluate``, ``evo.products.bench``, ``evo.products.promote`` and ``evo.analysis.lineage`` are modules, so a
-function of that name on the package would be replaced by the module as soon as it is
-imported).
+``__all__`` is the public surface: the functions, and the records, constants and vocabulary
+helpers they take and return (re-exported from the modules that define them, so that a caller,
+the CLI included, needs no other evo module). The names say what each function does and stay
+clear of evo's modules of the same stem (``evo.toolchain.build``, ``evo.gpu.evaluate``,
+``evo.products.bench``, ``evo.products.promote``, ``evo.analysis.lineage`` and ``evo.report``
+are modules, so a function of that name on the package would be replaced by the module as soon
+as it is imported).
 
 - Databases: every function takes ``db``, an open :class:`~evo.store.Store` (from
   :func:`open_db`, left open), a SQLite file path or a SQLAlchemy URL (opened and closed
-  around the call), or None for the default (``$EVO_DB``, else ``<EVO_HOME>/db/evo.sqlite``).
-  Functions that only read refuse a SQLite file that does not exist.
+  around the call), or None for the default (``$EVO_DB``, else ``<EVO_HOME>/db/evo.sqlite``,
+  whose folders are created when a function writes). Functions that only read refuse a SQLite
+  file that does not exist, and open one on storage evo cannot write read-only; functions
+  that write refuse such storage.
 - Workers: GREEN and FAST run in a crash-isolated worker process (:mod:`evo.gpu.worker`).
   ``target`` names what that process runs, as ``"module:function"``; None is the GPU worker
   (:data:`evo.gpu.worker.DEFAULT_TARGET`) and needs a visible CUDA GPU. Another target (the CPU
@@ -38,24 +43,58 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from evo import paths
+from evo.analysis.candidate import CandidateReport, Relative
+from evo.analysis.insights import Importance, MoveStat, ResourceStat
+from evo.analysis.insights import Report as InsightsReport
+from evo.analysis.lineage import STATUS_STYLE, Lineage, Link, Node
+from evo.analysis.outcome import NextStep, RunReport
 from evo.errors import EvoError
 from evo.family.manifest import Family, Value, list_families, load_family
 from evo.family.render import Rendered, render
-from evo.results import BuildResult, Evaluation, Shape, Status
 from evo.family.space import Candidate, all_candidates, listable, make_candidate, parse_assignments, random_candidates
-from evo.store import Store, open_store
-from evo.vocab import DEFAULT_BASELINE
+from evo.gpu.suites import DTYPES
+from evo.products.bench import COLUMNS as BENCH_COLUMNS
+from evo.products.bench import case_records, fidelity_summary
+from evo.products.doctor import Finding
+from evo.products.promote import Promoted
+from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
+from evo.samplerbench.entrants import DEFAULT as BENCH_SAMPLERS
+from evo.samplerbench.run import MODES as START_MODES
+from evo.samplerbench.run import RunResult as SamplerRun
+from evo.search.loop import Best, Outcome, Reporter, RunSummary
+from evo.search.objective import BASELINES, OBJECTIVES
+from evo.search.samplers import SAMPLERS
+from evo.search.study import GRACE_S, HEARTBEAT_S
+from evo.search.warmstart import DEFAULT_TOP
+from evo.store import CandidateRecord, CandidateView, EvaluationView, RunView, Store, open_store, short_id
+from evo.store.engine import is_read_only, read_only_url, safe_url, writable
+from evo.version import __version__
+from evo.vocab import DEFAULT_BASELINE, EVO, SDPA_BACKENDS, assignment_text, replayed_on, value_text
 
-if TYPE_CHECKING:  # the search, lineage and promote modules load when their function is called
-    from evo.analysis.lineage import Lineage
-    from evo.products.promote import Promoted
-    from evo.search.loop import Reporter, RunSummary
+__all__ = [
+    # workflows, one per command (docs/api.md)
+    "bench_samplers", "benchmark", "benchmark_seeds", "build_candidates", "candidate", "doctor",
+    "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "open_db", "promote_winners", "run",
+    "run_report", "show_candidate", "study_insights", "write_report",
+    # what they return
+    "Benchmarked", "Best", "BuildResult", "Built", "CandidateRecord", "CandidateReport", "CandidateView",
+    "CheckResult", "Evaluated", "Evaluation", "EvaluationView",
+    "Exported", "Finding", "Importance", "InsightsReport", "Lineage", "Link", "MoveStat", "NextStep", "Node",
+    "Outcome", "Promoted", "Relative", "Rendered", "Reporter", "ResourceStat", "RunReport", "RunSummary", "RunView",
+    "SamplerRun", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
+    # constants: the choices and defaults the functions take
+    "BASELINES", "BENCH_COLUMNS", "BENCH_SAMPLERS", "DEFAULT_BASELINE", "DEFAULT_TOP", "DTYPES", "EVO",
+    "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "SAMPLERS", "SDPA_BACKENDS", "START_MODES", "STATUS_STYLE",
+    "__version__",
+    # how evo writes ids and values
+    "assignment_text", "short_id", "value_text",
+]
 
 DB = Store | str | os.PathLike[str] | None
 Params = Mapping[str, Value] | Sequence[str] | None
@@ -65,7 +104,7 @@ POSTGRES_EXTRA = "pip install 'evo-kernels[postgres]'"
 # ----------------------------------------------------------------------------- databases
 
 
-def check_driver(url: str) -> None:
+def _check_driver(url: str) -> None:
     """EvoError unless SQLAlchemy knows the URL's dialect and its Python driver is installed."""
     try:
         dialect = make_url(url).get_dialect()
@@ -78,40 +117,53 @@ def check_driver(url: str) -> None:
         raise EvoError(f"the {dialect.name} driver {exc.name or dialect.driver!r} is not installed: {hint}") from None
 
 
-def require_database(url: str) -> str:
-    """``url`` if its database exists; read-only workflows call this so that a mistyped path is
-    an error instead of a new, empty database."""
-    path = paths.sqlite_file(url)
-    if path is not None and not path.is_file():
-        raise EvoError(f"no database at {path}: `evo run` creates one; --db or $EVO_DB names another")
-    return url
-
-
-def database_url(db: str | os.PathLike[str] | None = None) -> str:
+def _database_url(db: str | os.PathLike[str] | None) -> str:
     """A file path or URL as a SQLAlchemy URL, its driver checked (None: ``$EVO_DB``, else
     ``<EVO_HOME>/db/evo.sqlite``)."""
     url = paths.db_url(os.fspath(db)) if db is not None else paths.default_db_url()
-    check_driver(url)
+    _check_driver(url)
+    return url
+
+
+def _for_reading(url: str) -> str:
+    """``url`` for a workflow that only reads: a SQLite file must exist (a mistyped path is an
+    error, not a new, empty database); on storage evo cannot write, it is opened read-only."""
+    path = paths.sqlite_file(url)
+    if path is None:
+        return url
+    if not path.is_file():
+        raise EvoError(f"no database at {path}: `evo run` creates one; --db or $EVO_DB names another")
+    return url if writable(path) else read_only_url(url)
+
+
+def _for_writing(url: str, named: bool) -> str:
+    """``url`` for a workflow that writes: a SQLite file on storage evo can write. The folders
+    of the default file are created on first use; a file the caller ``named`` needs its folder."""
+    path = paths.sqlite_file(url)
+    if path is None:
+        return url
+    if named and not path.parent.is_dir():
+        raise EvoError(f"folder {path.parent} does not exist (evo creates the database file, not its folder)")
+    if not writable(path):
+        raise EvoError(f"cannot write the database {path}: the storage there is read-only (evo writes the file and, "
+                       f"beside it, its -wal and -shm files); --db or $EVO_DB names one evo can write")
     return url
 
 
 def open_db(db: DB = None, *, create: bool = True) -> Store:
     """Open the lineage database, migrating it to the current schema.
 
-    ``db``: a SQLite file path, a SQLAlchemy URL, or None for the default. With ``create`` a
-    missing SQLite file is created (its folder must exist, unless it is the default one);
-    without, a missing file is an EvoError. A :class:`~evo.store.Store` is returned as it is.
-    The store is a context manager; ``close()`` releases its connections.
+    ``db``: a SQLite file path, a SQLAlchemy URL, or None for the default. With ``create`` the
+    database is opened to be written: a missing SQLite file is created (its folder must exist,
+    unless it is the default one, whose folders are created too), and storage evo cannot write
+    is an EvoError. Without, a missing file is an EvoError and a file on read-only storage is
+    opened read-only (reading works; a write is an EvoError). A :class:`~evo.store.Store` is
+    returned as it is. The store is a context manager; ``close()`` releases its connections.
     """
     if isinstance(db, Store):
         return db
-    url = database_url(db)
-    path = paths.sqlite_file(url)
-    if not create:
-        require_database(url)
-    elif db is not None and path is not None and not path.parent.is_dir():
-        raise EvoError(f"folder {path.parent} does not exist (evo creates the database file, not its folder)")
-    return open_store(url)
+    url = _database_url(db)
+    return open_store(_for_writing(url, db is not None) if create else _for_reading(url))
 
 
 @contextmanager
@@ -122,10 +174,6 @@ def _opened(db: DB, create: bool = True) -> Iterator[Store]:
         return
     with open_db(db, create=create) as store:
         yield store
-
-
-def _url(db: DB) -> str:
-    return db.url if isinstance(db, Store) else database_url(db)
 
 
 # ----------------------------------------------------------------------------- candidates
@@ -257,6 +305,12 @@ class Evaluated:
     def candidate_id(self) -> str:
         return self.build.build_id
 
+    @property
+    def cases(self) -> list[dict[str, Any]]:
+        """Per FAST case timed: the candidate's median and spread, TFLOP/s and every SDPA
+        backend's median, as :func:`benchmark`'s record lists them."""
+        return case_records(self.evaluation.timings, self.candidate_id)
+
 
 def fast_shapes(cases: str | Sequence[str] | None = None, dtype: str = "fp16") -> tuple[Shape, ...]:
     """FAST cases by name (``"F1,F3c,F5-F8"`` or a list of such names; None: the whole suite)."""
@@ -284,7 +338,7 @@ def _stored(store: Store, cid: str) -> tuple[str, Rendered, str]:
     return view.id, render(make_candidate(view.family, view.params)), view.arch
 
 
-def new_id_note(old: str, new: str) -> str:
+def _new_id_note(old: str, new: str) -> str:
     """Why a stored candidate is evaluated under a new build id."""
     return (f"note: {old[:12]} builds under a new id today (templates, launch config, compiler or headers changed, "
             f"or it predates build key v2); evaluating the new build {new[:12]}")
@@ -329,7 +383,7 @@ def evaluate_candidate(family: str | None = None, params: Params = None, *, cand
                 raise EvoError(f"{rendered.candidate.label()} ({built.build_id[:12]}): "
                                f"{built.status.value}: {built.reason}")
             if old_id is not None and built.build_id != old_id:
-                say(new_id_note(old_id, built.build_id))
+                say(_new_id_note(old_id, built.build_id))
             say(f"{rendered.candidate.label()}  {built.build_id[:12]} {arch}{' (cached)' if built.cached else ''}")
             request = EvalRequest(built.build_id, built.cubin_path or "", rendered.entries, green=True,
                                   fast_cases=shapes, options={"interleave": True, "salt": salt})
@@ -350,6 +404,11 @@ class Benchmarked:
     path: Path
     record: dict[str, Any]
     problems: list[str]
+
+    @property
+    def fidelity(self) -> str:
+        """One line: on how many timings FAST agrees with the profiler, and the worst."""
+        return fidelity_summary(self.record)
 
 
 def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, package: str | None = None,
@@ -396,6 +455,20 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
     return Benchmarked(path, record, problems)
 
 
+def benchmark_seeds(out: str | os.PathLike[str] | None = None, *, seeds: bool = True, sweep: bool = False,
+                    timeout_s: float = 1800.0, note: Callable[[str], None] | None = None) -> Path:
+    """Time the seed campaigns' rows (``seeds``: each claim beside evo's GREEN and FAST figures)
+    and/or SDPA's backends over the sweep grid (``sweep``) on the GPU (``evo bench --seeds /
+    --sweep``; :mod:`evo.products.seeds`); writes ``benchmarks/seeds-<gpu>-<day>-<sha>.json``
+    under ``out`` (default ``<EVO_HOME>/benchmarks``) and BENCHMARKS.md beside it, and returns
+    the record's path. ``note`` hears each line of progress."""
+    from evo.products.seeds import GROUPS
+    from evo.products.seeds import run as run_seeds
+
+    out_dir = Path(out) if out is not None else paths.home() / "benchmarks"
+    return run_seeds(out_dir, GROUPS if seeds else (), sweep, timeout_s=timeout_s, log=note or (lambda _line: None))
+
+
 # ----------------------------------------------------------------------------- search
 
 
@@ -413,22 +486,23 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     given, else the visible GPU(s) (``gpus``: ``all`` or indices like ``0,1``; one worker process
     each), else the newest recording under ``data/``, else builds only. The study (``study``,
     default by source) keeps the families, FAST cases, baseline and objective it was created
-    with; a later run continues it up to ``trials``. ``reporter`` hears progress
-    (:class:`~evo.search.loop.Reporter`; default: silent). Ctrl-C stops the search: open trials
-    are re-queued, the run is recorded ``interrupted``, and the summary so far comes back with
-    ``interrupted`` set. ``start_from``: a new study's first trials are the best ``start_top``
-    (default 8) candidates of each of these studies (:mod:`evo.search.warmstart`).
+    with; a later run continues it up to ``trials`` (a study that already has them runs none:
+    :func:`run_report` says so). ``reporter`` hears progress (:class:`~evo.search.loop.Reporter`;
+    default: silent). Ctrl-C stops the search: open trials are re-queued, the run is recorded
+    ``interrupted``, and the summary so far comes back with ``interrupted`` set. ``start_from``:
+    a new study's first trials are the best ``start_top`` (default 8) candidates of each of
+    these studies (:mod:`evo.search.warmstart`). Families, FAST cases and sampler are checked
+    before any database file is made.
     """
     from evo.search.driver import RunOptions
-    from evo.search.warmstart import DEFAULT_TOP
     from evo.search.fanout import start
     from evo.search.loop import NullReporter
-    from evo.search.study import GRACE_S, HEARTBEAT_S
 
     if gpus is not None and target is not None:
         raise EvoError("gpus chooses GPU workers; a target names another worker (leave one out)")
+    url = db.url if isinstance(db, Store) else _for_writing(_database_url(db), db is not None)
     opts = RunOptions(trials=trials, time_budget_s=time_budget_s, families=list(families) if families else None,
-                      cases=list(cases) if cases else None, sampler=sampler, seed=seed, db=_url(db),
+                      cases=list(cases) if cases else None, sampler=sampler, seed=seed, db=url,
                       study=study, replay=Path(replay) if replay is not None else None, batch=batch, arch=arch,
                       baseline=baseline, objective=objective, jobs=jobs,
                       heartbeat_s=HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
@@ -438,16 +512,208 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     return start(opts, gpus, reporter or NullReporter())
 
 
+def run_report(summary: RunSummary, db: DB = None) -> RunReport:
+    """What ``evo run`` says once the search of ``summary`` stopped (:class:`~evo.analysis.outcome.RunReport`):
+    where the results are, the best candidate's score against every SDPA backend timed beside
+    it, why a run had nothing to do (the study already had the trials asked for), and the
+    commands that can come next on this machine (``evo promote`` only where it can work: not
+    for a replayed study, whose candidates carry no GREEN checks of their own)."""
+    from evo.analysis.outcome import run_report as outcome
+
+    with _opened(db, create=False) as store:
+        return outcome(store, summary)
+
+
+# ----------------------------------------------------------------------------- reading the store
+
+
 def lineage_graph(db: DB = None, study: str | None = None, baseline: str = DEFAULT_BASELINE) -> Lineage:
     """The search tree of ``study`` (every candidate when None) as an :class:`evo.analysis.lineage.Lineage`:
     ``nodes`` (id -> label, status, score against ``baseline``) and ``links`` (parent, child,
-    the move, its effect). A study is scored on the FAST cases it was created with."""
+    the move, its effect); ``tree()``, ``dot()`` and ``document()`` render it. A study is scored
+    on the FAST cases it was created with."""
     from evo.analysis.lineage import build_lineage
     from evo.search.study import study_cases
 
     with _opened(db, create=False) as store:
         cases = study_cases(store.url, study) if study else None
         return build_lineage(store, study, baseline, cases)
+
+
+def show_candidate(candidate_id: str, *, db: DB = None, baseline: str = DEFAULT_BASELINE) -> CandidateReport:
+    """Everything stored about one candidate (``evo show``; an id or a unique prefix of one), as
+    a :class:`~evo.analysis.candidate.CandidateReport`: its record (parameters, builds,
+    evaluations with their checks, trials), first run, timings and scores against ``baseline``,
+    its parents and children with each move's effect, ``replayed_on`` (the GPU of a recording it
+    was replayed from: its checks ran there, not here), ``source()`` and ``document()``."""
+    from evo.analysis.candidate import describe
+
+    with _opened(db, create=False) as store:
+        return describe(store, store.get(candidate_id), baseline)
+
+
+def study_insights(db: DB = None, study: str | None = None, *,
+                   baseline: str = DEFAULT_BASELINE) -> InsightsReport:
+    """Which moves help, on which shapes, and what fails to build (``evo insights``): the
+    :class:`~evo.analysis.insights.Report` of ``study``, or of the whole database (its every
+    edge, and the parameter importances of each of its studies; ``importances_note`` says why
+    there are none). The report replaces the stored insights, unless the database is read-only."""
+    from evo.analysis import insights
+
+    with _opened(db, create=False) as store:
+        report = insights.compute(store, study, baseline=baseline, db_url=store.url)
+        if not is_read_only(store.url):
+            insights.save(store, study, report)
+    return report
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export_sweep` wrote: the recording, its GPU, how many candidates it holds
+    and how many of them this export added or changed."""
+
+    path: Path
+    gpu: str
+    candidates: int
+    added: int
+
+
+def export_sweep(out: str | os.PathLike[str] | None = None, *, db: DB = None, gpu: str | None = None) -> Exported:
+    """Write the database's GPU results (every candidate with a final status, any study) to a
+    replayable recording (``evo export-sweep``), merged into the one at ``out`` (default
+    ``<EVO_HOME>/data/sweep-<gpu>.json.gz``); ``gpu``: the device (default: the one with most
+    evaluations). Replayed evaluations are never exported."""
+    from evo.store import recording
+
+    if out is not None and not Path(out).parent.is_dir():
+        raise EvoError(f"folder {Path(out).parent} does not exist")
+    with _opened(db, create=False) as store:
+        rec, added = recording.export_sweep(store, Path(out) if out is not None else None, gpu)
+    assert rec.path is not None  # saving the recording names the file it went to
+    return Exported(rec.path, rec.gpu, len(rec.records), added)
+
+
+@dataclass(frozen=True)
+class Screenshot:
+    """What headless Chromium drew of a report: whether the page's script ``finished``, its plots
+    and lineage nodes, the plots drawn ``empty`` and the ``errors`` (console, screenshot, drawing)."""
+
+    path: Path
+    finished: bool
+    plots: int = 0
+    lineage_nodes: int = 0
+    empty: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    @property
+    def problems(self) -> list[str]:
+        """Why the page did not draw cleanly (nothing when it did)."""
+        return [*self.errors, *(f"plot {name} is empty" for name in self.empty)]
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """The HTML page :func:`write_report` wrote, its size, the database it shows and, when asked
+    for, what a headless browser drew of it."""
+
+    path: Path
+    megabytes: float
+    database: str
+    screenshot: Screenshot | None = None
+
+
+def write_report(out: str | os.PathLike[str] = "report.html", *, db: DB = None, study: str | None = None,
+                 baseline: str = DEFAULT_BASELINE, bench: Sequence[str | os.PathLike[str]] = (),
+                 sampler_benchmark: str | os.PathLike[str] | None = None,
+                 screenshot: str | os.PathLike[str] | None = None) -> WrittenReport:
+    """Write one self-contained HTML page about the database (``evo report``; :mod:`evo.report`):
+    search progress, speedups per FAST case, TFLOP/s against the GEMM rate, the lineage graph,
+    insights and failures, of ``study`` (default: every study). ``bench``: ``evo bench`` records,
+    files or folders (default: ``<EVO_HOME>/benchmarks``, those of the database's GPU);
+    ``sampler_benchmark``: its JSON (default: ``docs/sampler-benchmark.json`` when present).
+    ``screenshot``: also open the page in headless Chromium, check what it drew and save a PNG
+    there (:attr:`WrittenReport.screenshot`)."""
+    from evo import report
+    from evo.report import browser
+
+    page, png = Path(out), Path(screenshot) if screenshot is not None else None
+    for path in (page, png):
+        if path is not None and not path.parent.is_dir():
+            raise EvoError(f"folder {path.parent} does not exist")
+    exe = browser.find_browser() if png else None
+    if png is not None and exe is None:
+        raise EvoError("--screenshot needs Chromium (Debian: apt-get install chromium)")
+    default_bench = paths.home() / "benchmarks"
+    default_samplers = paths.root() / "docs" / "sampler-benchmark.json"
+    chosen = [Path(b) for b in bench] or ([default_bench] if default_bench.is_dir() else [])
+    samplers = Path(sampler_benchmark) if sampler_benchmark else default_samplers if default_samplers.is_file() else None
+    shown = safe_url(db.url if isinstance(db, Store) else _database_url(db))
+    with _opened(db, create=False) as store:
+        report.write(store, page, study=study, baseline=baseline, bench=chosen, same_gpu=not bench,
+                     sampler_benchmark=samplers)
+    shot = _screenshot(page, png, exe) if png is not None and exe is not None else None
+    return WrittenReport(page, page.stat().st_size / 1e6, shown, shot)
+
+
+def _screenshot(page: Path, png: Path, exe: str) -> Screenshot:
+    """Load the page headless, count what it drew and save a screenshot from the top down to the
+    end of the lineage section."""
+    from evo.report import browser
+
+    check = browser.inspect(page, exe)
+    if check.summary is None:
+        return Screenshot(png, False, errors=tuple(check.console_errors))
+    height = check.summary["section_bottoms"].get("lineage", browser.SHOT_HEIGHT) + 20  # down to the graph
+    errors = [*check.console_errors, *browser.screenshot(page, png, exe, height=height), *check.summary["errors"]]
+    plots = check.summary["plots"]
+    empty = tuple(name for name, p in plots.items() if not (p["points"] and p["marks"]))
+    return Screenshot(png, True, len(plots), check.summary["lineage_nodes"], empty, tuple(errors))
+
+
+def doctor(db: DB = None) -> list[Finding]:
+    """What this machine has for evo (``evo doctor``): nvcc, ninja, GPUs, cuda-python, evo's
+    files, the data folder and the database (which it does not create), one
+    :class:`~evo.products.doctor.Finding` each; a required one that is not ``ok`` means evo
+    cannot build here."""
+    from evo.products.doctor import diagnose
+
+    return diagnose(db.url if isinstance(db, Store) else _database_url(db))
+
+
+# ----------------------------------------------------------------------------- sampler benchmark
+
+
+def bench_samplers(recordings: Sequence[str] = (), *, seeds: int = 50, samplers: Sequence[str] | None = None,
+                   kt: Sequence[str] | None = None, modes: Sequence[str] | None = None,
+                   cases: str | Sequence[str] | None = None, baseline: str = BASELINES[0], tolerance: float = 0.0,
+                   batch: int = 1, jobs: int | None = None, out: str | os.PathLike[str] | None = None,
+                   plot: str | os.PathLike[str] | None = None, results: str | os.PathLike[str] | None = None,
+                   note: Callable[[str], None] | None = None,
+                   progress: Callable[[SamplerRun], None] | None = None) -> list[Path]:
+    """Compare samplers on recorded sweeps (``evo bench-samplers``; :mod:`evo.samplerbench`):
+    evaluations each needs to reach the best point, cold and warm, ``seeds`` runs per sampler
+    and start mode; writes the markdown ``out`` (default ``<EVO_HOME>/docs/sampler-benchmark.md``),
+    the figure ``plot`` and every run as JSON ``results`` (default: beside ``out``) and returns
+    the files written. ``recordings``: ``PATH`` or ``PATH:fam1,fam2`` (default: the newest
+    ``data/sweep-*.json.gz``); ``samplers`` (default :data:`BENCH_SAMPLERS`); ``kt``: Kernel
+    Tuner's strategies (None: its built-in ones; empty: none); ``modes``: of :data:`START_MODES`.
+    ``note`` hears progress lines, ``progress`` each finished run."""
+    from evo.samplerbench.doc import Options, write
+    from evo.store.recording import newest_recording
+
+    chosen = list(recordings)
+    if not chosen:
+        found = newest_recording()
+        if found is None:
+            raise EvoError("no recording under data/: pass --recording FILE")
+        chosen = [str(found)]
+    md = Path(out) if out is not None else paths.home() / "docs" / "sampler-benchmark.md"
+    opts = Options(recordings=chosen, seeds=seeds, samplers=list(samplers or BENCH_SAMPLERS),
+                   kt=None if kt is None else list(kt), modes=list(modes or START_MODES),
+                   cases=list(fast_shapes(cases)) if cases else None, baseline=baseline, tolerance=tolerance,
+                   batch=batch, jobs=jobs, out=md, plot=Path(plot) if plot else md.with_suffix(".png"),
+                   results=Path(results) if results else md.with_suffix(".json"))
+    return write(opts, note=note or (lambda _line: None), progress=progress)
 
 
 # ----------------------------------------------------------------------------- promote
@@ -462,10 +728,39 @@ def promote_winners(name: str, out: str | os.PathLike[str], *, db: DB = None, st
     they serve and the package's tests run there; ``verify=False`` skips both (for a machine
     without a GPU) and the package's PROVENANCE.json says so. ``confirm``: route a bucket to a
     kernel only on a win timed beside SDPA (:mod:`evo.products.confirm`; needs the GPU); ``note`` hears of
-    each winner as its timing starts."""
+    each winner as its timing starts. Candidates known only from a replayed recording carry no
+    GREEN checks of their own and are refused first, whatever ``verify`` says: gate them on a
+    GPU (:func:`evaluate_candidate`)."""
     from evo.products.promote import promote
 
-    url = require_database(_url(db))
+    with _opened(db, create=False) as store:
+        _require_gated(store, study, candidate_ids, baseline)
+        url = store.url
     return promote(name, Path(out), db_url=url, study=study, candidate_ids=list(candidate_ids),
                    baseline=baseline, device=device, min_speedup=min_speedup, version=version, force=force,
                    verify=verify, confirm=confirm, note=note)
+
+
+def _require_gated(store: Store, study: str | None, ids: Sequence[str], baseline: str) -> None:
+    """EvoError when every candidate promote would choose from was replayed from a recording:
+    none carries GREEN checks of its own, so no package can be made of them on any machine."""
+    from evo.products.promote import select_candidates
+
+    views = select_candidates(store, study, list(ids))
+    gpus = set()
+    for view in views:
+        for evaluation in store.evaluations(view.id):
+            gpu = replayed_on(evaluation.device)
+            if gpu is None:  # measured by a worker: promote weighs its evidence
+                return
+            gpus.add(gpu)
+    if not gpus:  # nothing evaluated at all: promote says what is missing
+        return
+    ranked = [c.id for c, _ in store.best(1, baseline=baseline, study=study)] if not ids else []
+    best = short_id((ranked or [views[0].id])[0])
+    which = (f"candidate {short_id(views[0].id)} was" if len(views) == 1
+             else f"the {len(views)} green candidates{f' of study {study!r}' if study else ''} were")
+    raise EvoError(f"{which} replayed from a recording made on {', '.join(sorted(gpus))}: GREEN ran there, "
+                   f"not on this machine, and stored no checks, so promote cannot ship them; gate one on a GPU "
+                   f"first, `evo eval --id {best}` (evaluate_candidate(candidate_id={best!r})), then promote it, "
+                   f"`evo promote --candidate {best}` (candidate_ids=[{best!r}])")

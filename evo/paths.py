@@ -22,6 +22,7 @@ import functools
 import importlib.resources
 import os
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -100,13 +101,17 @@ def default_db_url() -> str:
 
 
 def sqlite_file(url: str) -> Path | None:
-    """The file behind a SQLite URL (None for another database or an in-memory one)."""
+    """The file behind a SQLite URL (None for another database or an in-memory one), also when
+    the URL names it as an SQLite URI (``sqlite:///file:/path?mode=ro&uri=true``, how a database
+    on read-only storage is opened)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
         return None
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
+    if parsed.query.get("uri") == "true" and parsed.database.startswith("file:"):
+        return Path(urllib.parse.unquote(parsed.database.removeprefix("file:").split("?", 1)[0]))
     return Path(parsed.database).expanduser()
 
 

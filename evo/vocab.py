@@ -77,3 +77,14 @@ def gpu_slug(name: str) -> str:
 def short_sha(sha: str | None) -> str:
     """A commit as file names and tables show it: 7 hex digits, ``unknown`` when not known."""
     return sha[:7] if sha else "unknown"
+
+
+# ----------------------------------------------------------------------------- measurement sources
+
+REPLAY_PREFIX = "replay:"  # the device of an evaluation a recorded sweep answered: replay:<GPU it was measured on>
+
+
+def replayed_on(device: str) -> str | None:
+    """The GPU a replayed evaluation was measured on (its device is ``replay:<GPU>``: GREEN and
+    FAST ran there when the sweep was recorded, not on this machine), or None for one made here."""
+    return device.removeprefix(REPLAY_PREFIX) if device.startswith(REPLAY_PREFIX) else None

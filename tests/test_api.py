@@ -4,7 +4,9 @@ one run-bookkeeping path (done, failed, interrupted), bad input refused before a
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from evo import api
 from evo.errors import EvoError
 from evo.results import Status
 from evo.store import Store
+from store_fixture import populate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -188,10 +191,32 @@ def test_read_only_workflows_refuse_a_missing_database(env: Path) -> None:
 
 def test_a_database_url_needs_a_dialect_and_its_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(EvoError, match="cannot use database URL 'nosuch://x'"):
-        api.check_driver("nosuch://x")
+        api.open_db("nosuch://x")
     monkeypatch.setitem(sys.modules, "psycopg", None)  # None in sys.modules makes the import fail
     with pytest.raises(EvoError, match=r"postgresql driver .* is not installed: pip install 'evo-kernels\[postgres\]'"):
-        api.check_driver("postgresql+psycopg://u@h/db")
+        api.lineage_graph("postgresql+psycopg://u@h/db")
+
+
+def test_promote_without_a_gpu_names_the_api_argument_that_skips_verification(
+        env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evo.products.verify.gpu_count", lambda: 0)
+    db = env / "evo.sqlite"
+    with api.open_db(db) as store:
+        populate(store)
+    with pytest.raises(EvoError, match=r"verify=False") as err:
+        api.promote_winners("pkg", env / "out", db=db, study="s1")
+    assert "\n" not in str(err.value) and not (env / "out").exists()
+
+
+def test_the_api_names_what_its_functions_take_and_return() -> None:
+    """Everything in ``evo.api.__all__`` exists; its functions are on the package and in docs/api.md."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    assert all(hasattr(api, name) for name in api.__all__)
+    functions = {n for n in api.__all__ if inspect.isfunction(getattr(api, n)) and getattr(api, n).__module__ == "evo.api"}
+    assert functions == evo.API
+    assert [n for n in functions if f"| `evo.{n}(" not in page] == []
+    assert [n for n in api.__all__ if not re.search(rf"`(evo\.)?{re.escape(n)}[`(]", page)] == []
+    assert not [n for n in ("check_driver", "require_database", "database_url", "new_id_note") if hasattr(api, n)]
 
 
 @needs_nvcc

@@ -77,3 +77,14 @@ def test_lineage_formats(capsys: pytest.CaptureFixture[str], url: str, fmt: str,
                          check: Callable[[str], bool]) -> None:
     code, out, _ = run(capsys, "lineage", "--format", fmt, "--db", url)
     assert code == 0 and check(out)
+
+
+def test_output_follows_columns_as_it_is_when_a_command_runs(capsys: pytest.CaptureFixture[str], url: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich reads $COLUMNS when a console is made; main() reads it again, for callers that change it."""
+    from evo.cli.output import console
+
+    monkeypatch.setattr(console, "width", 80)
+    monkeypatch.setenv("COLUMNS", "123")
+    code, _, _ = run(capsys, "lineage", "--db", url)
+    assert code == 0 and console.width == 123

@@ -62,6 +62,7 @@ def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """The commands' GPU worker swapped for a CPU stand-in (made-up timings), the tiny family."""
     monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES / "templates"))
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
+    monkeypatch.setenv("COLUMNS", "200")  # paths are long under pytest-xdist: each on one line
     monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
     targets = iter(["standins:serve_green", "standins:serve_bench"])
     monkeypatch.setattr("evo.api._target", lambda target: next(targets))

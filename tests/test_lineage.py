@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from store_fixture import CHILD, FIXTURES, PARENT, built, evaluation, populate, tiny
 
-from evo.analysis.lineage import build_lineage, to_dot, to_json, to_tree
+from evo.analysis.lineage import build_lineage
 from evo.results import Status
 from evo.store import Store, open_store
 
@@ -53,17 +53,17 @@ def test_study_selects_its_candidates_and_their_parents(store: Store) -> None:
 
 def test_tree_draws_a_node_with_two_parents_once(store: Store) -> None:
     console = Console(width=200, record=True)
-    console.print(to_tree(build_lineage(store)))
+    console.print(build_lineage(store).tree())
     text = console.export_text()
     assert text.count("tiny(ROWS=32,") == 1 and "(shown above)" in text and "effect x1.250" in text
 
 
 def test_dot_has_every_node_and_edge(store: Store) -> None:
-    dot = to_dot(build_lineage(store))
+    dot = build_lineage(store).dot()
     assert dot.startswith("digraph lineage {") and dot.count(" -> ") == 3 and dot.count("[label=") == 6
 
 
 def test_json_is_plain_data(store: Store) -> None:
-    data = json.loads(json.dumps(to_json(build_lineage(store))))
+    data = json.loads(json.dumps(build_lineage(store).document()))
     assert {n["status"] for n in data["nodes"]} == {Status.FAST.value}
     assert {tuple(e["mutation"]["ROWS"]) for e in data["edges"]} == {(64, 32), (64, 128), (128, 32)}

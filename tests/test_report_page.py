@@ -86,7 +86,9 @@ def test_a_run_whose_worker_died_shows_its_expired_lease_and_stays_running(url: 
     assert re.search(r"<td>running \(lease expired [\d-]+ [\d:]+ UTC\)</td>", row)
 
 
-def test_report_command_writes_the_file(capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path) -> None:
+def test_report_command_writes_the_file(capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the path is long under pytest-xdist: on one line
     out = tmp_path / "r.html"
     assert main(["report", "--db", url, "--out", str(out)]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>") and f"wrote {out}" in capsys.readouterr().out

@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import func, select
 
+from evo import api
 from evo.cli import run_cmds
 from evo.cli.output import console
 from evo.errors import EvoError
@@ -391,7 +392,7 @@ def test_a_run_whose_best_promote_would_refuse_says_so(monkeypatch: pytest.Monke
     summary = search(db, recording, trials=6, families=["flash_mma"])
     assert summary.best is not None and summary.best.over == [128]
     with console.capture() as out:
-        run_cmds._print_best(summary, db, None)
+        run_cmds.print_summary(api.run_report(summary, db))
     assert "its D=128 kernel passed GREEN above 0.75 of the tolerance" in " ".join(out.get().split())
 
 

@@ -8,7 +8,7 @@
 - Resources: per family, parameter and value, how many built candidates were rejected for
   spills, shared memory over the limit, or registers, and the rejection rate.
 - Importances: Optuna's parameter importances over one family's completed trials of a study
-  (skipped, with the reason, when there are too few).
+  (skipped, with the reason, when there are too few); over every study when none is named.
 
 Each becomes an insights-table row (kind ``move`` / ``resource`` / ``importance``) whose
 evidence lists the edges (``parent>child``) or candidates behind it.
@@ -22,9 +22,11 @@ import statistics
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 
+from evo.analysis.jsondoc import INSIGHTS_SCHEMA, clean
 from evo.errors import EvoError
 from evo.family.manifest import Value
 from evo.paths import default_db_url
@@ -106,21 +108,49 @@ class ResourceStat:
 
 @dataclass
 class Importance:
-    """One family's parameter importances over ``trials`` completed trials, or why there are none."""
+    """One family's parameter importances over ``trials`` completed trials of ``study``, or why
+    there are none."""
 
     family: str
     trials: int
     values: dict[str, float] = field(default_factory=dict)
     skipped: str = ""
+    study: str = ""
 
 
 @dataclass
 class Report:
-    """Everything ``evo insights`` shows: moves, resource failures and Optuna's importances."""
+    """Everything ``evo insights`` shows: moves, resource failures and Optuna's importances, of
+    ``study`` (every edge and study of the database when None), scored against ``baseline``.
+    ``importances_note`` says why there are no importances, when there are none."""
 
     moves: list[MoveStat]
     resources: list[ResourceStat]
     importances: list[Importance]
+    study: str | None = None
+    baseline: str = DEFAULT_BASELINE
+    importances_note: str = ""
+
+    def document(self) -> dict[str, Any]:
+        """Every row with its numbers and evidence, as plain data (schema ``evo.insights/1``)."""
+        return clean({
+            "schema": INSIGHTS_SCHEMA,
+            "study": self.study,
+            "baseline": self.baseline,
+            "moves": [{"family": m.family, "param": m.param, "old": m.old, "new": m.new, "bucket": m.bucket,
+                       "n": m.n, "median_effect": m.median_effect, "win_rate": m.win_rate, "failed": m.failed,
+                       "effects": list(m.effects), "text": m.text(), "evidence": list(m.evidence)}
+                      for m in self.moves],
+            "resources": [{"family": r.family, "param": r.param, "value": r.value, "built": r.built,
+                           "rejected": r.rejected, "spills": r.spills, "smem_over": r.smem_over,
+                           "registers": r.registers, "rate": r.rate, "text": r.text(),
+                           "evidence": list(r.evidence)}
+                          for r in self.resources],
+            "importances": [{"family": i.family, "trials": i.trials, "values": dict(i.values), "skipped": i.skipped,
+                             "study": i.study}
+                            for i in self.importances],
+            "importances_note": self.importances_note,
+        })
 
 
 def bucket_of(s: Shape) -> str:
@@ -195,7 +225,8 @@ def importances(study: optuna.Study) -> list[Importance]:
                           and len({u.params.get(k) for u in trials}) > 1})
         if len(trials) < MIN_TRIALS_FOR_IMPORTANCE or not varying:
             out.append(Importance(fam, len(trials), skipped=f"too few completed trials ({len(trials)}; "
-                                  f"need {MIN_TRIALS_FOR_IMPORTANCE} with varying parameters)"))
+                                  f"need {MIN_TRIALS_FOR_IMPORTANCE} with varying parameters)",
+                                  study=study.study_name))
             continue
         sub = optuna.create_study(directions=study.directions)
         sub.add_trials(trials)
@@ -203,13 +234,15 @@ def importances(study: optuna.Study) -> list[Importance]:
             warnings.simplefilter("ignore")
             imp = optuna.importance.get_param_importances(
                 sub, params=varying, target=lambda t: geomean(t.values))
-        out.append(Importance(fam, len(trials), {k[len(prefix):]: float(v) for k, v in imp.items()}))
+        out.append(Importance(fam, len(trials), {k[len(prefix):]: float(v) for k, v in imp.items()},
+                              study=study.study_name))
     return out
 
 
 def compute(store: Store, study: str | None = None, *, baseline: str = DEFAULT_BASELINE,
             db_url: str | None = None) -> Report:
-    """All insights for one study (or, moves and resources, for the whole database)."""
+    """All insights for one study, or for the whole database (its every edge and build, and the
+    importances of each of its studies)."""
     cands = {c.id: c for c in store.find_candidates(study=study)}
     edges = store.edges(study)
     ids = {i for e in edges for i in (e.parent_id, e.child_id)}
@@ -217,17 +250,26 @@ def compute(store: Store, study: str | None = None, *, baseline: str = DEFAULT_B
     if missing:
         cands |= {c.id: c for c in store.find_candidates() if c.id in missing}
     timings = store.latest_timings([i for i in ids if cands.get(i) and cands[i].status is Status.FAST])
-    imps: list[Importance] = []
+    imps, note = study_importances(db_url or default_db_url(), study)
+    return Report(move_stats(edges, cands, timings, baseline), resource_stats(cands.values()), imps, study,
+                  baseline, note)
+
+
+def study_importances(url: str, study: str | None) -> tuple[list[Importance], str]:
+    """The importances of ``study``'s families (of every study's, when None) and, when there are
+    no studies to take them from, why."""
+    rdb = read_storage(url)
+    names = optuna.get_all_study_names(rdb) if rdb is not None else []
     if study is not None:
-        rdb = read_storage(db_url or default_db_url())
-        try:
-            if rdb is None:
-                raise KeyError(study)
-            st = optuna.load_study(study_name=study, storage=rdb)
-        except KeyError:
-            raise EvoError(f"no study {study!r} in the database") from None
-        imps = importances(st)
-    return Report(move_stats(edges, cands, timings, baseline), resource_stats(cands.values()), imps)
+        if study not in names:
+            raise EvoError(f"no study {study!r} in the database")
+        names = [study]
+    if rdb is None or not names:
+        return [], "no study in the database: importances are computed over the trials of a search"
+    out: list[Importance] = []
+    for name in names:
+        out += importances(optuna.load_study(study_name=name, storage=rdb))
+    return out, ""
 
 
 def save(store: Store, study: str | None, report: Report) -> None:
@@ -243,9 +285,10 @@ def save(store: Store, study: str | None, report: Report) -> None:
                         {"built": r.built, "spills": r.spills, "smem_over": r.smem_over,
                          "registers": r.registers, "rate": r.rate}, r.built, r.evidence)
              for r in report.resources]
-    for imp in report.importances:
-        rows += [NewInsight("importance", f"{imp.family}:{p}", f"{imp.family} {p}: importance {v:.3f} "
-                            f"over {imp.trials} trials", {"importance": v}, imp.trials, [])
+    for imp in report.importances:  # over the whole database, each study's importances keep its name
+        scope, of = ("", "") if report.study is not None else (f"{imp.study}:", f" of study {imp.study}")
+        rows += [NewInsight("importance", f"{scope}{imp.family}:{p}", f"{imp.family} {p}: importance {v:.3f} "
+                            f"over {imp.trials} trials{of}", {"importance": v}, imp.trials, [])
                  for p, v in imp.values.items()]
     store.replace_insights(study, rows)
 

@@ -18,6 +18,7 @@ from evo.cli import (  # noqa: F401  (register)
     bench_samplers_cmds, build_cmds, db_cmds, eval_cmds, promote_cmds, report_cmds, run_cmds,
 )
 from evo.cli.app import cli
+from evo.cli.output import follow_columns
 from evo.errors import EvoError
 
 USAGE = 2
@@ -26,6 +27,7 @@ INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map expected failures to one-line messages and exit codes."""
+    follow_columns()
     try:
         rc = cli.main(args=argv, prog_name="evo", standalone_mode=False)
         return rc if isinstance(rc, int) else 0  # ctx.exit(n), --help and --version come back as a code

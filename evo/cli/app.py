@@ -2,7 +2,9 @@
 
 Conventions are click's: ``-h``/``--help`` on every command, ``evo --version``, ``evo`` alone
 prints help and exits 0, a usage error prints the usage line and exits 2. Numeric options are
-range-checked by click; ``--db`` takes a SQLite file path or a SQLAlchemy URL.
+range-checked by click; ``--db`` takes a SQLite file path or a SQLAlchemy URL. The modules of
+:mod:`evo.cli` import nothing of evo but :mod:`evo.api`, :mod:`evo.errors` and each other
+(tests/test_cli_imports.py): every command is a thin call of one API function.
 """
 
 from __future__ import annotations
@@ -12,14 +14,12 @@ from typing import Any, TypeVar
 
 import click
 import optuna
-from evo import paths
-from evo.version import __version__
-from evo.api import check_driver, require_database
+
+from evo import api
 from evo.errors import EvoError
-from evo.paths import sqlite_file
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["check_driver", "cli", "db_option", "fail_if", "require_database", "split_list"]
+__all__ = ["cli", "db_option", "fail_if", "split_list"]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -36,7 +36,7 @@ class Commands(click.Group):
 
 
 @click.group(name="evo", cls=Commands, context_settings=CONTEXT, invoke_without_command=True)
-@click.version_option(__version__, "--version", prog_name="evo", message="%(prog)s %(version)s")
+@click.version_option(api.__version__, "--version", prog_name="evo", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Evolve fast attention (SDPA forward) CUDA kernels: render, build, gate, time, search, promote.
@@ -49,22 +49,10 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-def _db_callback(writes: bool) -> Callable[[click.Context, click.Parameter, str | None], str]:
-    def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
-        url = paths.db_url(value) if value else paths.default_db_url()
-        check_driver(url)
-        path = sqlite_file(url)
-        if writes and value and path is not None and not path.parent.is_dir():
-            raise click.BadParameter(f"folder {path.parent} does not exist (evo creates the database "
-                                     f"file, not its folder)")
-        return url
-    return convert
-
-
-def db_option(writes: bool = False) -> Callable[[F], F]:
-    """``--db PATH|URL``; the command receives a SQLAlchemy URL (the default filled in).
-    Commands that only read must also call :func:`require_database` before opening it."""
-    return click.option("--db", metavar="PATH|URL", callback=_db_callback(writes),
+def db_option() -> Callable[[F], F]:
+    """``--db PATH|URL``, handed to the API as it is given (None: the default database); the
+    API checks it: its driver, its folder, whether it exists and whether evo can write it."""
+    return click.option("--db", metavar="PATH|URL",
                         help="SQLite file or SQLAlchemy URL  [default: $EVO_DB, else <EVO_HOME>/db/evo.sqlite]")
 
 

@@ -1,4 +1,4 @@
-"""``evo bench-samplers``: regenerate docs/sampler-benchmark.md (the work is in :mod:`evo.samplerbench.doc`)."""
+"""``evo bench-samplers``: regenerate docs/sampler-benchmark.md (the work is :func:`evo.api.bench_samplers`)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,11 @@ from pathlib import Path
 
 import click
 
-from evo import paths
-from evo.cli.app import cli, fail_if, split_list
-from evo.store.recording import newest_recording
-from evo.samplerbench.doc import Options, write
-from evo.samplerbench.entrants import DEFAULT
-from evo.samplerbench.run import MODES, RunResult
-from evo.search.objective import BASELINES
-from evo.gpu.suites import fast_cases
-
-DOCS = "docs"
+from evo import api
+from evo.cli.app import cli, split_list
 
 
-def _progress(r: RunResult) -> None:
+def _progress(r: api.SamplerRun) -> None:
     reached = r.evaluations if r.evaluations is not None else "not reached"
     click.echo(f"{r.sampler:>26} {r.mode} seed {r.seed:3d}: {reached:>11} ({r.spent} evaluations, "
                f"{r.trials} trials, {r.seconds:.1f} s)", err=True)
@@ -31,15 +23,15 @@ def _progress(r: RunResult) -> None:
 @click.option("--seeds", type=click.IntRange(min=1), default=50, show_default=True, metavar="N",
               help="seeded runs per sampler and start mode")
 @click.option("--samplers", multiple=True, metavar="LIST",
-              help=f"evo's and Optuna's samplers, comma-separated (default: {','.join(DEFAULT)})")
+              help=f"evo's and Optuna's samplers, comma-separated (default: {','.join(api.BENCH_SAMPLERS)})")
 @click.option("--kt", multiple=True, metavar="LIST|none",
               help="Kernel Tuner strategies, comma-separated (default: its built-in ones but hybrid_vndx; "
                    "none: no Kernel Tuner)")
-@click.option("--modes", multiple=True, metavar="LIST", help=f"start modes: {' and/or '.join(MODES)} "
+@click.option("--modes", multiple=True, metavar="LIST", help=f"start modes: {' and/or '.join(api.START_MODES)} "
               f"(default: both)")
 @click.option("--cases", multiple=True, metavar="LIST",
               help="FAST cases scored: F1, F3c, F1-F4, comma-separated (default: those every timed record covers)")
-@click.option("--baseline", type=click.Choice(BASELINES), default=BASELINES[0], show_default=True,
+@click.option("--baseline", type=click.Choice(api.BASELINES), default=api.BASELINES[0], show_default=True,
               help="the SDPA backend scores are against")
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               metavar="FRACTION", help="target: any point within this fraction of the best (0: the best point)")
@@ -63,17 +55,11 @@ def bench_samplers_cmd(recording: tuple[str, ...], seeds: int, samplers: tuple[s
     against evo. Kernel Tuner's strategies (pip install 'evo-kernels[bench]') run in its
     simulation mode on the same recording.
     """
-    recordings = list(recording)
-    if not recordings:
-        found = newest_recording()
-        fail_if(found is None, "no recording under data/: pass --recording FILE")
-        recordings = [str(found)]
-    out = out or paths.home() / DOCS / "sampler-benchmark.md"
     kt_list = split_list(kt)
-    opts = Options(recordings=recordings, seeds=seeds, samplers=split_list(samplers) or list(DEFAULT),
-                   kt=[] if kt_list == ["none"] else kt_list, modes=split_list(modes) or list(MODES),
-                   cases=fast_cases(split_list(cases)) if cases else None, baseline=baseline,
-                   tolerance=tolerance, batch=batch, jobs=jobs, out=out,
-                   plot=plot or out.with_suffix(".png"), results=results or out.with_suffix(".json"))
-    for path in write(opts, note=lambda s: click.echo(s, err=True), progress=_progress):
+    written = api.bench_samplers(list(recording), seeds=seeds, samplers=split_list(samplers),
+                                 kt=[] if kt_list == ["none"] else kt_list, modes=split_list(modes),
+                                 cases=split_list(cases), baseline=baseline, tolerance=tolerance, batch=batch,
+                                 jobs=jobs, out=out, plot=plot, results=results,
+                                 note=lambda s: click.echo(s, err=True), progress=_progress)
+    for path in written:
         click.echo(f"wrote {path}")

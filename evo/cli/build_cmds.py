@@ -14,17 +14,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evo import api
-
-from evo.products import doctor
 from evo.cli.app import cli, db_option
 from evo.cli.output import console, err_console, table
 from evo.errors import EvoError
-from evo.results import BuildResult, Status
-from evo.store import short_id
 
 param_option = click.option("-p", "--param", "param", multiple=True, metavar="KEY=VALUE",
                             help="a parameter (repeatable); the manifest's defaults fill the rest")
-STATUS_STYLE = {Status.BUILT: "green", Status.COMPILE_FAILED: "red", Status.RESOURCE_REJECTED: "yellow"}
+STATUS_STYLE = {api.Status.BUILT: "green", api.Status.COMPILE_FAILED: "red", api.Status.RESOURCE_REJECTED: "yellow"}
 
 
 @cli.command("render")
@@ -37,7 +33,7 @@ def render_cmd(family: str, param: tuple[str, ...], hash_only: bool) -> None:
     sys.stdout.write(rendered.source_hash + "\n" if hash_only else rendered.source)
 
 
-def _entry_max(result: BuildResult) -> tuple[str, str, str]:
+def _entry_max(result: api.BuildResult) -> tuple[str, str, str]:
     """(registers, spill bytes, shared memory bytes): the worst entry of a build."""
     res = result.resources.values()
     if not res:
@@ -53,9 +49,9 @@ def _entry_max(result: BuildResult) -> tuple[str, str, str]:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="seed for --random")
 @click.option("--arch", metavar="ARCH", help="sm_90a or sm_80 (default: from the GPU, else sm_90a)")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="parallel nvcc processes (default: CPUs)")
-@db_option(writes=True)
+@db_option()
 def build_cmd(families: tuple[str, ...], param: tuple[str, ...], count: int | None, seed: int, arch: str | None,
-              jobs: int | None, db: str) -> None:
+              jobs: int | None, db: str | None) -> None:
     """Compile candidates with nvcc; store the ptxas reports.
 
     Renders and compiles in parallel (default: every FAMILY), cached by content.
@@ -79,12 +75,12 @@ def build_cmd(families: tuple[str, ...], param: tuple[str, ...], count: int | No
                 title=f"{len(built.results)} candidates for {built.arch}", pad_edge=False)
     for r in built.results:
         seconds = "cached" if r.cached else f"{r.seconds:.1f}"
-        out.add_row(short_id(r.build_id), f"[{STATUS_STYLE.get(r.status, '')}]{r.status.value}[/]", *_entry_max(r),
+        out.add_row(api.short_id(r.build_id), f"[{STATUS_STYLE.get(r.status, '')}]{r.status.value}[/]", *_entry_max(r),
                     seconds, escape(built.rendered[r.build_id].candidate.label()))
     console.print(out)
     for r in built.results:
         if r.reason:
-            console.print(f"[dim]{short_id(r.build_id)}[/] {escape(r.reason)}", soft_wrap=True)
+            console.print(f"[dim]{api.short_id(r.build_id)}[/] {escape(r.reason)}", soft_wrap=True)
     compiled = built.compiled
     cached = len(built.results) - len(compiled)
     rate = len(compiled) / built.seconds * 60 if built.seconds > 0 else 0.0
@@ -96,13 +92,13 @@ def build_cmd(families: tuple[str, ...], param: tuple[str, ...], count: int | No
 
 @cli.command("doctor")
 @db_option()
-def doctor_cmd(db: str) -> None:
+def doctor_cmd(db: str | None) -> None:
     """What this machine has for evo (nvcc, GPU, database).
 
     Reports nvcc, ninja, GPUs, cuda-python, evo's files and the database; exits 2 if something
     required is missing. Creates nothing.
     """
-    findings = doctor.diagnose(db)
+    findings = api.doctor(db)
     out = table("check", "name", "detail", wrap=("detail",), show_header=False)
     for f in findings:
         mark = "[green]ok[/]" if f.ok else "[red]MISSING[/]" if f.required else "[yellow]no[/]"

@@ -14,18 +14,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from evo import api, paths
-from evo.products.bench import COLUMNS, case_records, fidelity_summary
+from evo import api
 from evo.cli.app import cli, db_option, fail_if
 from evo.cli.build_cmds import param_option
 from evo.cli.output import console, table
-from evo.results import Status
-from evo.gpu.suites import DTYPES
-from evo.vocab import EVO
 
 cases_option = click.option("--cases", metavar="LIST",
                             help="FAST cases, e.g. F1,F3c,F5-F8 (default: the whole FAST suite)")
-dtype_option = click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True,
+dtype_option = click.option("--dtype", type=click.Choice(api.DTYPES), default="fp16", show_default=True,
                             help="element type of the FAST cases")
 timeout_option = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=1800.0,
                               show_default=True, metavar="SECONDS",
@@ -38,12 +34,12 @@ def _fmt_us(x: float | None) -> str:
 
 def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = False) -> Table:
     """Per case: evo time (spread), TFLOP/s and speedup vs each SDPA backend."""
-    baselines = [b for b in COLUMNS if b != EVO]
+    baselines = [b for b in api.BENCH_COLUMNS if b != api.EVO]
     numbers = ("B,H,L,D", "evo us", "TFLOP/s", *(b.removeprefix("sdpa_") for b in baselines))
     out = table(*(["candidate"] if with_candidate else []), "case", *numbers, right=numbers,
                 wrap=("candidate", "case", "B,H,L,D", "evo us"), title=title)
     for c in cases:
-        evo = c["us"][EVO]
+        evo = c["us"][api.EVO]
         speed = []
         for b in baselines:
             base = c["us"].get(b)
@@ -53,7 +49,7 @@ def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = 
                 ratio = base / evo
                 speed.append(f"[{'green' if ratio >= 1 else 'red'}]{ratio:.2f}x[/]")
         row = [f"{c['case']}{'c' if c['causal'] else ''} {c['dtype']}", f"{c['B']},{c['H']},{c['L']},{c['D']}",
-               f"{_fmt_us(evo)} ({_fmt_us(c['spread_us'][EVO])})", f"{c['tflops_evo']:.1f}", *speed]
+               f"{_fmt_us(evo)} ({_fmt_us(c['spread_us'][api.EVO])})", f"{c['tflops_evo']:.1f}", *speed]
         out.add_row(*([(c["candidate_id"] or "—")[:12]] if with_candidate else []), *row)
     return out
 
@@ -64,11 +60,11 @@ def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = 
 @click.option("--id", "cand_id", metavar="ID", help="a stored candidate's id (or unique prefix) instead of a FAMILY")
 @cases_option
 @dtype_option
-@db_option(writes=True)
+@db_option()
 @click.option("--arch", metavar="ARCH", help="sm_90a or sm_80 (default: from the GPU)")
 @timeout_option
 def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, cases: str | None, dtype: str,
-             db: str, arch: str | None, timeout: float) -> None:
+             db: str | None, arch: str | None, timeout: float) -> None:
     """Gate (GREEN) and time (FAST) one candidate on the GPU.
 
     The candidate is FAMILY with -p KEY=VALUE ..., or a stored one (--id ID). The result is
@@ -76,19 +72,19 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
     """
     result = api.evaluate_candidate(family, list(param), candidate_id=cand_id, cases=cases, dtype=dtype, db=db,
                                     arch=arch, timeout_s=timeout, note=lambda text: console.print(escape(text)))
-    ev, built = result.evaluation, result.build
-    color = "green" if ev.status is Status.FAST else "red"
+    ev = result.evaluation
+    color = "green" if ev.status is api.Status.FAST else "red"
     console.print(f"[{color}]{ev.status.value}[/]: {ev.reason}  "
                   f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s "
                   f"on {ev.device.get('name', '?')})[/]")
-    rows = case_records(ev.timings, built.build_id)
+    rows = result.cases
     if rows:
         console.print(speed_table(rows, "FAST: evo's median us per launch (p80-p20 spread); "
                                   "speedup vs each SDPA backend = its time / evo's"))
     for t in ev.timings:
         if t.flagged:
             console.print(f"[yellow]{t.shape.tag}[/]: {t.flagged}")
-    if ev.status is not Status.FAST:
+    if ev.status is not api.Status.FAST:
         click.get_current_context().exit(1)
 
 
@@ -106,7 +102,7 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
 @click.option("--seeds", is_flag=True, help="the seed campaigns' rows: claims beside evo's GREEN + FAST figures")
 @click.option("--sweep", is_flag=True, help="SDPA's backends over the sweep grid, with plots (evo/products/seeds.py)")
 def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases: str | None, dtype: str,
-              out: Path | None, db: str, timeout: float, seeds: bool, sweep: bool) -> None:
+              out: Path | None, db: str | None, timeout: float, seeds: bool, sweep: bool) -> None:
     """Time candidates or a package against every SDPA backend.
 
     The FAST suite, interleaved with each SDPA backend; writes benchmarks/*.json and BENCHMARKS.md.
@@ -115,10 +111,7 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
     if seeds or sweep:
         fail_if(bool(package or ids or best or cases), "--seeds / --sweep measure their own shapes: leave out "
                                                        "--package, --id, --best and --cases")
-        from evo.products.seeds import GROUPS, run
-
-        written = run(out or paths.home() / "benchmarks", GROUPS if seeds else (), sweep, timeout_s=timeout,
-                      log=console.print)
+        written = api.benchmark_seeds(out, seeds=seeds, sweep=sweep, timeout_s=timeout, note=console.print)
         console.print(f"wrote {written} and {written.parent.resolve().parent / 'BENCHMARKS.md'}")
         return
     done = api.benchmark(list(ids), best=best, package=package, cases=cases, dtype=dtype, out=out,
@@ -129,5 +122,5 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
     gemm = record["gemm_tflops"]
     console.print(speed_table(record["cases"], f"{record['gpu']}  (dense fp16 GEMM "
                               f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s)", with_candidate=not package))
-    console.print(fidelity_summary(record))
+    console.print(done.fidelity)
     console.print(f"wrote {path} and {path.parent.resolve().parent / 'BENCHMARKS.md'}")

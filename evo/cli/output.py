@@ -1,11 +1,15 @@
 """What every command prints through: rich consoles, tables that wrap, speedups in words.
 
 Tables keep ids and numbers on one line and wrap free text (a candidate label, a reason) onto
-more lines instead of cutting it, so nothing is lost on an 80-column terminal.
+more lines instead of cutting it, so nothing is lost on an 80-column terminal. ``--json``
+documents go to stdout whole, one per command.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +24,16 @@ BASELINE_WORDS = {
     "sdpa_cudnn": "SDPA's cuDNN backend",
     "sdpa_efficient": "SDPA's memory-efficient backend",
 }
+
+
+def follow_columns() -> None:
+    """Size both consoles by ``$COLUMNS`` as it is now. Rich reads it once, when a console is
+    made (at import); a process that runs commands in turn with ``$COLUMNS`` changed in between
+    (the tests, under pytest-xdist, which exports COLUMNS=80 first) would keep the first width."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        for c in (console, err_console):
+            c.width = int(columns)
 
 
 def table(*columns: str, title: str | None = None, right: tuple[str, ...] = (), wrap: tuple[str, ...] = (),
@@ -42,3 +56,8 @@ def speedup_words(speedup: float, baseline: str) -> str:
     if speedup >= 1:
         return f"{speedup:.2f}x faster than {who}"
     return f"{1 / speedup:.2f}x slower than {who}"
+
+
+def print_json(document: Any) -> None:
+    """One JSON document on stdout, indented (the API's documents are JSON-ready: NaN is null)."""
+    sys.stdout.write(json.dumps(document, indent=1, allow_nan=False) + "\n")

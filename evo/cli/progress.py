@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
-from evo.search.loop import Best, Outcome
+from evo import api
 
 BAR_WIDTH = 20
 
@@ -43,7 +43,7 @@ def _clock(seconds: float) -> str:
 
 
 class TrialProgress:
-    """A :class:`evo.search.loop.Reporter` drawing one rich progress bar."""
+    """A :class:`evo.api.Reporter` drawing one rich progress bar."""
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(TextColumn("trials"), BarColumn(bar_width=BAR_WIDTH), MofNCompleteColumn(),
@@ -56,7 +56,7 @@ class TrialProgress:
         self.progress.update(self.task, total=total, completed=done)
         self.progress.start()
 
-    def advance(self, number: int, outcome: Outcome, best: Best | None) -> None:
+    def advance(self, number: int, outcome: api.Outcome, best: api.Best | None) -> None:
         if best is not None and (self.best is None or best.score > self.best):
             self.best = best.score
             self.note(f"trial {best.number}: new best x{best.score:.3f} {escape(best.label)}")
@@ -66,4 +66,6 @@ class TrialProgress:
         self.progress.console.print(text, highlight=False)
 
     def stop(self) -> None:
-        self.progress.stop()
+        """End the bar, if it was drawn (input refused before the search started drew none)."""
+        if self.progress.live.is_started:
+            self.progress.stop()

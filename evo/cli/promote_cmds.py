@@ -15,8 +15,6 @@ from rich.table import Table
 from evo import api
 from evo.cli.app import cli, db_option
 from evo.cli.output import console, table
-from evo.products.promote import Promoted
-from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 
 @cli.command("promote")
@@ -26,7 +24,7 @@ from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 @click.option("--study", metavar="NAME", help="promote from this study's green candidates")
 @click.option("--candidate", multiple=True, metavar="ID", help="candidate id or unique prefix (repeatable)")
 @db_option()
-@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(api.SDPA_BACKENDS), default=api.DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend to beat")
 @click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the GPU it verifies "
               "on, if any candidate was timed there, else the one most candidates were last timed on)")
@@ -39,7 +37,7 @@ from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
               "package's tests on the GPU (for machines without one)")
 @click.option("--confirm", is_flag=True, help="time each bucket's winner again beside the baseline it is routed "
               "against, with evo eval's full rounds, and route only on those numbers (docs/promote.md)")
-def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, ...], db: str, baseline: str,
+def promote_cmd(name: str, out: Path, study: str | None, candidate: tuple[str, ...], db: str | None, baseline: str,
                 device: str | None, min_speedup: float, version: str, force: bool, no_verify: bool,
                 confirm: bool) -> None:
     """Verify the winners on the GPU, then build a pip package.
@@ -80,7 +78,7 @@ def _x(speedup: float | None) -> str:
     return "—" if speedup is None else f"x{speedup:.3f}"
 
 
-def _routes_table(result: Promoted) -> Table:
+def _routes_table(result: api.Promoted) -> Table:
     out = table("head dim", "dtype", "causal", "L", "kernel", "speedup", right=("head dim", "speedup"),
                 title="dispatch table")
     for r in result.routes:

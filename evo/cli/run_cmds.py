@@ -1,41 +1,23 @@
 """``evo run`` (start or resume a search), ``evo insights`` and ``evo export-sweep``.
 
-The commands parse options and print; :mod:`evo.search.driver`, :mod:`evo.analysis.insights` and
-:mod:`evo.store.recording` do the work. ``evo run`` ends by saying where the results are, how fast the
-best candidate is against each SDPA baseline (in words), and what to run next.
+The commands parse options and print; :func:`evo.api.run`, :func:`evo.api.run_report`,
+:func:`evo.api.study_insights` and :func:`evo.api.export_sweep` do the work. ``evo run`` ends by
+saying where the results are, how fast the best candidate is against each SDPA baseline (in
+words), and what to run next.
 """
 
 from __future__ import annotations
 
 import math
-import shlex
-import sys
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from evo import api, paths
-
-from evo.analysis import jsondoc
-from evo.analysis import insights as insights_mod
-from evo.cli.app import cli, db_option, require_database, split_list
-from evo.cli.output import console, speedup_words, table
+from evo import api
+from evo.cli.app import cli, db_option, split_list
+from evo.cli.output import console, print_json, speedup_words, table
 from evo.cli.progress import TrialProgress
-from evo.errors import EvoError
-from evo.gpu.margin import TOLERANCE_SHARE
-from evo.paths import sqlite_file
-from evo.store.recording import export_sweep
-from evo.results import Shape
-from evo.scoring import score
-from evo.search import objective
-from evo.search.loop import RunSummary
-from evo.search.samplers import SAMPLERS
-from evo.search.study import GRACE_S, HEARTBEAT_S, study_cases
-from evo.search.warmstart import DEFAULT_TOP
-from evo.store import open_store, short_id
-from evo.store.engine import safe_url
-from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS, assignment_text
 
 REFUSED = {"cmaes": "cmaes is not offered: every evo parameter is categorical, which Optuna's CMA-ES "
                     "does not model (it would draw each one at random); use random for a random baseline"}
@@ -60,35 +42,35 @@ class SamplerChoice(click.Choice):
 @click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: all)")
 @click.option("--cases", multiple=True, metavar="LIST",
               help="FAST cases scored: F1, F3c, F3f, F1-F4, F6-bf16 (a dtype suffix), comma-separated (default: all, fp16)")
-@click.option("--sampler", type=SamplerChoice([s for s in SAMPLERS if s not in REFUSED]), default="evo",
+@click.option("--sampler", type=SamplerChoice([s for s in api.SAMPLERS if s not in REFUSED]), default="evo",
               show_default=True, help="how trials are proposed (docs/search.md)")
 @click.option("--seed", type=click.IntRange(0, SEED_MAX), metavar="N", help="sampler seed")
-@db_option(writes=True)
+@db_option()
 @click.option("--study", metavar="NAME", help="study name; an existing study continues")
 @click.option("--replay", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
               help="take measurements from this recording instead of a GPU")
 @click.option("--batch", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
               help="trials asked, built and evaluated together")
 @click.option("--arch", metavar="ARCH", help="nvcc arch: sm_90a or sm_80 (default: the GPU's, else sm_90a)")
-@click.option("--baseline", type=click.Choice(objective.BASELINES), help="the SDPA backend scores are against "
+@click.option("--baseline", type=click.Choice(api.BASELINES), help="the SDPA backend scores are against "
               "(default: sdpa_default, or the study's)")
-@click.option("--objective", "objective_", type=click.Choice(objective.OBJECTIVES),
+@click.option("--objective", "objective_", type=click.Choice(api.OBJECTIVES),
               help="one geometric mean, or one per bucket (head dim x causal) (default: geomean, or the study's)")
 @click.option("--jobs", type=click.IntRange(min=1), metavar="N", help="parallel nvcc processes (default: CPU count)")
 @click.option("--gpus", metavar="all|LIST", help="GPUs to measure on, one worker process each: all, or indices "
               "like 0,1 (0,0: two workers on GPU 0) (default: every visible GPU)")
-@click.option("--heartbeat", type=click.IntRange(min=1), default=HEARTBEAT_S, show_default=True, metavar="SECONDS",
+@click.option("--heartbeat", type=click.IntRange(min=1), default=api.HEARTBEAT_S, show_default=True, metavar="SECONDS",
               help="seconds between a worker's heartbeats")
-@click.option("--grace", type=click.IntRange(min=2), default=GRACE_S, show_default=True, metavar="SECONDS",
+@click.option("--grace", type=click.IntRange(min=2), default=api.GRACE_S, show_default=True, metavar="SECONDS",
               help="seconds without a heartbeat before a worker's trial is failed and retried by another; "
               "its run is marked failed once its lease (the same grace) has passed")
 @click.option("--start-from", multiple=True, metavar="LIST",
               help="a new study's first trials: the best candidates of these studies, comma-separated, read "
               "through today's manifests (docs/search.md)")
-@click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
+@click.option("--start-top", type=click.IntRange(min=1), default=api.DEFAULT_TOP, show_default=True, metavar="N",
               help="with --start-from: how many of each study's best (each bucket's leader comes too)")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
-            sampler: str, seed: int | None, db: str, study: str | None, replay: Path | None, batch: int,
+            sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
             gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int) -> None:
     """Start or resume an evolution.
@@ -106,16 +88,19 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           start_top=start_top, reporter=reporter)
     finally:
         reporter.stop()
-    print_summary(summary, db)
+    print_summary(api.run_report(summary, db))
     if summary.interrupted:
         raise KeyboardInterrupt  # Ctrl-C was handled (trials re-queued): main() exits 130
 
 
-def print_summary(s: RunSummary, url: str) -> None:
+def print_summary(report: api.RunReport) -> None:
     """Counts per status, why the run stopped, the best candidate against every baseline, where
     the results are and what to run next."""
+    s = report.summary
     console.print(f"study [bold]{escape(s.study)}[/] ({s.source}): {s.finished} trial(s) this run, "
                   f"{s.total}/{s.requested} in the study; stopped: {escape(s.stopped)}")
+    if report.done_before:
+        console.print(f"[yellow]{escape(report.done_before)}[/]", soft_wrap=True)
     counts = table("status", "trials", right=("trials",), title="this run")
     for status, n in s.counts.most_common():
         counts.add_row(status, str(n))
@@ -134,77 +119,55 @@ def print_summary(s: RunSummary, url: str) -> None:
     if s.counts.get("unmeasured"):
         console.print(f"[yellow]{s.counts['unmeasured']} candidate(s) are not in the recording: "
                       f"reported as unmeasured, not invented[/]")
-    cases = study_cases(url, s.study)
     if s.best is None:
         console.print("best: no candidate timed yet")
     else:
-        _print_best(s, url, cases)
-    where = sqlite_file(url) or safe_url(url)
-    console.print(f"results: {escape(str(where))} (study {escape(s.study)})", soft_wrap=True)
-    _print_next(s, url)
+        _print_best(report)
+    console.print(f"results: {escape(report.location)} (study {escape(s.study)})", soft_wrap=True)
+    _print_next(report.next_steps)
 
 
-def _print_best(s: RunSummary, url: str, cases: list[Shape] | None) -> None:
+def _print_best(report: api.RunReport) -> None:
     """The best candidate's score against each baseline it was timed beside, in numbers and words."""
-    assert s.best is not None
-    cid = s.best.candidate_id
-    console.print(f"best: [bold]{short_id(cid)}[/] {escape(s.best.label)}")
-    with open_store(url) as store:
-        _, timings = store.latest_timings([cid]).get(cid, ("", []))
+    best = report.summary.best
+    assert best is not None
+    console.print(f"best: [bold]{api.short_id(best.candidate_id)}[/] {escape(best.label)}")
     rows = table("vs", "speedup", "in words", right=("speedup",), wrap=("in words",), show_header=False)
-    for b in sorted(SDPA_BACKENDS, key=lambda b: b != DEFAULT_BASELINE):
-        try:
-            x = score(timings, b, cases)
-        except EvoError:  # not timed against this backend (e.g. a recording without it)
-            continue
-        rows.add_row(f"vs {b}", f"x{x:.3f}", speedup_words(x, b))
+    for backend, x in report.speedups.items():
+        rows.add_row(f"vs {backend}", f"x{x:.3f}", speedup_words(x, backend))
     console.print(rows)
-    if s.best.over:
-        dims = ", ".join(f"D={d}" for d in s.best.over)
-        console.print(f"[yellow]its {dims} kernel passed GREEN above {TOLERANCE_SHARE:g} of the tolerance, the share "
-                      f"promote verifies at: promote will most likely refuse it (the evo sampler does not breed from "
-                      f"such kernels)[/]", soft_wrap=True)
-    n_cases = f"the study's {len(cases)}" if cases else "its"
+    if report.margin:
+        console.print(f"[yellow]{escape(report.margin)}[/]", soft_wrap=True)
+    n_cases = f"the study's {report.cases}" if report.cases else "its"
     console.print(f"[dim](speedup = SDPA's time / evo's time, geometric mean over {n_cases} FAST cases; "
                   f"above x1 evo is faster)[/]")
 
 
-def _print_next(s: RunSummary, url: str) -> None:
-    """The commands to run next, naming this run's database when it is not the default one."""
-    best = short_id(s.best.candidate_id) if s.best else "ID"
-    study = shlex.quote(s.study)
-    db = "" if url == paths.default_db_url() else f" --db {shlex.quote(str(sqlite_file(url) or safe_url(url)))}"
-    rows = [(f"evo show {best}{db}", "everything stored about the best candidate"),
-            (f"evo lineage --study {study}{db}", "how the search got there, move by move"),
-            (f"evo insights --study {study}{db}", "which moves helped, on which shapes"),
-            (f"evo report --study {study}{db} --out report.html", "all of it on one page: plots and the lineage graph")]
-    if s.source == "replay":
-        rows.append((f"evo eval --id {best}{db}", "on a GPU: gate and time it for real (promote needs that)"))
-    rows.append((f"evo promote --study {study}{db} --name NAME --out DIR", "a pip package of the winners"))
+def _print_next(steps: list[api.NextStep]) -> None:
+    """The commands to run next, each with what it gives."""
     console.print("next:")
-    for cmd, what in rows:
-        console.print(f"  {escape(cmd)}", soft_wrap=True)
-        console.print(f"      [dim]{what}[/]")
+    for step in steps:
+        console.print(f"  {escape(step.command)}", soft_wrap=True)
+        console.print(f"      [dim]{step.purpose}[/]")
 
 
 @cli.command("insights")
 @click.option("--study", metavar="NAME", help="one study (default: every edge in the database)")
 @db_option()
-@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(api.SDPA_BACKENDS), default=api.DEFAULT_BASELINE, show_default=True,
               help="speedups against this SDPA backend")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N", help="rows per table")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (every row, not --top)")
-def insights_cmd(study: str | None, db: str, baseline: str, top: int, as_json: bool) -> None:
+def insights_cmd(study: str | None, db: str | None, baseline: str, top: int, as_json: bool) -> None:
     """Which moves help, on which shapes; what fails to build.
 
     Moves (child score / parent score per parameter change), parameter values that co-occur with
-    spills or too much shared memory, and Optuna's parameter importances.
+    spills or too much shared memory, and Optuna's parameter importances (of every study when
+    --study is left out).
     """
-    with open_store(require_database(db)) as store:
-        report = insights_mod.compute(store, study, baseline=baseline, db_url=db)
-        insights_mod.save(store, study, report)
+    report = api.study_insights(db, study, baseline=baseline)
     if as_json:
-        sys.stdout.write(jsondoc.dumps(jsondoc.insights_doc(report, study, baseline)))
+        print_json(report.document())
         return
     _show_insights(report, top)
 
@@ -213,7 +176,7 @@ def _fmt_effect(x: float) -> str:
     return "-" if math.isnan(x) else f"x{x:.3f}"
 
 
-def _show_insights(r: insights_mod.Report, top: int) -> None:
+def _show_insights(r: api.InsightsReport, top: int) -> None:
     t = table("family", "move", "bucket", "n", "median effect", "wins", "children failed",
               right=("n", "median effect", "wins", "children failed"), wrap=("move", "bucket"),
               title="moves (child score / parent score)")
@@ -224,14 +187,23 @@ def _show_insights(r: insights_mod.Report, top: int) -> None:
     t = table("family", "param=value", "built", "spills", "smem over", "rate",
               right=("built", "spills", "smem over", "rate"), title="resources (over built candidates)")
     for x in r.resources[:top]:
-        t.add_row(x.family, assignment_text(x.param, x.value), str(x.built), str(x.spills), str(x.smem_over), f"{x.rate:.0%}")
+        t.add_row(x.family, api.assignment_text(x.param, x.value), str(x.built), str(x.spills), str(x.smem_over),
+                  f"{x.rate:.0%}")
     console.print(t)
+    _show_importances(r)
+
+
+def _show_importances(r: api.InsightsReport) -> None:
+    """Each family's importances (named by study when the report covers several), or why none."""
+    if r.importances_note:
+        console.print(f"parameter importances: {escape(r.importances_note)}")
     for imp in r.importances:
+        who = imp.family if r.study is not None else f"{imp.family} in study {imp.study}"
         if imp.skipped:
-            console.print(f"importances for {imp.family}: {escape(imp.skipped)}")
+            console.print(f"importances for {escape(who)}: {escape(imp.skipped)}")
             continue
         t = table("param", "importance", right=("importance",),
-                  title=f"parameter importances: {imp.family} ({imp.trials} trials)")
+                  title=f"parameter importances: {who} ({imp.trials} trials)")
         for name, v in imp.values.items():
             t.add_row(name, f"{v:.3f}")
         console.print(t)
@@ -242,13 +214,10 @@ def _show_insights(r: insights_mod.Report, top: int) -> None:
               help="recording to write or extend (default: <EVO_HOME>/data/sweep-<gpu>.json.gz)")
 @db_option()
 @click.option("--gpu", metavar="NAME", help="device name (default: the one with most evaluations)")
-def export_sweep_cmd(out: Path | None, db: str, gpu: str | None) -> None:
+def export_sweep_cmd(out: Path | None, db: str | None, gpu: str | None) -> None:
     """Write the database's GPU results to a replayable recording.
 
     Every candidate with a final status (any study) is merged into OUT.
     """
-    if out is not None and not out.parent.is_dir():
-        raise EvoError(f"folder {out.parent} does not exist")
-    with open_store(require_database(db)) as store:
-        rec, added = export_sweep(store, out, gpu)
-    console.print(f"{rec.path}: {len(rec.records)} candidate(s) measured on {rec.gpu} ({added} new or updated)")
+    done = api.export_sweep(out, db=db, gpu=gpu)
+    console.print(f"{done.path}: {done.candidates} candidate(s) measured on {done.gpu} ({done.added} new or updated)")

@@ -12,8 +12,8 @@ them; a crash or a hang refuses the promotion with one line. Then the package
 is assembled in a scratch folder and its own test suite runs there, against the GPU; only if it
 passes is the package moved into place, and if it fails the refusal names the failed tests.
 
-Without a GPU nothing can be verified: promote refuses unless told ``--no-verify``, and a
-package written that way says so in its PROVENANCE.json.
+Without a GPU nothing can be verified: promote refuses unless told not to (``verify=False``, the
+CLI's ``--no-verify``), and a package written that way says so in its PROVENANCE.json.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from evo.gpu.worker import EvalRequest, Worker, gpu_count
 Key = tuple[int, str, bool]
 VERIFY_TIMEOUT_S = 900.0
 PACKAGE_TESTS_TIMEOUT_S = 1800.0
+UNVERIFIED = "write an unverified package (verify=False; evo promote --no-verify)"  # the API's and the CLI's spelling
 NO_GPU = ("promote verifies every kernel on the GPU before it writes a package, and there is no CUDA "
-          "GPU here: run it on the GPU host, or pass --no-verify to write an unverified package")
+          f"GPU here: run it on the GPU host, or {UNVERIFIED}")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def require_gpu() -> None:
         raise EvoError(NO_GPU)
     if importlib.util.find_spec("pytest") is None:
         raise EvoError("promote runs the package's own tests with pytest, which is not installed here: "
-                       "pip install pytest, or pass --no-verify")
+                       f"pip install pytest, or {UNVERIFIED}")
 
 
 class Bucket(NamedTuple):

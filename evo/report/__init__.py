@@ -48,7 +48,7 @@ def build(store: Store, *, study: str | None = None, baseline: str = DEFAULT_BAS
     if same_gpu and per_case["device"]:
         records = [b for b in records if str(b.record["gpu"]) in per_case["device"]]
     samplers = data.load_sampler_benchmark(sampler_benchmark)
-    insight = data.insights(store, study, baseline, storage, list(trials))
+    insight = data.insights(store, study, baseline)
     fails = data.failures(store, lin.nodes, trials)
     graph = nodes.graph(store, lin)
     figs = {

@@ -35,7 +35,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from evo.analysis import insights as insights_mod
 from evo.errors import EvoError
-from evo.analysis.jsondoc import insights_doc
 from evo.analysis.lineage import Lineage
 from evo.results import Status, Timing
 from evo.scoring import geomean, latest
@@ -265,21 +264,10 @@ def failures(store: Store, ids: Iterable[str], trials: Mapping[str, Sequence[Fro
 # ----------------------------------------------------------------------------- insights
 
 
-def insights(store: Store, study: str | None, baseline: str, storage: optuna.storages.RDBStorage | None,
-             studies: Iterable[str]) -> dict[str, Any]:
-    """Moves and resources over the scope, importances for every study shown (not saved); each
-    importance names its study."""
-    report = insights_mod.compute(store, None, baseline=baseline) if study is None else \
-        insights_mod.compute(store, study, baseline=baseline, db_url=store.url)
-    owners = [study] * len(report.importances)
-    if study is None and storage is not None:
-        for name in studies:
-            found = insights_mod.importances(optuna.load_study(study_name=name, storage=storage))
-            report.importances += found
-            owners += [name] * len(found)
-    doc = insights_doc(report, study, baseline)
-    doc["importances"] = [imp | {"study": owner} for imp, owner in zip(doc["importances"], owners, strict=True)]
-    return doc
+def insights(store: Store, study: str | None, baseline: str) -> dict[str, Any]:
+    """Moves and resources over the scope, importances of the study shown or of every study (not
+    saved); each importance names its study."""
+    return insights_mod.compute(store, study, baseline=baseline, db_url=store.url).document()
 
 
 # ----------------------------------------------------------------------------- files

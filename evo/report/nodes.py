@@ -13,7 +13,8 @@ from typing import Any
 
 from evo.toolchain.build import SOURCE, cache_dir
 from evo.errors import EvoError
-from evo.analysis.jsondoc import clean, record_doc
+from evo.analysis.candidate import describe
+from evo.analysis.jsondoc import clean
 from evo.analysis.lineage import Lineage, mutation_text
 from evo.family.render import render
 from evo.report.graph import layout
@@ -65,7 +66,7 @@ def details(store: Store, cid: str, baseline: str, lines: LineTable) -> dict[str
     """What the panel shows for one node: its record (no raw samples; build logs only of
     failed compiles) and its source as line numbers into ``lines``."""
     rec = store.get(cid)
-    doc = record_doc(store, rec, baseline, samples=False)
+    doc = describe(store, rec, baseline).document(samples=False)
     for b in doc["builds"]:  # a log says why a compile failed, or where a build without a report came from
         if b["status"] != Status.COMPILE_FAILED.value and b["resources"]:
             b.pop("log", None)

@@ -171,8 +171,16 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
     if opts.heartbeat_s < 1 or opts.grace_s <= opts.heartbeat_s:
         raise EvoError("the heartbeat must be at least 1 s and the grace period longer than the heartbeat")
     require_sampler(opts.sampler)
+    _families(opts.families)  # bad input is refused before any file is made (settle checks it again)
+    if opts.cases:
+        fast_cases(list(opts.cases))
     url = normalize_url(opts.db or paths.default_db_url())
     ev = choose_evaluator(opts, note)
+    try:
+        _select_cases(ev, opts.cases)
+    except EvoError:
+        ev.close()
+        raise
     ask_lock = ProcessLock(url, "ask")
     owned: Store | None = None
     try:

@@ -31,7 +31,7 @@ from evo.family.manifest import load_family
 from evo.family.render import Rendered
 from evo.store.recording import Record, Recording
 from evo.results import BuildResult, Evaluation, Shape, Status
-from evo.vocab import BUILD_FAILED
+from evo.vocab import BUILD_FAILED, REPLAY_PREFIX
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
 
 
@@ -166,7 +166,7 @@ class ReplayEvaluator(Evaluator):
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
         self.arch = recording.arch
-        self.device = f"replay:{recording.gpu}"
+        self.device = REPLAY_PREFIX + recording.gpu
         self._info = {"name": self.device, "gpu": recording.gpu, "source": "replay",
                       "recording": recording.name, "host": socket.gethostname(), "pid": str(os.getpid())}
 

@@ -12,6 +12,8 @@ steps (insert a candidate unless it exists, take a claim unless it is held) are 
 
 Migrations (``db/``) run inside one such transaction when the schema is behind, so a fresh
 database, an old one and several processes opening the same new one all end at ``head``.
+A SQLite file on storage evo cannot write is opened read-only instead (:func:`read_only_url`):
+no WAL, no migration, and a schema behind ``head`` is an error rather than a write.
 :func:`schema_lock` serializes the set-up of a database (evo's migration, Optuna's tables,
 creating a study) between processes that start together.
 """
@@ -21,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,8 +70,9 @@ def make_engine(url: str) -> Engine:
     """An Engine for ``url``; SQLite files get their folder created and the pragmas above."""
     try:
         parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = paths.sqlite_file(url)
+        if path is not None and not is_read_only(url):
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(parsed, **({"pool_pre_ping": True} if parsed.get_backend_name() == "postgresql"
                                           else {}))
     except ImportError as exc:  # the URL's driver is not installed
@@ -76,20 +81,21 @@ def make_engine(url: str) -> Engine:
     except (ArgumentError, NoSuchModuleError, ValueError, OSError) as exc:
         raise EvoError(f"cannot use database URL {url!r}: {exc}") from None
     if engine.dialect.name == "sqlite":
-        _sqlite_pragmas(engine)
+        _sqlite_pragmas(engine, read_only=is_read_only(url))
     elif engine.dialect.name == "postgresql":
         _postgres_write_lock(engine)
     return engine
 
 
-def _sqlite_pragmas(engine: Engine) -> None:
+def _sqlite_pragmas(engine: Engine, read_only: bool) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _begin)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a power cut may lose the last commits
+        if not read_only:  # the journal mode is the file's: a reader can neither set it nor need to
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a power cut may lose the last commits
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
@@ -112,6 +118,43 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix):]
     return url
+
+
+def writable(path: Path) -> bool:
+    """Whether evo can write the SQLite file ``path``: the file, when it exists, and the folder
+    it is in (WAL mode keeps its -wal and -shm files beside it), or, for a file and folders not
+    made yet, the nearest folder above that exists. ``os.access`` asks the kernel, so a
+    read-only mount or an immutable folder says no to root too."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return False
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK)
+
+
+def is_read_only(url: str) -> bool:
+    """Whether ``url`` opens its SQLite file read-only (:func:`read_only_url`)."""
+    try:
+        return make_url(url).query.get("mode") == "ro"
+    except ArgumentError:
+        return False
+
+
+def read_only_url(url: str) -> str:
+    """``url`` opening its SQLite file read-only, as an SQLite URI: ``mode=ro``, so that nothing
+    is written, and ``immutable=1`` unless the file's -wal and -shm files are there to read (a
+    WAL reader must otherwise create them, which a read-only folder forbids; immutable tells
+    SQLite that nothing writes the file, as holds on read-only storage). Any other URL is
+    returned as it is."""
+    path = paths.sqlite_file(url)
+    if path is None or is_read_only(url):
+        return url
+    query = {"mode": "ro", "uri": "true"}
+    if not all(path.with_name(path.name + suffix).is_file() for suffix in ("-wal", "-shm")):
+        query["immutable"] = "1"
+    located = make_url(url).set(database="file:" + urllib.parse.quote(str(path.resolve())), query=query)
+    return located.render_as_string(hide_password=False)
 
 
 def is_sqlite(url: str) -> bool:
@@ -245,14 +288,30 @@ def upgrade(engine: Engine) -> None:
                 raise
 
 
+def require_head(engine: Engine, url: str) -> None:
+    """EvoError unless the schema is at ``head``: a database opened read-only cannot be migrated."""
+    revision = current_revision(engine)
+    if revision != HEAD:
+        where = paths.sqlite_file(url) or safe_url(url)
+        raise EvoError(f"cannot read {where} read-only: its schema is at {revision or 'no evo revision'}, this "
+                       f"evo reads {HEAD}; open it once where evo can write it, which migrates it")
+
+
 def open_engine(url: str) -> Engine:
-    """make_engine + upgrade; any failure to open or migrate is one EvoError line."""
+    """make_engine + upgrade (read-only: the schema checked instead); any failure to open or
+    migrate is one EvoError line."""
     engine = make_engine(url)
     try:
-        upgrade(engine)
+        if is_read_only(url):
+            require_head(engine, url)
+        else:
+            upgrade(engine)
     except SQLAlchemyError as exc:
         engine.dispose()
         raise EvoError(f"cannot open database {safe_url(url)}: {describe(exc)}") from None
+    except EvoError:
+        engine.dispose()
+        raise
     return engine
 
 
