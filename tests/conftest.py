@@ -29,6 +29,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name in SMOKE:
             item.add_marker(pytest.mark.smoke)
+        if "gpu" in item.keywords:   # under pytest-xdist (--dist loadgroup) one worker runs them, one at a time
+            item.add_marker(pytest.mark.xdist_group("gpu"))
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
