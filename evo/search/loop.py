@@ -59,7 +59,7 @@ from evo.search.liveness import Liveness
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
 from evo.search.parents import parents
-from evo.search.proposal import seen_keys
+from evo.search.proposal import ProposalSampler, seen_keys
 from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
@@ -140,6 +140,7 @@ class Search:
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
                 self._recover()
+                self._prepare()
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     k, why = self._next_batch_size(trials)
                     pending = [self._ask() for _ in range(k)]
@@ -162,6 +163,14 @@ class Search:
             s.total = counted(trials_now)
             s.best = best_trial(trials_now)
         return s
+
+    def _prepare(self) -> None:
+        """Let the sampler do its costly work (the evo sampler's model fit) before the ask lock, so
+        that other workers' asks do not wait for it (:meth:`ProposalSampler.prepare
+        <evo.search.proposal.ProposalSampler.prepare>`)."""
+        sampler = self.study.sampler
+        if isinstance(sampler, ProposalSampler):
+            sampler.prepare(self.study)
 
     def _recover(self) -> None:
         """The liveness check before a batch (:meth:`Liveness.check <evo.search.liveness.Liveness.check>`);
