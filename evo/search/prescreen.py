@@ -42,6 +42,7 @@ import numpy as np
 
 LENGTH_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
 NOISES = (1e-3, 1e-2, 1e-1)
+DEFAULT_NOISE = 1e-2  # the noise of a GP conditioned before any fit (EvoSampler)
 # ARD: a log-normal prior on each column's length scale (median PRIOR_LENGTH, log sd PRIOR_SD),
 # and the coordinate search that maximizes the posterior (see TinyGp.fit)
 PRIOR_LENGTH = 0.7

@@ -82,7 +82,7 @@ from evo.gpu.margin import GREEN_SHARE, over_share
 from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
-from evo.search.prescreen import TinyGp, expected_improvement, window
+from evo.search.prescreen import DEFAULT_NOISE, PRIOR_LENGTH, TinyGp, expected_improvement, window
 from evo.search.internals import enqueued_params
 from evo.search.memo import TrialMemo
 from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler
@@ -298,13 +298,12 @@ class EvoSampler(ProposalSampler):
         return self._encoder.matrix([timed[i][0] for i in keep]), y[keep]
 
     def _model(self, X: np.ndarray, y: np.ndarray) -> TinyGp:
-        """The GP of ``X``, ``y``: conditioned with the hyperparameters :meth:`prepare` fitted, when
-        the caller prepares; else fitted here."""
-        if self._prepared and self._hyper is not None:
-            try:
-                return TinyGp.fit(X, y, length=self._hyper[0], noise=self._hyper[1])
-            except np.linalg.LinAlgError:
-                pass  # not positive definite with these: fit afresh
+        """The GP of ``X``, ``y``: when the caller prepares, conditioned with the hyperparameters
+        :meth:`prepare` fitted (the prior's when the study reached ``screen_min`` points only
+        since: another worker's trials), never fitted under the caller's lock; else fitted here."""
+        if self._prepared:
+            length, noise = self._hyper or (PRIOR_LENGTH, DEFAULT_NOISE)
+            return TinyGp.fit(X, y, length=length, noise=noise)
         return TinyGp.fit(X, y, ard=self.ard)
 
     def breed(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
