@@ -140,7 +140,8 @@ class Search:
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
                 self._recover()
-                self._prepare()
+                if isinstance(sampler := self.study.sampler, ProposalSampler):
+                    sampler.prepare(self.study)  # its costly part (a model fit) before the lock, not under it
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     k, why = self._next_batch_size(trials)
                     pending = [self._ask() for _ in range(k)]
@@ -163,14 +164,6 @@ class Search:
             s.total = counted(trials_now)
             s.best = best_trial(trials_now)
         return s
-
-    def _prepare(self) -> None:
-        """Let the sampler do its costly work (the evo sampler's model fit) before the ask lock, so
-        that other workers' asks do not wait for it (:meth:`ProposalSampler.prepare
-        <evo.search.proposal.ProposalSampler.prepare>`)."""
-        sampler = self.study.sampler
-        if isinstance(sampler, ProposalSampler):
-            sampler.prepare(self.study)
 
     def _recover(self) -> None:
         """The liveness check before a batch (:meth:`Liveness.check <evo.search.liveness.Liveness.check>`);
