@@ -59,7 +59,7 @@ from evo.search.liveness import Liveness
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
 from evo.search.parents import parents
-from evo.search.proposal import seen_keys
+from evo.search.proposal import ProposalSampler, seen_keys
 from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
@@ -140,6 +140,8 @@ class Search:
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
                 self._recover()
+                if isinstance(sampler := self.study.sampler, ProposalSampler):
+                    sampler.prepare(self.study)  # its costly part (a model fit) before the lock, not under it
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     k, why = self._next_batch_size(trials)
                     pending = [self._ask() for _ in range(k)]

@@ -18,23 +18,75 @@ coordinate search that halves or doubles one column's length scale at a time. A 
 the value gets a short length scale, one that does not a long one, so the model's
 neighbourhood of a point follows the genes that matter in this study. Nothing is learned from
 outside the study.
+
+Bounded cost: a fit costs O(n^3) per kernel tried, and a study of a thousand trials refitted on
+every ask made the ask, not the GPU, the bottleneck (issue 35). The GP is therefore fitted on a
+window of at most ``WINDOW_BEST`` + ``WINDOW_RECENT`` points (:func:`window`): the best ones,
+which hold the incumbent and the region expected improvement cares about, and the most recent
+ones, which follow where the search is now. A study smaller than the window is fitted on all
+its points, exactly as before. The linear algebra runs on one BLAS thread (:func:`one_blas_thread`):
+at a few hundred points a multithreaded Cholesky only waits for its threads, and on a busy host
+(or beside other workers) it took 90-350 ms instead of 1-3 ms.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 import numpy as np
 
 LENGTH_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
 NOISES = (1e-3, 1e-2, 1e-1)
+DEFAULT_NOISE = 1e-2  # the noise of a GP conditioned before any fit (EvoSampler)
 # ARD: a log-normal prior on each column's length scale (median PRIOR_LENGTH, log sd PRIOR_SD),
 # and the coordinate search that maximizes the posterior (see TinyGp.fit)
 PRIOR_LENGTH = 0.7
 PRIOR_SD = 1.0
 ARD_FACTORS = (0.5, 2.0)
 ARD_SWEEPS = 2
+# the fit's window (see window): the best WINDOW_BEST points and the WINDOW_RECENT most recent others
+WINDOW_BEST = 64
+WINDOW_RECENT = 128
+
+
+def window(y: np.ndarray, best: int = WINDOW_BEST, recent: int = WINDOW_RECENT) -> np.ndarray:
+    """Indices (ascending) of the points of ``y`` (oldest first) that a GP is fitted on: the
+    ``best`` highest, plus the ``recent`` latest of the others; all of them when there are no
+    more than ``best + recent``. The highest point is always in, so expected improvement is
+    measured against the study's true incumbent."""
+    n = len(y)
+    if n <= best + recent:
+        return np.arange(n)
+    top = np.argsort(-y, kind="stable")[:best]
+    rest = np.setdiff1d(np.arange(n), top)
+    return np.sort(np.concatenate([top, rest[-recent:]]))
+
+
+@cache
+def _blas_controller() -> Any:
+    """threadpoolctl's controller of this process's BLAS libraries, or None without threadpoolctl
+    (an optional package: scikit-learn, evo's ``gp`` extra, brings it)."""
+    try:
+        from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run the block with numpy's BLAS on one thread, where threadpoolctl can say so."""
+    controller = _blas_controller()
+    if controller is None:
+        yield
+        return
+    with controller.limit(limits=1, user_api="blas"):
+        yield
 
 
 def _sq_dist(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -81,6 +133,12 @@ class TinyGp:
         grid first, then a coordinate search that halves or doubles one column's length
         scale at a time while the posterior improves (``ARD_SWEEPS`` passes). A column whose
         gene moves the value gets a short length scale, one that does not a long one."""
+        with one_blas_thread():
+            return cls._fit(X, y, length, noise, ard)
+
+    @classmethod
+    def _fit(cls, X: np.ndarray, y: np.ndarray, length: np.ndarray | float | None, noise: float | None,
+             ard: bool) -> TinyGp:
         y_mean = float(y.mean())
         y_sd = float(y.std()) or 1.0
         ys = (y - y_mean) / y_sd
@@ -119,7 +177,8 @@ class TinyGp:
         """Mean and standard deviation of the latent (noise-free) standardized value at each row of ``Z``."""
         Ks = np.exp(-0.5 * _sq_dist(Z / self.length, self.X / self.length))
         mu = Ks @ self.alpha
-        v = np.linalg.solve(self.L, Ks.T)
+        with one_blas_thread():
+            v = np.linalg.solve(self.L, Ks.T)
         var = np.maximum(1.0 - (v * v).sum(0), 1e-12)
         return mu, np.sqrt(var)
 

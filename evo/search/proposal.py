@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from evo.family.manifest import Family, Value
 from evo.store.recording import record_key
 from evo.search.internals import enqueued_params, is_enqueued, set_trial_system_attr
+from evo.search.memo import TrialMemo
 from evo.search.params import FAMILY, from_trial_params, param_name
 from evo.family.space import Candidate, all_candidates, listable, make_candidate, sample_valid
 
@@ -64,6 +65,11 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         self._rng = random.Random(seed)
         self._pool: dict[str, list[tuple[str, Candidate]]] = {}
         self._proposals: dict[int, dict[str, Any]] = {}
+        self._key = TrialMemo(trial_key)
+
+    def seen(self, trials: Sequence[FrozenTrial]) -> set[str]:
+        """:func:`seen_keys` of ``trials``, each finished trial's key read once (:class:`TrialMemo`)."""
+        return {k for t in trials if (k := self._key(t)) is not None}
 
     @abc.abstractmethod
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
@@ -98,6 +104,10 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
             if record_key(default.family, default.p) not in seen:
                 return Proposal(default, "seed")
         return None
+
+    def prepare(self, study: optuna.Study) -> None:
+        """Work that the next asks' proposals rely on and that may run before them, outside any
+        lock the caller asks under (the evo sampler fits its model here); none by default."""
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if is_enqueued(trial):
@@ -142,7 +152,7 @@ class SweepSampler(ProposalSampler):
         self.order = order
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
-        seen = seen_keys(trials)
+        seen = self.seen(trials)
         if self.order == "random":
             return self.random_unseen(seen, "random")
         pools = [self.valid_points(f) for f in self.families]

@@ -50,6 +50,14 @@ median from 80 to 59 evaluations to the best point over seeds 1000-1099 (p = 0.0
 length scales and the neighbours of three elites then took it, seeds 0-49, from 64 to 45
 (cold) and from 41.5 to 37.5 (warm).
 
+The model's cost is bounded, whatever the study's size: it is fitted on a window of at most
+192 timed points (the best and the most recent, :func:`evo.search.prescreen.window`). Where
+the caller calls :meth:`EvoSampler.prepare` before asking (the search loop does, before it takes
+the ask lock that serializes the workers' asks), the hyperparameter search -- the fit, dozens
+of Cholesky factorizations -- happens there, once per new completed point, and an ask only
+conditions the GP on its window with those hyperparameters (one factorization); without
+``prepare`` each ask fits the model itself.
+
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
 study's lineage (:func:`move_weights`): moves whose children beat their parents are drawn
@@ -74,9 +82,10 @@ from evo.gpu.margin import GREEN_SHARE, over_share
 from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
-from evo.search.prescreen import TinyGp, expected_improvement
+from evo.search.prescreen import DEFAULT_NOISE, PRIOR_LENGTH, TinyGp, expected_improvement, window
 from evo.search.internals import enqueued_params
-from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, seen_keys
+from evo.search.memo import TrialMemo
+from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler
 from evo.family.space import Candidate, make_candidate, mutations, switch
 
 Move = tuple[str, Value, Value]
@@ -184,6 +193,11 @@ class EvoSampler(ProposalSampler):
         self.screen = screen
         self.screen_min = screen_min
         self._encoder: Encoder | None = None
+        self._prepared = False                      # prepare() is called before asks: fit there only
+        self._hyper: tuple[np.ndarray | float, float] | None = None  # (length, noise) prepare() fitted
+        self._hyper_points = -1                     # how many timed points that fit saw
+        self._point = TrialMemo(self._timed_point)
+        self._mutations: dict[tuple[str, int], list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]] = {}
         self.population = population
         self.immigrant_rate = immigrant_rate
         self.crossover_rate = crossover_rate
@@ -199,17 +213,24 @@ class EvoSampler(ProposalSampler):
         ship (:func:`shippable`): its best fitness and trial."""
         best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
         for t in trials:
-            fit, got = fitness(t), from_trial_params(t.params)
-            if fit is None or got is None or got[0] not in self._by_name or not shippable(t):
+            got = self._point(t)
+            if got is None:
                 continue
-            try:
-                cand = make_candidate(self._by_name[got[0]], got[1])
-            except InvalidCandidate:
-                continue
-            key = record_key(cand.family, cand.p)
+            fit, key, cand = got
             if key not in best or fit > best[key][0]:
                 best[key] = (fit, t, cand)
         return best
+
+    def _timed_point(self, t: FrozenTrial) -> tuple[float, str, Candidate] | None:
+        """A trial's fitness, record key and candidate when :meth:`completed` counts it, else None."""
+        fit, got = fitness(t), from_trial_params(t.params)
+        if fit is None or got is None or got[0] not in self._by_name or not shippable(t):
+            return None
+        try:
+            cand = make_candidate(self._by_name[got[0]], got[1])
+        except InvalidCandidate:
+            return None
+        return fit, record_key(cand.family, cand.p), cand
 
     @staticmethod
     def ranked(done: Mapping[str, tuple[float, FrozenTrial, Candidate]]) -> list[tuple[FrozenTrial, Candidate]]:
@@ -236,7 +257,7 @@ class EvoSampler(ProposalSampler):
         return out
 
     def propose(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> Proposal | None:
-        seen = seen_keys(trials)
+        seen = self.seen(trials)
         if self.warm and (seed := self.unseen_default(seen, self.roots)) is not None:
             return seed
         records = move_records(trials)
@@ -245,9 +266,45 @@ class EvoSampler(ProposalSampler):
         ranked = self.ranked(done)
         elites, rest = ranked[: self.population], ranked[self.population:]
         if elites and self.screen > 1 and len(done) >= self.screen_min:
-            timed = [(c, fit) for fit, _, c in done.values()]
-            return self.screened(elites, weights, records, seen, timed, self.pending(trials), rest)
+            return self.screened(elites, weights, records, seen, self.timed(done), self.pending(trials), rest)
         return self.breed(elites, weights, seen, rest)
+
+    @staticmethod
+    def timed(done: Mapping[str, tuple[float, FrozenTrial, Candidate]]) -> list[tuple[Candidate, float]]:
+        """The timed points of :meth:`completed` with their fitness, oldest trial first (the
+        order :func:`~evo.search.prescreen.window` reads recency from)."""
+        return [(c, fit) for fit, _, c in sorted(done.values(), key=lambda x: x[1].number)]
+
+    def prepare(self, study: optuna.Study) -> None:
+        """Fit the pre-screen's hyperparameters on the study's completed trials as they are now,
+        unless no completed point came since the last fit (see module docstring): the costly
+        part of an ask, done before the caller takes the lock its asks are made under. From
+        the first call on, asks only condition the GP with what this fitted."""
+        self._prepared = True
+        if self.screen <= 1:
+            return
+        done = self.completed(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        if len(done) < self.screen_min or len(done) == self._hyper_points:
+            return
+        gp = TinyGp.fit(*self._window(self.timed(done)), ard=self.ard)
+        self._hyper, self._hyper_points = (gp.length, gp.noise), len(done)
+
+    def _window(self, timed: Sequence[tuple[Candidate, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """The encoded points and fitness values the GP is fitted on (:func:`window` of ``timed``)."""
+        if self._encoder is None:
+            self._encoder = Encoder(self.families)
+        y = np.array([f for _, f in timed])
+        keep = window(y)
+        return self._encoder.matrix([timed[i][0] for i in keep]), y[keep]
+
+    def _model(self, X: np.ndarray, y: np.ndarray) -> TinyGp:
+        """The GP of ``X``, ``y``: when the caller prepares, conditioned with the hyperparameters
+        :meth:`prepare` fitted (the prior's when the study reached ``screen_min`` points only
+        since: another worker's trials), never fitted under the caller's lock; else fitted here."""
+        if self._prepared:
+            length, noise = self._hyper or (PRIOR_LENGTH, DEFAULT_NOISE)
+            return TinyGp.fit(X, y, length=length, noise=noise)
+        return TinyGp.fit(X, y, ard=self.ard)
 
     def breed(self, elites: Sequence[tuple[FrozenTrial, Candidate]], weights: Mapping[Move, float],
               seen: set[str], rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
@@ -290,17 +347,15 @@ class EvoSampler(ProposalSampler):
                  pending: Sequence[Candidate] = (),
                  rest: Sequence[tuple[FrozenTrial, Candidate]] = ()) -> Proposal | None:
         """The pre-screened child (see module docstring): of the :meth:`pool`, the one of
-        highest expected improvement under a GP of ``timed`` (ARD length scales; ``pending``
-        points at the GP's own prediction), times the chance that its move does not fail
-        (:func:`ok_share`)."""
+        highest expected improvement under a GP of ``timed`` (oldest first; ARD length scales;
+        ``pending`` points at the GP's own prediction), times the chance that its move does not
+        fail (:func:`ok_share`)."""
         props = self.pool(elites, weights, seen, rest)
         if len(props) <= 1:
             return props[0] if props else None
-        if self._encoder is None:
-            self._encoder = Encoder(self.families)
-        X = self._encoder.matrix([c for c, _ in timed])
-        y = np.array([f for _, f in timed])
-        gp = TinyGp.fit(X, y, ard=self.ard)
+        X, y = self._window(timed)
+        assert self._encoder is not None
+        gp = self._model(X, y)
         best = gp.standardized(float(y.max()))
         if pending:  # kriging believer: a batch in flight counts as measured at the mean, so the batch spreads
             P = self._encoder.matrix(list(pending))
@@ -317,8 +372,7 @@ class EvoSampler(ProposalSampler):
         """``parent``'s untried neighbours, each with its move: every valid one-gene mutation,
         then every switch to a selected successor family (the move ``family: old -> new``)."""
         out = [(c, {n: [old, new] for n, (old, new) in m.items()})
-               for c, m in mutations(self._by_name[parent.family], parent, 1)
-               if record_key(c.family, c.p) not in seen]
+               for c, m, key in self.mutations_of(self._by_name[parent.family], parent, 1) if key not in seen]
         return out + [(c, {"family": [parent.family, c.family]}) for c in self.switches(parent, seen)]
 
     def _rank_order(self, n: int) -> list[int]:
@@ -341,8 +395,7 @@ class EvoSampler(ProposalSampler):
                     return moved
             genes = (2, 1) if self._rng.random() < self.two_gene_rate else (1, 2)
             for g in genes:
-                options = [(c, m) for c, m in mutations(fam, parent, g)
-                           if record_key(c.family, c.p) not in seen]
+                options = [(c, m) for c, m, key in self.mutations_of(fam, parent, g) if key not in seen]
                 if not options:
                     continue
                 w = [math.prod(weights.get((n, old, new), 1.0) for n, (old, new) in m.items())
@@ -354,6 +407,16 @@ class EvoSampler(ProposalSampler):
             if moved is not None:
                 return moved
         return None
+
+    def mutations_of(self, fam: Family, parent: Candidate,
+                     genes: int) -> list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]:
+        """:func:`~evo.family.space.mutations` of ``parent`` with each child's record key, listed
+        once per parent (a popular elite was otherwise re-enumerated and re-validated dozens of
+        times per ask)."""
+        at = (record_key(parent.family, parent.p), genes)
+        if at not in self._mutations:
+            self._mutations[at] = [(c, m, record_key(c.family, c.p)) for c, m in mutations(fam, parent, genes)]
+        return self._mutations[at]
 
     def switched(self, parent_trial: FrozenTrial, parent: Candidate, weights: Mapping[Move, float],
                  seen: set[str]) -> Proposal | None:

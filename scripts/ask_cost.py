@@ -1,0 +1,138 @@
+"""What an ask costs late in a study, with one worker and with several (issue 35).
+
+Replays a recorded sweep (``evo run --replay`` through :func:`evo.api.run`) into a fresh study up
+to ``--trials`` trials, once with one worker and once with ``--workers`` worker processes sharing
+the study, on SQLite and, when a URL is given (``--pg`` or ``$EVO_TEST_PG``), on PostgreSQL. Each
+worker times every ``Study.ask`` (the sampler's proposal included) and when each ask ended. The
+report, per backend and worker count: the median and 90th percentile of ms per ask over the last
+tenth of the study's trials (around trial ``--trials``), the study's trials per minute over that
+last tenth and over the whole run, and the wall time. It is written as JSON under
+``benchmarks/`` (``ask-cost-cpu-<date>-<git sha>.json``) with the host's CPU count, since the
+numbers depend on what else the host runs.
+
+    python scripts/ask_cost.py --trials 1000 --workers 4 [--pg postgresql+psycopg://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LATE = 0.9  # asks of trial numbers from this share of --trials on count as "at trial N"
+
+
+def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int, log: str) -> None:
+    """One ``evo run --replay`` worker that appends ``[trial number, seconds in ask, end time]``
+    per ask to ``log`` (a JSON line each)."""
+    import optuna
+
+    from evo import api
+
+    real_ask = optuna.study.Study.ask
+
+    def timed_ask(self: optuna.study.Study, *args: Any, **kwargs: Any) -> optuna.trial.Trial:
+        start = time.perf_counter()
+        trial = real_ask(self, *args, **kwargs)
+        end = time.perf_counter()
+        with open(log, "a") as f:
+            f.write(json.dumps([trial.number, end - start, time.time()]) + "\n")
+        return trial
+
+    optuna.study.Study.ask = timed_ask  # type: ignore[method-assign]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch)
+
+
+def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, folder: Path) -> dict[str, Any]:
+    """Run ``workers`` processes on a fresh study of ``url`` to ``trials`` trials; its numbers."""
+    study = f"ask-cost-{uuid.uuid4().hex[:8]}"
+    logs = [folder / f"{study}-{i}.jsonl" for i in range(workers)]
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log)))
+             for i, log in enumerate(logs)]
+    start = time.time()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    wall = time.time() - start
+    if any(p.exitcode for p in procs):
+        raise SystemExit(f"a worker failed ({[p.exitcode for p in procs]})")
+    asks = [json.loads(line) for log in logs if log.exists() for line in log.read_text().splitlines()]
+    return summarize(asks, trials, wall) | {"workers": workers, "study": study}
+
+
+def summarize(asks: list[list[float]], trials: int, wall: float) -> dict[str, Any]:
+    """Per-ask cost and throughput late in the study (trial numbers >= LATE * trials)."""
+    late = [a for a in asks if a[0] >= LATE * trials]
+    ms = sorted(1000 * a[1] for a in late)
+    ends = [a[2] for a in late]
+    span = max(ends) - min(ends) if len(ends) > 1 else 0.0
+    return {"asks": len(asks), "late_asks": len(late),
+            "ms_per_ask_median": round(statistics.median(ms), 1) if ms else None,
+            "ms_per_ask_p90": round(ms[int(0.9 * (len(ms) - 1))], 1) if ms else None,
+            "trials_per_min_late": round(60 * (len(late) - 1) / span, 1) if span else None,
+            "trials_per_min_overall": round(60 * len(asks) / wall, 1), "wall_s": round(wall, 1)}
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A new, empty database ``name`` on the PostgreSQL server of ``url`` (each run starts with no
+    stored outcomes to reuse); its URL."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def git_sha() -> str:
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "nogit"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--replay", default=str(ROOT / "data" / "sweep-h200.json.gz"))
+    ap.add_argument("--pg", default=os.environ.get("EVO_TEST_PG"), help="a PostgreSQL URL (default $EVO_TEST_PG)")
+    ap.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    args = ap.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="ask-cost-") as tmp:
+        for backend in (["sqlite"] if args.sqlite else []) + (["postgresql"] if args.pg else []):
+            for n in sorted({1, args.workers}):
+                url = (fresh_database(args.pg, f"ask_cost_{n}_{uuid.uuid4().hex[:8]}") if backend == "postgresql"
+                       else f"sqlite:///{tmp}/{backend}-{n}.sqlite")
+                got = replay(url, n, args.trials, args.replay, args.batch, Path(tmp)) | {"backend": backend}
+                print(json.dumps(got), flush=True)
+                runs.append(got)
+    day = datetime.date.today().strftime("%Y%m%d")
+    sha = git_sha()
+    report = {"what": "ms per Study.ask and trials per minute late in a replayed study (scripts/ask_cost.py)",
+              "git": sha, "date": day, "cpus": os.cpu_count(), "trials": args.trials, "batch": args.batch,
+              "late_from_trial": int(LATE * args.trials), "replay": Path(args.replay).name, "runs": runs}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"ask-cost-cpu-{day}-{sha}.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Issue 35: an ask whose cost does not grow with the study, and no model fit under the ask lock.
+
+No wall-clock assertions: the GP's window is bounded by what it is given, finished trials are
+read once, and the hyperparameter search is seen (by instrumenting the lock) to run outside the
+lock that serializes the workers' asks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+
+from evo.family.manifest import load_family
+from evo.search import driver
+from evo.search.driver import RunOptions, run
+from evo.search.loop import NullReporter
+from evo.search.memo import TrialMemo
+from evo.search.prescreen import WINDOW_BEST, WINDOW_RECENT, TinyGp, window
+from evo.search.sampler_evo import EvoSampler
+from evo.store.engine import ProcessLock
+from synthetic_sweep import make_recording
+
+FAM = load_family("flash_mma")
+
+
+@pytest.fixture(autouse=True)
+def quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_the_window_keeps_the_best_and_the_latest_and_no_more() -> None:
+    y = np.random.default_rng(0).random(5000)
+    keep = window(y)
+    assert len(keep) == WINDOW_BEST + WINDOW_RECENT
+    assert set(np.argsort(-y)[:WINDOW_BEST]) <= set(keep)       # the best, the incumbent first of all
+    assert set(range(5000 - WINDOW_RECENT, 5000)) - set(np.argsort(-y)[:WINDOW_BEST]) <= set(keep)
+    assert list(keep) == sorted(keep)
+
+
+def test_a_study_smaller_than_the_window_is_fitted_on_all_of_it() -> None:
+    assert list(window(np.arange(10.0))) == list(range(10))
+
+
+def test_the_fit_sees_at_most_the_window_whatever_the_study_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    sampler = EvoSampler([FAM], seed=0)
+    points = [(c, float(i % 17)) for i, (_, c) in enumerate(sampler.valid_points(FAM)[:600])]
+    sizes: list[int] = []
+    real = TinyGp.fit.__func__  # type: ignore[attr-defined]
+
+    def fit(cls: type[TinyGp], X: np.ndarray, y: np.ndarray, *a: Any, **kw: Any) -> TinyGp:
+        sizes.append(len(X))
+        return real(cls, X, y, *a, **kw)
+
+    monkeypatch.setattr(TinyGp, "fit", classmethod(fit))
+    X, y = sampler._window(points)
+    TinyGp.fit(X, y, ard=True)
+    assert len(points) == 600 and sizes == [WINDOW_BEST + WINDOW_RECENT]
+
+
+def test_a_finished_trial_is_read_once() -> None:
+    calls: list[int] = []
+    memo = TrialMemo(lambda t: calls.append(t.number) or t.number)
+    study = optuna.create_study()
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    running = study.ask()
+    for _ in range(2):
+        assert [memo(t) for t in study.get_trials(deepcopy=False)] == [0, 1, 2, running.number]
+    assert calls == [0, 1, 2, 3, 3]  # the running trial is read every time
+
+
+class WatchedLock(ProcessLock):
+    """The ask lock, noting whether it is held."""
+
+    held = False
+
+    def __enter__(self) -> ProcessLock:
+        out = super().__enter__()
+        WatchedLock.held = True
+        return out
+
+    def __exit__(self, *exc: object) -> None:
+        WatchedLock.held = False
+        super().__exit__(*exc)
+
+
+def test_the_hyperparameter_fit_never_runs_under_the_ask_lock(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    rec = make_recording(tmp_path / "sweep.json.gz", seed=0)
+    fits: list[tuple[bool, bool]] = []   # (searched hyperparameters, under the lock)
+    real = TinyGp.fit.__func__  # type: ignore[attr-defined]
+
+    def fit(cls: type[TinyGp], X: np.ndarray, y: np.ndarray, length: Any = None, noise: Any = None,
+            ard: bool = False) -> TinyGp:
+        fits.append((length is None, WatchedLock.held))
+        return real(cls, X, y, length, noise, ard)
+
+    monkeypatch.setattr(TinyGp, "fit", classmethod(fit))
+    monkeypatch.setattr(driver, "ProcessLock", WatchedLock)
+    opts = RunOptions(replay=rec, db=f"sqlite:///{tmp_path / 'evo.sqlite'}", study="s", batch=4, seed=0,
+                      cases=["F1", "F6"], trials=40)
+    run(opts, NullReporter())
+    assert (True, False) in fits and (False, True) in fits   # fitted before the lock, conditioned under it
+    assert (True, True) not in fits
