@@ -178,7 +178,8 @@ def test_run_ends_with_the_results_the_speedups_in_words_and_what_next(
 def test_the_progress_bar_fits_80_columns(replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     _, proc = replayed
     bar = next(line for line in proc.stdout.splitlines() if line.startswith("trials "))
-    assert len(bar) <= 80 and f"{TRIALS}/{TRIALS}" in bar and "/s" in bar and "took" in bar and "best x" in bar
+    rate = "/s" in bar or "s/trial" in bar      # trials per second, or seconds per trial on a slow or busy machine
+    assert len(bar) <= 80 and f"{TRIALS}/{TRIALS}" in bar and rate and "took" in bar and "best x" in bar
 
 
 def test_show_wraps_at_80_columns_instead_of_cutting(replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
