@@ -7,7 +7,7 @@ worker times every ``Study.ask`` (the sampler's proposal included) and when each
 report, per backend and worker count: the median and 90th percentile of ms per ask over the last
 tenth of the study's trials (around trial ``--trials``), the study's trials per minute over that
 last tenth and over the whole run, and the wall time. It is written as JSON under
-``benchmarks/`` (``ask-cost-cpu-<date>-<git sha>.json``) with the host's CPU count, since the
+``dev/ask-cost/`` (``ask-cost-cpu-<date>-<git sha>.json``; not benchmarks/, whose records are evo bench's) with the host's CPU count, since the
 numbers depend on what else the host runs.
 
     python scripts/ask_cost.py --trials 1000 --workers 4 [--pg postgresql+psycopg://...]
@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--replay", default=str(ROOT / "data" / "sweep-h200.json.gz"))
     ap.add_argument("--pg", default=os.environ.get("EVO_TEST_PG"), help="a PostgreSQL URL (default $EVO_TEST_PG)")
     ap.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    ap.add_argument("--out", type=Path, default=ROOT / "dev" / "ask-cost")
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory(prefix="ask-cost-") as tmp:
