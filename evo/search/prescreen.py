@@ -69,8 +69,8 @@ def window(y: np.ndarray, best: int = WINDOW_BEST, recent: int = WINDOW_RECENT) 
 
 @cache
 def _blas_controller() -> Any:
-    """threadpoolctl's controller of this process's BLAS libraries, or None without threadpoolctl
-    (an optional package: scikit-learn, evo's ``gp`` extra, brings it)."""
+    """threadpoolctl's controller of this process's BLAS libraries, or None where threadpoolctl is
+    missing (a declared dependency, but the offline GPU host's image may lack it)."""
     try:
         from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
     except ImportError:
