@@ -12,8 +12,6 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import typing
-
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -24,7 +22,6 @@ from evo.store.recording import load_recording
 from evo.results import Evaluation
 from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
 from evo.search.loop import Outcome, Pending, Search
-from evo.search.records import Reporter
 from evo.search.resume import RUN, Retry
 from evo.search.study import storage
 from evo.store import open_store
@@ -210,7 +207,7 @@ def test_a_dead_workers_trials_and_run_are_failed_while_a_live_worker_is_inside_
     ev, reporter = Held(make_recording(tmp_path / "rec.json.gz", drop=0.0)), Notes()
     search = Search(study, store, ev, [load_family("flash_mma")], fast_cases()[:1], "sdpa_default", "geomean",
                     store.start_run("evo run", study="b", lease_s=grace_s), storage=rdb, retry=retry, batch=1,
-                    reporter=typing.cast(Reporter, reporter))
+                    reporter=reporter)
     worker = threading.Thread(target=search.run, args=(3,), name="worker")
     worker.start()
     try:
