@@ -13,7 +13,7 @@ from typing import Any
 
 from evo.vocab import Status
 
-__all__ = ["BuildResult", "CheckResult", "Evaluation", "Fidelity", "Resources", "Shape", "Status", "Timing"]
+__all__ = ["ALIGNS", "BuildResult", "CheckResult", "Evaluation", "Fidelity", "Resources", "Shape", "Status", "Timing"]
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,20 @@ class BuildResult:
     resources: dict[str, Resources] = field(default_factory=dict)  # entry name -> report
 
 
+ALIGNS = ("top_left", "bottom_right")
+"""Where a causal mask is aligned: SDPA's ``is_causal`` (query i sees keys j <= i) or
+FlashAttention's (query i sees keys j <= i + Lk - Lq: the last query sees every key)."""
+
+
 @dataclass(frozen=True)
 class Shape:
-    """One attention problem: (B, H, L, D), causal, dtype; ``case`` names it in a suite (G1, F3)."""
+    """One attention problem; ``case`` names it in a suite (G1, F3, LL8).
+
+    q and o are (B, H, L, D), k and v (B, Hkv, Lk, D): ``H`` query heads on ``Hkv`` key/value heads
+    (grouped-query attention; 0 or omitted: ``H``), ``L`` queries on ``Lk`` keys (0 or omitted:
+    ``L``). ``align`` places a causal mask (:data:`ALIGNS`); it is normalized to ``top_left``
+    where it makes no difference (not causal, or ``L == Lk``), so one problem has one spelling.
+    """
 
     case: str
     B: int
@@ -58,27 +69,80 @@ class Shape:
     D: int
     causal: bool
     dtype: str = "fp16"
+    Hkv: int = 0
+    Lk: int = 0
+    align: str = "top_left"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "Hkv", self.Hkv or self.H)
+        object.__setattr__(self, "Lk", self.Lk or self.L)
+        if self.align not in ALIGNS:
+            raise ValueError(f"unknown causal alignment {self.align!r}; one of {', '.join(ALIGNS)}")
+        if not self.causal or self.Lk == self.L:
+            object.__setattr__(self, "align", "top_left")
+
+    @property
+    def shift(self) -> int:
+        """The kernel ABI's causal offset: query i sees keys j <= i + shift (docs/kernel-abi.md)."""
+        return self.Lk - self.L if self.align == "bottom_right" else 0
+
+    @property
+    def visible_pairs(self) -> float:
+        """(query, key) pairs the mask lets through, per head; the flash-attention convention
+        (half of L * L) for a square causal problem, the exact count otherwise."""
+        if not self.causal:
+            return float(self.L * self.Lk)
+        if self.Lk == self.L:
+            return self.L * self.L / 2
+        # row i sees clamp(i + shift + 1, 0, Lk) keys: the sum of clamp(a, 0, Lk) over
+        # a = shift + 1 .. shift + L, as the difference of two prefix sums
+        def prefix(n: int) -> int:  # sum of min(a, Lk) for a = 1 .. n (0 for n <= 0)
+            m = min(max(n, 0), self.Lk)
+            return m * (m + 1) // 2 + max(n - self.Lk, 0) * self.Lk
+        return float(prefix(self.shift + self.L) - prefix(self.shift))
 
     @property
     def flops(self) -> float:
-        """Forward FLOPs, flash-attention convention: 4*B*H*L*L*D, halved when causal."""
-        f = 4.0 * self.B * self.H * self.L * self.L * self.D
-        return f / 2 if self.causal else f
+        """Forward FLOPs: 4 * D per visible (query, key) pair per head (two GEMMs)."""
+        return 4.0 * self.B * self.H * self.D * self.visible_pairs
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.H // self.Hkv
 
     @property
     def tag(self) -> str:
         return f"{self.case}{'c' if self.causal else ''}-{self.dtype}"
 
+    @property
+    def dims(self) -> str:
+        """``2,8,512,64`` (B, H, L, D), with ``H/Hkv`` and ``Lq/Lk`` where they differ and ``br``
+        for a bottom-right causal mask: how tables and messages print a problem."""
+        heads = f"{self.H}/{self.Hkv}" if self.Hkv != self.H else f"{self.H}"
+        length = f"{self.L}/{self.Lk}" if self.Lk != self.L else f"{self.L}"
+        return f"{self.B},{heads},{length},{self.D}" + (" br" if self.align == "bottom_right" else "")
+
     def as_dict(self) -> dict[str, Any]:
-        """The shape as every JSON file and table row of evo writes it (and the store's columns)."""
-        return {"case": self.case, "B": self.B, "H": self.H, "L": self.L, "D": self.D, "causal": self.causal,
-                "dtype": self.dtype}
+        """The shape as every JSON file and table row of evo writes it (and the store's columns);
+        ``Hkv``, ``Lk`` and ``align`` only where they differ from ``H``, ``L`` and top-left, so a
+        multi-head self-attention problem reads as it always did."""
+        d: dict[str, Any] = {"case": self.case, "B": self.B, "H": self.H, "L": self.L, "D": self.D,
+                             "causal": self.causal, "dtype": self.dtype}
+        if self.Hkv != self.H:
+            d["Hkv"] = self.Hkv
+        if self.Lk != self.L:
+            d["Lk"] = self.Lk
+        if self.align != "top_left":
+            d["align"] = self.align
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Shape:
         """The inverse of :meth:`as_dict` (a missing dtype is fp16, as in the oldest recordings)."""
         return cls(str(d["case"]), int(d["B"]), int(d["H"]), int(d["L"]), int(d["D"]), bool(d["causal"]),
-                   str(d.get("dtype", "fp16")))
+                   str(d.get("dtype", "fp16")), int(d.get("Hkv") or 0), int(d.get("Lk") or 0),
+                   str(d.get("align") or "top_left"))
 
 
 @dataclass

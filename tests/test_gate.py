@@ -40,32 +40,32 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
     return torch.softmax(s.masked_fill(~seen, -math.inf), dim=-1) @ v.float()
 
 
-def correct(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def correct(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     o.copy_(attention(q, k, v, causal, scale))
 
 
-def writes_nothing(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def writes_nothing(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     pass
 
 
-def writes_zeros(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def writes_zeros(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     o.zero_()
 
 
-def skips_last_query_tile(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def skips_last_query_tile(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     full = q.shape[-2] // TILE * TILE
     o[:, :, :full].copy_(attention(q, k, v, causal, scale)[:, :, :full])
 
 
-def skips_last_key_tile(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def skips_last_key_tile(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     o.copy_(attention(q, k, v, causal, scale, keys=q.shape[-2] // TILE * TILE))
 
 
-def drops_scale(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def drops_scale(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     o.copy_(attention(q, k, v, causal, 1.0))
 
 
-def ignores_causal(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def ignores_causal(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     o.copy_(attention(q, k, v, False, scale))
 
 
@@ -74,27 +74,27 @@ def _beside(o: Tensor, offset: int) -> Tensor:
     return torch.as_strided(o, (1,), (1,), o.storage_offset() + offset)
 
 
-def writes_after(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def writes_after(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     correct(q, k, v, o, causal, scale)
     _beside(o, o.numel() + 5).fill_(1.0)
 
 
-def writes_before(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def writes_before(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     correct(q, k, v, o, causal, scale)
     _beside(o, -1).fill_(1.0)
 
 
-def modifies_k(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def modifies_k(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     correct(q, k, v, o, causal, scale)
     k[0, 0, 0, 0] += 1
 
 
-def writes_nan(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def writes_nan(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     correct(q, k, v, o, causal, scale)
     o[0, 0, 3, 1] = math.nan
 
 
-def writes_inf(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def writes_inf(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     correct(q, k, v, o, causal, scale)
     o[0, 0, 3, 1] = -math.inf
 
@@ -103,7 +103,7 @@ def non_deterministic() -> Callable[..., None]:
     """Correct on the first call; one ulp off in one element on every later call."""
     calls = itertools.count()
 
-    def launch(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+    def launch(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
         correct(q, k, v, o, causal, scale)
         if next(calls) % 2:
             o.view(torch.int16)[0, 0, 0, 0] += 1
@@ -152,7 +152,7 @@ def test_ignoring_the_causal_mask_is_harmless_without_one() -> None:
 
 
 def test_error_names_where_it_is_largest() -> None:
-    def off_by_one(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+    def off_by_one(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
         correct(q, k, v, o, causal, scale)
         o[0, 1, 20, 7] += 1
     assert check(off_by_one, FULL).reason.endswith("at b=0 h=1 row 20 col 7")

@@ -39,48 +39,90 @@ def _one_thread() -> object:
     torch.set_num_threads(before)
 
 
-def scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    return (q.float() @ k.float().transpose(-1, -2)) * scale
+def scores(q: Tensor, k: Tensor, scale: float, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
+    """Scaled q k^T with each query head on its key/value head (``heads(Hq, Hkv)``: the K/V head
+    index of each query head; default: the ABI's h // (Hq / Hkv))."""
+    Hq, Hkv = q.shape[1], k.shape[1]
+    index = heads(Hq, Hkv) if heads else torch.arange(Hq) // (Hq // Hkv)
+    return (q.float() @ k.float()[:, index].transpose(-1, -2)) * scale
 
 
-def causal_fill(s: Tensor, causal: bool, value: float = -math.inf) -> Tensor:
-    L = s.shape[-1]
-    return s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), value) if causal else s
+def causal_fill(s: Tensor, causal: bool, shift: int = 0, value: float = -math.inf) -> Tensor:
+    """``s`` (.., Lq, Lk) with the keys a causal row does not see (j > i + shift) set to ``value``."""
+    Lq, Lk = s.shape[-2:]
+    hidden = torch.arange(Lk).unsqueeze(0) > torch.arange(Lq).unsqueeze(1) + shift
+    return s.masked_fill(hidden, value) if causal else s
 
 
-def correct(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
-    o.copy_(torch.softmax(causal_fill(scores(q, k, scale), causal), -1) @ v.float())
+def softmax_v(s: Tensor, v: Tensor, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
+    """softmax(s) V on each query head's key/value head; rows that see no key are zeros."""
+    Hq, Hkv = s.shape[1], v.shape[1]
+    index = heads(Hq, Hkv) if heads else torch.arange(Hq) // (Hq // Hkv)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return p @ v.float()[:, index]
 
 
-def ignore_scale(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
-    correct(q, k, v, o, causal, q.shape[-1] ** -0.5)
+def attend(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, shift: int,
+           heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
+    return softmax_v(causal_fill(scores(q, k, scale, heads), causal, shift), v, heads)
 
 
-def no_max_sub(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
-    p = torch.exp(causal_fill(scores(q, k, scale), causal))     # overflows once a score passes 88
-    o.copy_((p @ v.float()) / p.sum(-1, keepdim=True))
+def correct(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    o.copy_(attend(q, k, v, causal, scale, shift))
 
 
-def small_tail(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
-    """When L is below one tile, the tile's padding keys count with score 0 (and v = 0)."""
-    L = q.shape[-2]
-    if L >= TILE:
-        return correct(q, k, v, o, causal, scale)
-    s = causal_fill(scores(q, k, scale), causal)
-    pad = torch.zeros(*s.shape[:-1], TILE - L)
-    p = torch.softmax(torch.cat([s, pad], -1), -1)[..., :L]
-    o.copy_(p @ v.float())
+def ignore_scale(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    correct(q, k, v, o, causal, q.shape[-1] ** -0.5, shift)
 
 
-def shape_keyed(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float) -> None:
+def no_max_sub(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    p = torch.exp(causal_fill(scores(q, k, scale), causal, shift))     # overflows once a score passes 88
+    index = torch.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
+    o.copy_((p @ v.float()[:, index]) / p.sum(-1, keepdim=True))
+
+
+def small_tail(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    """When Lk is below one tile, the tile's padding keys count with score 0 (and v = 0)."""
+    Lk = k.shape[-2]
+    if Lk >= TILE:
+        return correct(q, k, v, o, causal, scale, shift)
+    s = causal_fill(scores(q, k, scale), causal, shift)
+    pad = torch.zeros(*s.shape[:-1], TILE - Lk)
+    p = torch.softmax(torch.cat([s, pad], -1), -1)[..., :Lk]
+    index = torch.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
+    o.copy_(p @ v.float()[:, index])
+
+
+def shape_keyed(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     """Right on the core's lengths; elsewhere half the keys."""
-    L = q.shape[-2]
-    if L in CORE_LENGTHS:
-        return correct(q, k, v, o, causal, scale)
-    half = (L + 1) // 2
+    Lk = k.shape[-2]
+    if q.shape[-2] in CORE_LENGTHS:
+        return correct(q, k, v, o, causal, scale, shift)
     s = scores(q, k, scale)
-    s[..., half:] = -math.inf
-    o.copy_(torch.softmax(causal_fill(s, causal), -1) @ v.float())
+    s[..., (Lk + 1) // 2:] = -math.inf
+    o.copy_(softmax_v(causal_fill(s, causal, shift), v))
+
+
+def wrong_kv_head(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    """Query head h on K/V head h % Hkv (the faulty family's wrong_kv_head): right for multi-head."""
+    o.copy_(attend(q, k, v, causal, scale, shift, heads=lambda hq, hkv: torch.arange(hq) % hkv))
+
+
+def causal_off_by_one(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    """Under a shifted causal mask a row sees one key past its last (an inclusive/exclusive slip
+    in the shifted branch): right for self-attention and top-left masks."""
+    o.copy_(attend(q, k, v, causal, scale, shift + 1 if shift else 0))
+
+
+def ignore_lk(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    """No more keys than queries (the faulty family's ignore_lk): right unless Lk > Lq."""
+    Lq = q.shape[-2]
+    o.copy_(attend(q, k[:, :, :Lq], v[:, :, :Lq], causal, scale, shift))
+
+
+def top_left_only(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
+    """The causal mask always at the top left: right for self-attention and top-left masks."""
+    correct(q, k, v, o, causal, scale, 0)
 
 
 def _green(launch: Callable[..., None], cases: list[GreenCase], salt: int) -> tuple[Status, str]:
@@ -92,7 +134,8 @@ def _drawn(salt: int) -> list[GreenCase]:
 
 
 CONTROLS = [(ignore_scale, "max|err|"), (no_max_sub, "in output"), (small_tail, "max|err|"),
-            (shape_keyed, "max|err|")]
+            (shape_keyed, "max|err|"), (wrong_kv_head, "max|err|"), (causal_off_by_one, "max|err|"),
+            (ignore_lk, "max|err|"), (top_left_only, "max|err|")]
 
 
 @pytest.mark.parametrize("salt", range(5))

@@ -5,7 +5,9 @@ planted control of tests/templates/faulty is caught, for its own reason.
 
 - Bugs the fixed core always caught: no_write, zeros, skip_tail, no_scale, no_causal, oob_write.
 - Bugs and cheats only the draws catch (issue 11): ignore_scale, no_max_sub, small_tail,
-  shape_keyed pass the fixed core alone and are red on the draws; half_acc is red (its error
+  shape_keyed pass the fixed core alone and are red on the draws; so are the bugs of grouped
+  heads and unequal lengths (issue 33): wrong_kv_head, causal_off_by_one (under a shifted mask),
+  ignore_lk (keys past Lq never seen) and top_left_only, which the core's multi-head self-attention cannot see; half_acc is red (its error
   is at the edge of the tolerance on the core's longest cases, and far beyond it on the long
   draws of std 2-3).
 - first_n passes GREEN (it is right for its first 256 launches) and is red by the check of
@@ -38,8 +40,11 @@ pytestmark = pytest.mark.gpu
 FAULTS = {"no_write": "unwritten", "zeros": "max|err|", "skip_tail": "max|err|",
           "no_scale": "max|err|", "no_causal": "max|err|", "oob_write": "wrote out of bounds",
           "ignore_scale": "max|err|", "no_max_sub": "in output", "small_tail": "max|err|",
-          "shape_keyed": "max|err|", "half_acc": "max|err|", "many_heads": "max|err|", "flat": "max|err|"}
-DRAW_KEYED = ("ignore_scale", "no_max_sub", "small_tail", "shape_keyed", "many_heads", "flat")
+          "shape_keyed": "max|err|", "half_acc": "max|err|", "many_heads": "max|err|", "flat": "max|err|",
+          "wrong_kv_head": "max|err|", "causal_off_by_one": "max|err|", "ignore_lk": "max|err|",
+          "top_left_only": "max|err|"}
+DRAW_KEYED = ("ignore_scale", "no_max_sub", "small_tail", "shape_keyed", "many_heads", "flat",
+              "wrong_kv_head", "causal_off_by_one", "ignore_lk", "top_left_only")
 PROMOTE_KEYED = ("long_only",)   # wrong only past every length GREEN draws: promote's bucket checks refuse it
 TIMED = ("first_n", "jitter")
 HOPPER = default_arch() == "sm_90a"

@@ -130,7 +130,7 @@ def _print_checks(checks: list[api.CheckResult]) -> None:
                 title="GREEN checks")
     for ch in checks:
         s = ch.shape
-        out.add_row(f"{s.case}{'c' if s.causal else ''}", f"{s.B},{s.H},{s.L},{s.D}", s.dtype, str(ch.seed),
+        out.add_row(f"{s.case}{'c' if s.causal else ''}", s.dims, s.dtype, str(ch.seed),
                     "[green]yes[/]" if ch.passed else "[red]no[/]", f"{ch.max_abs_err:.2e}",
                     f"{ch.ref_err:.2e}", f"{ch.tolerance:.2e}", escape(ch.reason))
     console.print(out)
@@ -149,7 +149,7 @@ def _print_timings(report: api.CandidateReport) -> None:
         for b in report.backends:
             x = ups[b].get(tag)
             cells.append("—" if x is None else f"[{'green' if x >= 1 else 'red'}]{x:.2f}x[/]")
-        out.add_row(tag, f"{s.B},{s.H},{s.L},{s.D}", f"{t.median_us:.2f} ({t.p80_us - t.p20_us:.2f})",
+        out.add_row(tag, s.dims, f"{t.median_us:.2f} ({t.p80_us - t.p20_us:.2f})",
                     f"{t.tflops:.1f}", *cells)
     console.print(out)
     if report.score is None:

@@ -14,6 +14,12 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
   batch x heads, more query tiles than a GPU has SMs, so a persistent grid's CTAs each walk several
   tiles, the last of a head ragged (the fixed core's many-tile shapes G2 and G3 have aligned
   lengths, and every other kind has at most 8 heads: one tile per CTA).
+- the problems language models run (kernel ABI v2): ``gqa``: 2 to 8 query heads on each of 1 or 2
+  key/value heads; ``mqa``: up to 16 query heads on one; ``chunk``: a chunk of queries against a
+  longer key cache (prefill, the causal mask mostly at the bottom right); ``q_longer``: more queries
+  than keys (a bottom-right mask then leaves the first rows seeing no key: they must be zeros);
+  ``cross``: query and key lengths drawn apart; ``long_kv``: a few tiles of queries on a ``long``
+  key cache with grouped heads. Each draws its mask's alignment (top left or bottom right).
 - B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
   are drawn from the ones the kernel has.
 - Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
@@ -123,10 +129,48 @@ def case_name(prefix: str, index: int, scale: float | None, std: float, spike: f
     return " ".join(parts)
 
 
+Attention = tuple[int, str, int]  # Hkv, align, Lk of a case (0, "top_left", 0: multi-head self-attention)
+SELF: Attention = (0, "top_left", 0)
+LLM_KINDS = ("gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")
+GROUPS = (2, 3, 4, 7, 8)          # query heads per key/value head in ``gqa`` draws
+
+
+def _alignment(rng: random.Random, bottom_right: float = 0.5) -> str:
+    return "bottom_right" if rng.random() < bottom_right else "top_left"
+
+
+def _llm_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tuple[int, int, int, Attention]:
+    """(B, Hq, Lq, (Hkv, align, Lk)) of one draw of an ABI v2 kind (:data:`LLM_KINDS`)."""
+    tile = settings.tile
+    if kind == "gqa":
+        hkv, group = rng.randint(1, 2), rng.choice(GROUPS)
+        L = min(rng.randint(tile + 1, 16 * tile) | 1, 16 * tile - 1)
+        return rng.randint(1, 2), hkv * group, L, (hkv, _alignment(rng), L)
+    if kind == "mqa":
+        L = rng.randint(2, 8 * tile)
+        return rng.randint(1, 2), rng.randint(2, 16), L, (1, _alignment(rng), L)
+    if kind == "chunk":
+        Lq = rng.randint(1, 4 * tile)
+        hkv = rng.randint(1, 2)
+        return 1, hkv * rng.choice((1, *GROUPS)), Lq, (hkv, _alignment(rng, 0.75), Lq + rng.randint(1, 32 * tile))
+    if kind == "q_longer":
+        Lk = rng.randint(1, 4 * tile)
+        B, H = _batch_heads(False, settings, rng)
+        return B, H, Lk + rng.randint(1, 8 * tile), (H, _alignment(rng), Lk)
+    if kind == "cross":
+        B, H = _batch_heads(False, settings, rng)
+        return B, H, rng.randint(1, 16 * tile), (H, _alignment(rng), rng.randint(1, 16 * tile))
+    if kind == "long_kv":
+        return 1, 8, rng.randint(1, 2 * tile), (rng.choice((1, 2)), _alignment(rng, 0.75), rng.randint(*settings.long))
+    raise ValueError(f"unknown draw kind {kind!r}")
+
+
 def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool, str], long: bool,
-              spiked: bool, settings: DrawSettings, rng: random.Random, inputs: str = "normal") -> GreenCase:
+              spiked: bool, settings: DrawSettings, rng: random.Random, inputs: str = "normal",
+              attention: Attention = SELF) -> GreenCase:
     """One case with drawn scale, spread and (if ``spiked``) a spiked key; values rounded to
-    what the name prints, so the name states the inputs exactly."""
+    what the name prints, so the name states the inputs exactly. ``attention`` gives the key/value
+    heads, mask alignment and key length where they are not those of self-attention."""
     B, H, L, D, causal, dtype = shape_of
     if long:
         factor = _log_uniform(rng, *LONG_SCALE) if rng.random() < NON_DEFAULT else 1.0
@@ -139,7 +183,9 @@ def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool,
     real = 1.0 if scale is None else scale * math.sqrt(D)
     spike = round(spike_factor(settings, real, std), 1) if spiked else 0.0
     name = case_name(prefix, index, scale, std, spike, inputs)
-    return GreenCase(Shape(name, B, H, L, D, causal, dtype), scale, std, spike, seeds=(0,), inputs=inputs)
+    Hkv, align, Lk = attention
+    return GreenCase(Shape(name, B, H, L, D, causal, dtype, Hkv, Lk, align), scale, std, spike, seeds=(0,),
+                     inputs=inputs)
 
 
 def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> list[GreenCase]:
@@ -153,6 +199,11 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
     for kind in settings.kinds:
         for dt in dtypes:
             D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
+            if kind in LLM_KINDS:
+                B, H, L, attention = _llm_problem(kind, settings, rng)
+                out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long_kv",
+                                     rng.random() < SPIKED, settings, rng, attention=attention))
+                continue
             L = _length(kind, settings, rng)
             B, H = _batch_heads(kind in LONG_KINDS, settings, rng, wide=kind == "wide", many=kind == "many_heads")
             spiked = kind in ("spiked", "long_spiked", "mixed") or (

@@ -49,7 +49,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from evo.toolchain import smi
-from evo.errors import LaunchRejected
+from evo.errors import EvoError, LaunchRejected
 from evo.toolchain.machine_code import kernel_digests
 from evo.family.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
@@ -184,11 +184,14 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
     if package:
         attention = importlib.import_module(str(package)).attention
 
-        def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> Any:
-            return attention(q, k, v, causal=causal)
+        def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int) -> Any:
+            if causal and shift not in (0, k.shape[2] - q.shape[2]):
+                raise EvoError(f"the package op aligns a causal mask at a corner; shift {shift} is neither")
+            align = "top_left" if shift == 0 else "bottom_right"
+            return attention(q, k, v, causal=causal, causal_align=align,
+                             enable_gqa=q.shape[1] != k.shape[1])
 
         return None, package_op, None
-    from evo.errors import EvoError
     from evo.gpu.kernels import load_kernels
 
     image = Path(request.cubin_path).read_bytes()
@@ -201,8 +204,8 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
     if digests:
         ev.device["kernel_sha256"] = json.dumps(digests, sort_keys=True)   # device info holds strings
 
-    def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool) -> None:
-        kernels.launch(q, k, v, o, causal=causal)
+    def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int) -> None:
+        kernels.launch(q, k, v, o, causal=causal, shift=shift)
 
     return kernels, kernel_op, list(request.entries)
 
@@ -211,11 +214,12 @@ def _reporting(launch: Callable[..., Any]) -> Callable[..., Any]:
     """``launch`` that first reports each call as progress (GREEN only: never a timed launch)."""
     calls = 0
 
-    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float) -> Any:
+    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float, shift: int) -> Any:
         nonlocal calls
         calls += 1
-        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{' causal' if causal else ''})")
-        return launch(q, k, v, o, causal, scale)
+        kv = "" if k.shape == q.shape else f" on {'x'.join(map(str, k.shape))}"
+        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{kv}{' causal' if causal else ''})")
+        return launch(q, k, v, o, causal, scale, shift)
 
     return report_then_launch
 
@@ -287,8 +291,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
-            def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal) -> Any:
-                return op(q, k, v, o, causal=_causal)
+            def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal, _shift: int = shape.shift) -> Any:
+                return op(q, k, v, o, causal=_causal, shift=_shift)
 
             progress(f"FAST {shape.tag}")
             known = [] if plan.interleave else [t for t in session.baselines(shape, plan) if t.backend not in beside]
@@ -347,7 +351,7 @@ def _warm_up() -> None:
     import_cuda()
     x = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
     for backend in SDPA_BACKENDS:
-        runs(sdpa_op(backend, False), (x, x, x, None))  # a backend that refuses is skipped
+        runs(sdpa_op(backend, Shape("warm", 1, 1, 16, 64, False)), (x, x, x, None))  # one that refuses is skipped
     with sdpa_kernel(SDPBackend.MATH):
         for wide in (torch.float32, torch.float64):
             F.scaled_dot_product_attention(x.to(wide), x.to(wide), x.to(wide))

@@ -12,8 +12,9 @@ or Inf, stayed within tolerance, and produced the same bits when run again.
 :func:`check_outputs` applies the same rule to outputs a kernel wrote while it was being timed
 (FAST), against a reference on freshly regenerated inputs, many input sets at once.
 
-The launch is any callable ``launch(q, k, v, o, causal, scale)``: a compiled candidate on the
-GPU, or plain torch code on CPU tensors in the tests. Nothing here catches exceptions: a CUDA
+The launch is any callable ``launch(q, k, v, o, causal, scale, shift)`` (docs/kernel-abi.md:
+q and o ``(B, Hq, Lq, D)``, k and v ``(B, Hkv, Lk, D)``, query i sees keys j <= i + shift when
+causal): a compiled candidate on the GPU, or plain torch code on CPU tensors in the tests. Nothing here catches exceptions: a CUDA
 fault propagates so the worker can mark the candidate ``crashed``.
 """
 
@@ -31,7 +32,7 @@ from evo.errors import EvoError
 from evo.results import CheckResult, Shape, Status
 from evo.gpu.suites import INPUTS, GreenCase, GreenSettings
 
-Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool, float], None]
+Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool, float, int], None]
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Quiet NaNs with a payload that arithmetic never yields (GPUs and CPUs produce the canonical NaN),
@@ -43,6 +44,8 @@ def input_seed(shape: Shape, seed: int, salt: int) -> int:
     """The generator seed of one check: stable per (case, seed, salt), independent of process."""
     key = (f"{shape.case}|{shape.B},{shape.H},{shape.L},{shape.D}|{int(shape.causal)}|"
            f"{shape.dtype}|{seed}|{salt}")
+    if (shape.Hkv, shape.Lk, shape.align) != (shape.H, shape.L, "top_left"):  # older keys unchanged
+        key += f"|{shape.Hkv},{shape.Lk},{shape.align}"
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
 
@@ -81,22 +84,23 @@ def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, 
                 spike: float = 0.0, inputs: str = "normal") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v of ``shape`` in its dtype (never zeros, never equal), of standard deviation ``std``,
     drawn as ``inputs`` says (:data:`evo.gpu.suites.INPUTS`): independent normal entries by default;
-    ``spike`` > 0 multiplies one key row per head, drawn from the first half of the sequence (so
-    that under a causal mask most rows see it), by ``spike``."""
+    ``spike`` > 0 multiplies one key row per key/value head, drawn from the first half of the keys
+    (so that under a causal mask most rows see it), by ``spike``. q is (B, H, L, D), k and v
+    (B, Hkv, Lk, D)."""
     if inputs not in INPUTS:
         raise EvoError(f"unknown GREEN inputs {inputs!r}; one of {', '.join(INPUTS)}")
     gen = torch.Generator(device=device).manual_seed(input_seed(shape, seed, salt))
-    dims = (shape.B, shape.H, shape.L, shape.D)
-    q, k, v = (_normal(dims, gen, device, inputs == "heavy") * std for _ in range(3))
+    q_dims, kv_dims = (shape.B, shape.H, shape.L, shape.D), (shape.B, shape.Hkv, shape.Lk, shape.D)
+    q, k, v = (_normal(d, gen, device, inputs == "heavy") * std for d in (q_dims, kv_dims, kv_dims))
     if inputs == "flat":
         q *= FLAT
     elif inputs == "mixed":
         q[:, :, 0::2] *= FLAT
     elif inputs == "equal_keys":
-        k = k[:, :, :1].expand(dims).clone()
+        k = k[:, :, :1].expand(kv_dims).clone()
     if spike:
-        rows = torch.randint(0, (shape.L + 1) // 2, (shape.B, shape.H), generator=gen, device=device)
-        b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.H, device=device),
+        rows = torch.randint(0, (shape.Lk + 1) // 2, (shape.B, shape.Hkv), generator=gen, device=device)
+        b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.Hkv, device=device),
                               indexing="ij")
         k[b, h, rows] *= spike
     dt = TORCH_DTYPES[shape.dtype]
@@ -107,26 +111,62 @@ def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, 
     return typed
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-              dtype: torch.dtype, max_scores_bytes: int = 1 << 30) -> torch.Tensor:
-    """SDPA's math backend on the inputs upcast to ``dtype``, with full-precision float32 matmuls.
+def causal_mask(L: int, Lk: int, shift: int, device: str | torch.device) -> torch.Tensor:
+    """The ABI's causal mask as booleans (L, Lk): query i sees key j when j <= i + shift."""
+    i = torch.arange(L, device=device).unsqueeze(1)
+    return torch.arange(Lk, device=device).unsqueeze(0) <= i + shift
 
-    Heads go through in chunks whose L x L score matrices stay under ``max_scores_bytes``, so
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, shift: int,
+         scale: float | None = None) -> torch.Tensor:
+    """PyTorch's SDPA on an ABI problem (GQA heads, Lq != Lk, the causal mask at ``shift``), in
+    whatever backend it picks: the top-left mask as ``is_causal``, the bottom-right one as
+    ``causal_lower_right`` (Lq < Lk), any other shift as a boolean mask. Rows that see no key are left as
+    SDPA leaves them (NaN in some backends): :func:`zero_unseen` sets the ABI's zeros."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    Lq, Lk = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if not causal or shift == 0:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
+    mask = causal_lower_right(Lq, Lk) if shift == Lk - Lq > 0 else causal_mask(Lq, Lk, shift, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+
+
+def zero_unseen(o: torch.Tensor, causal: bool, shift: int) -> torch.Tensor:
+    """``o`` with the rows that see no key (causal, i + shift < 0) set to zero, as the ABI has them."""
+    if causal and shift < 0:
+        o[:, :, :min(-shift, o.shape[2])] = 0
+    return o
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+              dtype: torch.dtype, max_scores_bytes: int = 1 << 30, shift: int = 0) -> torch.Tensor:
+    """SDPA's math backend on the inputs upcast to ``dtype``, with full-precision float32 matmuls;
+    k and v may have fewer heads (each serves ``Hq / Hkv`` query heads, expanded here) and
+    another length; a causal mask at ``shift``; rows that see no key are zeros (the ABI's rule).
+
+    Heads go through in chunks whose Lq x Lk score matrices stay under ``max_scores_bytes``, so
     long FAST shapes can be re-checked without materializing every head's scores at once.
     """
     B, H, L, D = q.shape
-    step = max(1, max_scores_bytes // (L * L * torch.finfo(dtype).bits // 8))
-    heads = [t.reshape(B * H, L, D) for t in (q, k, v)]
+    group = H // k.shape[1]
+    k, v = (t.repeat_interleave(group, dim=1) if group > 1 else t for t in (k, v))
+    Lk = k.shape[2]
+    step = max(1, max_scores_bytes // (L * Lk * torch.finfo(dtype).bits // 8))
+    heads = [t.reshape(B * H, t.shape[2], D) for t in (q, k, v)]
+    mask = causal_mask(L, Lk, shift, q.device) if causal and (shift or Lk != L) else None
     prev = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
         with sdpa_kernel(SDPBackend.MATH):
             out = [F.scaled_dot_product_attention(heads[0][i:i + step].to(dtype), heads[1][i:i + step].to(dtype),
-                                                  heads[2][i:i + step].to(dtype), is_causal=causal, scale=scale)
+                                                  heads[2][i:i + step].to(dtype), attn_mask=mask,
+                                                  is_causal=causal and mask is None, scale=scale)
                    for i in range(0, B * H, step)]
     finally:
         torch.set_float32_matmul_precision(prev)
-    return torch.cat(out).view(B, H, L, D)
+    return zero_unseen(torch.cat(out).view(B, H, L, D), causal, shift)
 
 
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, tuple[int, ...] | None]:
@@ -201,7 +241,7 @@ def _output_faults(buf: GuardedOutput, err: float, where: tuple[int, ...] | None
 
 def wide_dtype(shape: Shape, settings: GreenSettings) -> torch.dtype:
     """The reference's precision: float64 for small problems, float32 otherwise."""
-    return torch.float64 if settings.float64_below > shape.B * shape.H * shape.L * shape.L else torch.float32
+    return torch.float64 if settings.float64_below > shape.B * shape.H * shape.L * shape.Lk else torch.float32
 
 
 def _as_case(case: Shape | GreenCase) -> GreenCase:
@@ -215,9 +255,9 @@ def check_case(launch: Launch, case: Shape | GreenCase, seed: int, settings: Gre
     shape = case.shape
     q, k, v = make_inputs(shape, seed, salt, device, std=case.std, spike=case.spike, inputs=case.inputs)
     scale = case.scale_for()
-    ref = reference(q, k, v, shape.causal, scale, wide_dtype(shape, settings))
-    ref_err, _ = max_abs_err(F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
-                                                            scale=scale), ref)
+    ref = reference(q, k, v, shape.causal, scale, wide_dtype(shape, settings), shift=shape.shift)
+    own = zero_unseen(sdpa(q, k, v, causal=shape.causal, shift=shape.shift, scale=scale), shape.causal, shape.shift)
+    ref_err, _ = max_abs_err(own, ref)
     if not math.isfinite(ref_err):
         raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to gate with")
     tol = settings.tolerance(ref_err, shape.dtype)
@@ -225,13 +265,13 @@ def check_case(launch: Launch, case: Shape | GreenCase, seed: int, settings: Gre
     buf = GuardedOutput(shape, settings.guard_elements, device)
 
     buf.poison()
-    launch(q, k, v, buf.out, shape.causal, scale)
+    launch(q, k, v, buf.out, shape.causal, scale, shape.shift)
     first = buf.out.clone()
     err, where = max_abs_err(first, ref)
     reason = _memory_faults(buf, (q, k, v), copies) or _output_faults(buf, err, where, tol)
     if not reason:
         buf.poison()
-        launch(q, k, v, buf.out, shape.causal, scale)
+        launch(q, k, v, buf.out, shape.causal, scale, shape.shift)
         reason = _memory_faults(buf, (q, k, v), copies)
         if not reason and not _same_bits(buf.out, first):
             differ = int((buf.out.view(torch.int16) != first.view(torch.int16)).sum())
@@ -282,8 +322,8 @@ def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: S
             return f"set {i} of {n}: wrote out of bounds while timed: {g.guards_changed()} guard elements changed"
     q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
     wide = wide_dtype(shape, settings)
-    ref = reference(q, k, v, shape.causal, scale, wide)
-    own = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, scale=scale)
+    ref = reference(q, k, v, shape.causal, scale, wide, shift=shape.shift)
+    own = zero_unseen(sdpa(q, k, v, causal=shape.causal, shift=shape.shift, scale=scale), shape.causal, shape.shift)
     tols = [settings.tolerance(e, shape.dtype) for e in _per_set_max(own.to(wide) - ref, n)]
     if not all(math.isfinite(t) for t in tols):
         raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to check with")
@@ -307,7 +347,7 @@ def label(check: CheckResult) -> str:
     s = check.shape
     name, _, inputs = s.case.partition(" ")
     text = f"{name}{'c' if s.causal else ''} {s.dtype} seed {check.seed}"
-    return text + (f" B,H,L,D={s.B},{s.H},{s.L},{s.D} ({inputs})" if inputs else "")
+    return text + (f" B,H,L,D={s.dims} ({inputs})" if inputs else "")
 
 
 def verdict(checks: Sequence[CheckResult],

@@ -30,7 +30,7 @@ from evo.family.render import Entry
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the kernel's limit raised
 ALIGNMENT = 16  # bytes: base pointers of q, k, v, o (16-byte vector loads)
-MAX_GRID_Y = 65535              # grid.y = B * H
+MAX_GRID_Y = 65535              # grid.y = B * Hq
 ATTRIBUTES = ("num_regs", "local_size_bytes", "shared_size_bytes", "const_size_bytes",
               "max_threads_per_block", "max_dynamic_shared_size_bytes", "binary_version",
               "ptx_version")
@@ -139,10 +139,13 @@ class CandidateKernels:
         return (q.shape[-1], DTYPE_NAMES.get(q.dtype), causal) in self._kernels
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, *,
-               causal: bool, scale: float | None = None) -> None:
-        """o = softmax(scale * q k^T [causal mask]) v for contiguous (B, H, L, D) tensors."""
+               causal: bool, scale: float | None = None, shift: int = 0) -> None:
+        """o = softmax(scale * q k^T [causal mask]) v: q and o contiguous (B, Hq, Lq, D), k and v
+        (B, Hkv, Lk, D); query i sees keys j <= i + shift when causal (docs/kernel-abi.md)."""
         self._validate(q, k, v, o)
         B, H, L, D = q.shape
+        Hkv, Lk = k.shape[1], k.shape[2]
+        shift = shift if causal else 0
         found = self._kernels.get((D, DTYPE_NAMES[q.dtype], causal))
         if found is None:
             have = ", ".join(e.name for e in self.entries)
@@ -150,30 +153,32 @@ class CandidateKernels:
                            f"{'causal' if causal else 'full'}; have {have}")
         entry, kernel = found
         s = 1.0 / math.sqrt(D) if scale is None else scale
+        dims = (np.int32(B), np.int32(H), np.int32(Hkv), np.int32(L), np.int32(Lk), np.int32(shift))
         if entry.launch.abi == "tma":
-            self._launch_tma(entry, (q, k, v, o), s)
+            self._launch_tma(entry, (q, k, v, o), dims, s)
             return
         config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L, self._sms),
                                          block=(entry.launch.threads, 1, 1),
                                          shmem_size=entry.launch.smem_bytes)
         self._core.launch(self._stream(), config, kernel,
-                          q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                          np.int32(B), np.int32(H), np.int32(L), np.float32(s))
+                          q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), *dims, np.float32(s))
 
-    def _launch_tma(self, entry: Entry, qkvo: tuple[torch.Tensor, ...], scale: float) -> None:
-        """TMA ABI: a tensor map per tensor (box rows from the manifest), then the plain arguments."""
-        B, H, L, D = qkvo[0].shape
-        shape = (B, H, L, D)
-        maps = [tma.encode(t.data_ptr(), shape, entry.dtype, rows) for t, rows in zip(qkvo, entry.launch.tma_rows, strict=True)]
+    def _launch_tma(self, entry: Entry, qkvo: tuple[torch.Tensor, ...], dims: tuple[np.int32, ...],
+                    scale: float) -> None:
+        """TMA ABI: a tensor map per tensor (its own shape; box rows from the manifest), then the
+        plain arguments."""
+        B, H, L, _ = qkvo[0].shape
+        maps = [tma.encode(t.data_ptr(), (t.shape[0], t.shape[1], t.shape[2], t.shape[3]), entry.dtype, rows)
+                for t, rows in zip(qkvo, entry.launch.tma_rows, strict=True)]
         args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
-                ctypes.c_int(B), ctypes.c_int(H), ctypes.c_int(L), ctypes.c_float(scale)]
+                *(ctypes.c_int(int(d)) for d in dims), ctypes.c_float(scale)]
         tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
                    entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                 causal: bool, scale: float) -> None:
-        """The gate's and timer's launch signature: ``launch(q, k, v, o, causal, scale)``."""
-        self.launch(q, k, v, o, causal=causal, scale=scale)
+                 causal: bool, scale: float, shift: int = 0) -> None:
+        """The gate's launch signature: ``launch(q, k, v, o, causal, scale, shift)``."""
+        self.launch(q, k, v, o, causal=causal, scale=scale, shift=shift)
 
     def kernel_attributes(self) -> dict[str, dict[str, int]]:
         """Per entry: registers, local/static/const memory, limits and versions, from the driver."""
@@ -204,16 +209,23 @@ def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
             raise EvoError(f"{name} is on {t.device}; the kernels are loaded on {device}")
         if t.dtype not in DTYPE_NAMES or t.dtype != q.dtype:
             raise EvoError(f"{name} is {t.dtype}; need float16 or bfloat16, the same for q, k, v, o")
-        if t.dim() != 4 or t.shape != q.shape:
-            raise EvoError(f"{name} has shape {tuple(t.shape)}; need (B, H, L, D) equal for q, k, v, o")
+        want = q.shape if name in "qo" else k.shape
+        if t.dim() != 4 or t.shape != want:
+            raise EvoError(f"{name} has shape {tuple(t.shape)}; need q and o (B, Hq, Lq, D), "
+                           f"k and v (B, Hkv, Lk, D), k and v alike")
         if not t.is_contiguous():
             raise EvoError(f"{name} is not contiguous (strides {t.stride()})")
         if t.data_ptr() % ALIGNMENT:  # the families load 16-byte vectors (docs/kernel-abi.md)
             raise EvoError(f"{name} is not {ALIGNMENT}-byte aligned (a view with a storage offset?)")
     B, H, L, D = q.shape
-    if min(B, H, L, D) < 1:
-        raise EvoError(f"empty problem (B, H, L, D) = {(B, H, L, D)}")
+    Bk, Hkv, Lk, Dk = k.shape
+    if (Bk, Dk) != (B, D):
+        raise EvoError(f"k has shape {tuple(k.shape)}; need q's batch {B} and head dim {D}")
+    if min(B, H, L, D, Hkv, Lk) < 1:
+        raise EvoError(f"empty problem (B, Hq, Hkv, Lq, Lk, D) = {(B, H, Hkv, L, Lk, D)}")
+    if H % Hkv:
+        raise EvoError(f"{H} query heads are not a multiple of {Hkv} key/value heads")
     if B * H > MAX_GRID_Y:
-        raise EvoError(f"B * H = {B * H} is over the grid limit {MAX_GRID_Y}")
-    if q.numel() >= 2**31:
-        raise EvoError(f"{q.numel()} elements per tensor: the kernel ABI indexes with 32-bit ints")
+        raise EvoError(f"B * Hq = {B * H} is over the grid limit {MAX_GRID_Y}")
+    if max(q.numel(), k.numel()) >= 2**31:
+        raise EvoError(f"{max(q.numel(), k.numel())} elements per tensor: the kernel ABI indexes with 32-bit ints")

@@ -1,25 +1,32 @@
 """The acceptance suites as data: GREEN cases + gate settings, and FAST cases with selection.
 
-``acceptance/green.toml`` and ``acceptance/fast.toml`` are the single source of the shapes,
-causal modes, dtypes, seeds, tolerances and GREEN's draw ranges; this module turns them into
-:class:`Shape` lists, a :class:`GreenSettings` and the drawn :class:`GreenCase` s of one
-evaluation (:mod:`evo.gpu.draws`), and parses FAST selections such as ``F1``, ``F3c`` (causal
+``acceptance/green.toml``, ``acceptance/fast.toml`` and ``acceptance/llm.toml`` are the single
+source of the shapes, causal modes, dtypes, seeds, tolerances and GREEN's draw ranges; this module
+turns them into :class:`Shape` lists, a :class:`GreenSettings` and the drawn :class:`GreenCase` s of
+one evaluation (:mod:`evo.gpu.draws`), and parses FAST selections such as ``F1``, ``F3c`` (causal
 only), ``F3f`` (full only) and ``F1-F4`` (a range in suite order), each optionally in another
 dtype than the suite's (``F6-bf16``, ``F6c-bf16``, ``F6-F7-bf16``: the case tags' own spelling).
+
+The FAST cases come from two suites: ``fast.toml`` (multi-head self-attention, the default
+selection) and ``llm.toml`` (attention as language models run it: grouped key/value heads,
+a query chunk against a longer key cache, cross-attention; bf16 first). Their case names are
+distinct, so a selection may mix them; a suite's name (``fast``, ``llm``) selects all of it.
+A case's ``shape`` is ``[B, H, L, D]`` or ``[B, Hq, Hkv, Lq, Lk, D]``; it may set its own
+``causal`` modes and ``align = "bottom_right"`` (the causal mask's corner).
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from evo import paths
 from evo.errors import EvoError
-from evo.results import Shape
+from evo.results import ALIGNS, Shape
 
 DTYPES = ("fp16", "bf16")
 _SELECT = re.compile(r"^(?P<first>[^-\s]+?)(?:-(?P<last>[^-\s]+?))?(?P<mode>[cf])?$")
@@ -27,7 +34,8 @@ _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 
 
 DRAW_KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide",
-              "flat", "mixed", "heavy", "equal_keys", "placed", "many_heads")
+              "flat", "mixed", "heavy", "equal_keys", "placed", "many_heads",
+              "gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")
 """The kinds of check GREEN draws (:mod:`evo.gpu.draws`). New kinds go last: a stored salt then still
 draws the same cases for the kinds it had."""
 
@@ -100,12 +108,47 @@ class GreenCase:
         return self.scale if self.scale is not None else self.shape.D ** -0.5
 
 
+FAST_SUITES = ("fast", "llm")
+"""The FAST suites (acceptance/NAME.toml); the first is the default selection."""
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One ``[[case]]``: its problem (``Shape`` fields but the dtype and causal mode) and modes."""
+
+    name: str
+    dims: dict[str, Any]                 # B, H, L, D and, where given, Hkv, Lk, align
+    causal: tuple[bool, ...]
+
+
 @dataclass(frozen=True)
 class _Suite:
     path: Path
     data: dict[str, Any]
-    cases: tuple[tuple[str, tuple[int, int, int, int]], ...]
-    causal: tuple[bool, ...]
+    cases: tuple[_Case, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.cases]
+
+
+def _dims(c: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    shape = c.get("shape")
+    if "name" not in c or not (isinstance(shape, list) and len(shape) in (4, 6)
+                               and all(isinstance(x, int) and x >= 1 for x in shape)):
+        raise EvoError(f"{path}: each [[case]] needs a name and shape = [B, H, L, D] or "
+                       "[B, Hq, Hkv, Lq, Lk, D] of positive ints")
+    if len(shape) == 4:
+        dims = dict(zip("BHLD", shape, strict=True))
+    else:
+        dims = dict(zip(("B", "H", "Hkv", "L", "Lk", "D"), shape, strict=True))
+        if dims["H"] % dims["Hkv"]:
+            raise EvoError(f"{path}: case {c['name']}: {dims['H']} query heads are not a multiple of "
+                           f"{dims['Hkv']} key/value heads")
+    align = c.get("align", "top_left")
+    if align not in ALIGNS:
+        raise EvoError(f"{path}: case {c['name']}: align must be one of {', '.join(ALIGNS)}")
+    return dims | {"align": align}
 
 
 def _load(name: str, path: Path | None) -> _Suite:
@@ -114,20 +157,15 @@ def _load(name: str, path: Path | None) -> _Suite:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise EvoError(f"cannot read suite {path}: {exc}") from None
-    cases = []
-    for c in data.get("case", []):
-        shape = c.get("shape")
-        if "name" not in c or not (isinstance(shape, list) and len(shape) == 4
-                                   and all(isinstance(x, int) and x >= 1 for x in shape)):
-            raise EvoError(f"{path}: each [[case]] needs a name and shape = [B, H, L, D] of positive ints")
-        cases.append((str(c["name"]), tuple(shape)))
+    modes = tuple(bool(c) for c in data.get("causal", [False, True]))
+    cases = [_Case(str(c.get("name")), _dims(c, path), tuple(bool(x) for x in c.get("causal", modes)))
+             for c in data.get("case", [])]
     if not cases:
         raise EvoError(f"{path}: no [[case]] entries")
-    names = [n for n, _ in cases]
+    names = [c.name for c in cases]
     if len(set(names)) != len(names):
         raise EvoError(f"{path}: duplicate case names in {', '.join(names)}")
-    causal = tuple(bool(c) for c in data.get("causal", [False, True]))
-    return _Suite(path, data, tuple(cases), causal)  # type: ignore[arg-type]
+    return _Suite(path, data, tuple(cases))
 
 
 def _check_dtypes(dtypes: Sequence[str], where: str) -> tuple[str, ...]:
@@ -137,12 +175,12 @@ def _check_dtypes(dtypes: Sequence[str], where: str) -> tuple[str, ...]:
     return tuple(dtypes)
 
 
-def _shapes(suite: _Suite, names: Sequence[str], modes: Mapping[str, tuple[bool, ...]],
+def _shapes(suite: _Suite, names: Sequence[str], modes: Mapping[str, Collection[bool]],
             dtypes: Sequence[str]) -> list[Shape]:
     """Shapes ordered by dtype, then suite order, then causal mode (full first)."""
-    dims = dict(suite.cases)
-    return [Shape(n, *dims[n], causal=c, dtype=dt)
-            for dt in dtypes for n in names for c in suite.causal if c in modes[n]]
+    by_name = {c.name: c for c in suite.cases}
+    return [Shape(n, causal=c, dtype=dt, **by_name[n].dims)
+            for dt in dtypes for n in names for c in sorted(by_name[n].causal) if c in modes[n]]
 
 
 def green_settings(path: Path | None = None) -> GreenSettings:
@@ -206,52 +244,77 @@ def green_cases(dtypes: Sequence[str] | None = None, path: Path | None = None) -
     suite = _load("green.toml", path)
     dts = _check_dtypes(dtypes if dtypes is not None else suite.data.get("dtypes", DTYPES),
                         "green_cases")
-    names = [n for n, _ in suite.cases]
-    return _shapes(suite, names, {n: suite.causal for n in names}, dts)
+    return _shapes(suite, suite.names, {c.name: c.causal for c in suite.cases}, dts)
+
+
+def _fast_suites(path: Path | None) -> list[tuple[str, _Suite]]:
+    """(name, suite) of each FAST suite; ``path`` replaces the default one (tests), alone."""
+    if path is not None:
+        return [(FAST_SUITES[0], _load("", path))]
+    suites = [(name, _load(f"{name}.toml", None)) for name in FAST_SUITES]
+    seen: dict[str, str] = {}
+    for name, suite in suites:
+        for case in suite.names:
+            if case in seen:
+                raise EvoError(f"FAST case {case} is in both {seen[case]}.toml and {name}.toml")
+            seen[case] = name
+    return suites
 
 
 def fast_cases(select: Sequence[str] | None = None, dtype: str | None = None,
                path: Path | None = None) -> list[Shape]:
-    """FAST shapes, all or ``select``ed (``F1``, ``F3c``, ``F3f``, ``F1-F4``, ``F6-bf16``; commas
-    allowed), in ``dtype`` (default: the suite's) where an item names none."""
-    suite = _load("fast.toml", path)
-    (dt,) = _check_dtypes([dtype or suite.data.get("dtype", "fp16")], "fast_cases")
-    names = [n for n, _ in suite.cases]
+    """FAST shapes, the default suite's or those ``select``ed (``F1``, ``F3c``, ``F3f``, ``F1-F4``,
+    ``F6-bf16``, ``llm``; commas allowed), in ``dtype`` (default: each suite's own) where an item
+    names none."""
+    suites = _fast_suites(path)
+    if dtype is not None:
+        _check_dtypes([dtype], "fast_cases")
     if select is None:
-        return _shapes(suite, names, {n: suite.causal for n in names}, [dt])
-    modes: dict[str, dict[str, set[bool]]] = {}       # dtype -> case -> causal modes
+        _, suite = suites[0]
+        return _shapes(suite, suite.names, {c.name: c.causal for c in suite.cases},
+                       [dtype or suite.data.get("dtype", "fp16")])
+    modes: dict[tuple[str, str], dict[str, set[bool]]] = {}   # (suite, dtype) -> case -> causal modes
     for item in (t.strip() for s in select for t in s.split(",")):
         if not item:
             continue
         m = _IN_DTYPE.match(item)
-        chosen, mode = _parse_one(m["select"] if m else item, names, suite.path)
+        name, chosen, mode = _parse_one(m["select"] if m else item, suites)
+        suite = dict(suites)[name]
+        dt = m["dtype"] if m else dtype or suite.data.get("dtype", "fp16")
         for n in chosen:
-            modes.setdefault(m["dtype"] if m else dt, {}).setdefault(n, set()).update(mode)
+            modes.setdefault((name, dt), {}).setdefault(n, set()).update(mode)
     if not modes:
-        raise EvoError(f"empty FAST selection; cases: {', '.join(names)}")
+        raise EvoError(f"empty FAST selection; cases: {', '.join(n for _, s in suites for n in s.names)}")
     out: list[Shape] = []
-    for d in (d for d in DTYPES if d in modes):
-        picked = [n for n in names if n in modes[d]]
-        out += _shapes(suite, picked, {n: tuple(modes[d][n]) for n in picked}, [d])
+    for d in DTYPES:
+        for name, suite in suites:
+            if (name, d) in modes:
+                chosen_modes = modes[(name, d)]
+                picked = [n for n in suite.names if n in chosen_modes]
+                out += _shapes(suite, picked, chosen_modes, [d])
     return out
 
 
 def fast_cases_by_tag() -> dict[str, Shape]:
-    """Every FAST case of the suite in every dtype, by tag (``F4c-fp16``): what a stored tag
+    """Every FAST case of every suite in every dtype, by tag (``F4c-fp16``): what a stored tag
     (a study's settings, a trial's speedups) names."""
-    return {s.tag: s for dtype in DTYPES for s in fast_cases(dtype=dtype)}
+    return {s.tag: s for dtype in DTYPES for s in fast_cases(list(FAST_SUITES), dtype=dtype)}
 
 
-def _parse_one(item: str, names: list[str], where: Path) -> tuple[list[str], tuple[bool, ...]]:
+def _parse_one(item: str, suites: Sequence[tuple[str, _Suite]]) -> tuple[str, list[str], tuple[bool, ...]]:
+    """(suite, case names, causal modes) that one selection item names."""
+    for name, suite in suites:
+        if item == name:
+            return name, suite.names, (False, True)
     m = _SELECT.match(item)
-    if m:
-        first, last, mode = m["first"], m["last"] or m["first"], m["mode"]
-        if first in names and last in names:
-            i, j = names.index(first), names.index(last)
+    for name, suite in suites:
+        names = suite.names
+        if m and m["first"] in names and (m["last"] or m["first"]) in names:
+            i, j = names.index(m["first"]), names.index(m["last"] or m["first"])
             if i <= j:
-                modes = {"c": (True,), "f": (False,), None: (False, True)}[mode]
-                return names[i:j + 1], modes
+                return name, names[i:j + 1], {"c": (True,), "f": (False,), None: (False, True)}[m["mode"]]
             raise EvoError(f"FAST range {item!r} runs backwards; cases in order: {', '.join(names)}")
-    raise EvoError(f"unknown FAST case {item!r} (in {where.name}); cases: {', '.join(names)}; "
-                   f"use NAME, NAMEc (causal only), NAMEf (full only) or FIRST-LAST, each optionally "
-                   f"followed by -{' or -'.join(DTYPES)}")
+    every = "; ".join(f"{name}: {', '.join(s.names)}" for name, s in suites)
+    raise EvoError(f"unknown FAST case {item!r}; cases ({every}); use NAME, NAMEc (causal only), NAMEf "
+                   f"(full only), FIRST-LAST or a suite's name, each optionally followed by "
+                   f"-{' or -'.join(DTYPES)}")

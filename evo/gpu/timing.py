@@ -193,7 +193,8 @@ def disagrees(timing: Timing, limit: float = FIDELITY_LIMIT) -> str:
 
 def io_bytes(shape: Shape) -> float:
     """Bytes a forward pass must move at least: Q, K, V read once, O written once."""
-    return 4.0 * shape.B * shape.H * shape.L * shape.D * ELEMENT_BYTES[shape.dtype]
+    rows = 2 * shape.H * shape.L + 2 * shape.Hkv * shape.Lk
+    return float(rows * shape.B * shape.D * ELEMENT_BYTES[shape.dtype])
 
 
 def floor_us(shape: Shape) -> float:
@@ -298,9 +299,9 @@ class InputSets:
 
         gen = torch.Generator(device="cuda").manual_seed(self.seed)
         s = self.shape
-        dims, dt = (s.B, s.H, s.L, s.D), _torch_dtype(s.dtype)
+        dims, dt = ((s.B, s.H, s.L, s.D), (s.B, s.Hkv, s.Lk, s.D), (s.B, s.Hkv, s.Lk, s.D)), _torch_dtype(s.dtype)
         for _ in range(n):
-            yield tuple(torch.randn(dims, generator=gen, device="cuda", dtype=dt) for _ in range(3))  # type: ignore[misc]
+            yield tuple(torch.randn(d, generator=gen, device="cuda", dtype=dt) for d in dims)  # type: ignore[misc]
 
     def fresh(self) -> list[tuple[Any, Any, Any]]:
         return list(self._draw(len(self.sets)))
@@ -448,10 +449,12 @@ def profile(timer: GraphTimer, replays: int = PROFILE_REPLAYS) -> Fidelity | Non
 # ----------------------------------------------------------------------------- SDPA
 
 
-def sdpa_op(backend: str, causal: bool) -> Op:
-    """SDPA restricted to one backend ("sdpa_default": no restriction), returning its output."""
-    import torch
+def sdpa_op(backend: str, shape: Shape) -> Op:
+    """SDPA on ``shape``'s problem (GQA heads, its causal mask: :func:`evo.gpu.gate.sdpa`)
+    restricted to one backend ("sdpa_default": no restriction), returning its output."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from evo.gpu.gate import sdpa
 
     restrict = {
         "sdpa_flash": SDPBackend.FLASH_ATTENTION,
@@ -459,13 +462,13 @@ def sdpa_op(backend: str, causal: bool) -> Op:
         "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
         "sdpa_default": None,
     }[backend]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    causal, shift = shape.causal, shape.shift
 
     def op(q: Any, k: Any, v: Any, o: Any) -> Any:
         if restrict is None:
-            return sdpa(q, k, v, is_causal=causal)
+            return sdpa(q, k, v, causal=causal, shift=shift)
         with sdpa_kernel(restrict):
-            return sdpa(q, k, v, is_causal=causal)
+            return sdpa(q, k, v, causal=causal, shift=shift)
 
     return op
 
@@ -675,7 +678,7 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     ``recheck`` runs the correctness checks for a shape and returns "" or why it failed.
     """
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
-    ops |= {b: sdpa_op(b, shape.causal) for b in backends}
+    ops |= {b: sdpa_op(b, shape) for b in backends}
     result = CaseTiming([])
     kw = dict(optional=backends, rounds=rounds, reps=reps, warmup=warmup, budget_ms=budget_ms,
               check=check, remeasure=remeasure, result=result)

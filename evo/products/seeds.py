@@ -116,7 +116,7 @@ def time_sweep(shapes: Sequence[Shape], backends: Sequence[str], reps: int = SWE
         sets = make_inputs(shape, seed=i)
         us: dict[str, float] = {}
         for backend in backends:
-            op = sdpa_op(backend, shape.causal)
+            op = sdpa_op(backend, shape)
             if not runs(op, sets[0]):
                 continue
             try:

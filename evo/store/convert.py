@@ -29,7 +29,8 @@ def resources_dict(r: Resources) -> dict[str, int]:
 
 
 def shape(row: Check | TimingRow) -> Shape:
-    return Shape(row.case, row.B, row.H, row.L, row.D, row.causal, row.dtype)
+    return Shape(row.case, row.B, row.H, row.L, row.D, row.causal, row.dtype, row.Hkv or 0, row.Lk or 0,
+                 row.align or "top_left")
 
 
 def timing(t: TimingRow) -> Timing:

@@ -180,6 +180,9 @@ class _ShapeColumns:
     D: Mapped[int]
     causal: Mapped[bool]
     dtype: Mapped[str] = mapped_column(String(8))
+    Hkv: Mapped[int | None]        # NULL: H (multi-head); see evo.results.Shape
+    Lk: Mapped[int | None]         # NULL: L (self-attention)
+    align: Mapped[str | None] = mapped_column(String(16))  # NULL: top left
 
 
 class Check(_ShapeColumns, Base):
