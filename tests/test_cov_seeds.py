@@ -151,7 +151,7 @@ class SweepGpu:
             def close(self) -> None:
                 gpu.closed.append(self.backend)
 
-        def sdpa_op(backend: str, causal: bool) -> object:
+        def sdpa_op(backend: str, shape: object) -> object:
             def op(q: object, k: object, v: object, o: object) -> None:
                 pass
 

@@ -119,7 +119,7 @@ def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
         if request.build_id.startswith("wide"):
             raise LaunchRejected("evo_attn_d64_fp16_full: needs 300000 B shared memory > 232448 B")
         ev.device["cubin_sha256"] = "c" * 64
-        return (lambda *a: None), (lambda q, k, v, o, *, causal: None), list(request.entries)
+        return (lambda *a: None), (lambda q, k, v, o, *, causal, shift: None), list(request.entries)
 
     def run_green(launch, cases, settings, salt):
         calls["green"].append(cases)
@@ -291,11 +291,13 @@ def test_each_green_launch_is_reported_as_progress(monkeypatch: pytest.MonkeyPat
     notes: list[str] = []
     launched: list[bool] = []
     monkeypatch.setattr(evaluate, "progress", notes.append)
-    launch = evaluate._reporting(lambda q, k, v, o, causal, scale: launched.append(causal))
-    q = torch.zeros(1, 2, 3, 64)
-    launch(q, q, q, q, True, 0.125)
-    launch(q, q, q, q, False, 0.125)
-    assert notes == ["GREEN launch 1 (1x2x3x64 causal)", "GREEN launch 2 (1x2x3x64)"] and launched == [True, False]
+    launch = evaluate._reporting(lambda q, k, v, o, causal, scale, shift: launched.append(causal))
+    q, kv = torch.zeros(1, 2, 3, 64), torch.zeros(1, 1, 5, 64)
+    launch(q, q, q, q, True, 0.125, 0)
+    launch(q, q, q, q, False, 0.125, 0)
+    launch(q, kv, kv, q, True, 0.125, 2)
+    assert notes == ["GREEN launch 1 (1x2x3x64 causal)", "GREEN launch 2 (1x2x3x64)",
+                     "GREEN launch 3 (1x2x3x64 on 1x1x5x64 causal)"] and launched == [True, False, True]
 
 
 def test_a_session_uses_inherited_baselines_until_they_age(monkeypatch: pytest.MonkeyPatch) -> None:

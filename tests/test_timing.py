@@ -78,7 +78,7 @@ def test_time_graph_sdpa_is_positive_and_steady() -> None:
 
     from evo.gpu.timing import Rotation, make_inputs, sdpa_op, time_graph
 
-    fn = Rotation(sdpa_op("sdpa_default", False), make_inputs(F1, seed=0))
+    fn = Rotation(sdpa_op("sdpa_default", F1), make_inputs(F1, seed=0))
     s = Stats.of(time_graph(fn, reps=30))
     torch.cuda.synchronize()
     assert 0.5 < s.median < 1000
@@ -542,9 +542,10 @@ def test_sdpa_backends_that_refuse_the_inputs_are_told_apart(monkeypatch: pytest
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     inputs = tuple(torch.randn(1, 2, 16, 64) for _ in range(4))
-    assert runs(sdpa_op("sdpa_default", True), inputs)
-    assert not runs(sdpa_op("sdpa_cudnn", False), inputs)  # no cuDNN kernel for CPU tensors
-    out = sdpa_op("sdpa_default", False)(*inputs)
+    full, causal = Shape("t", 1, 2, 16, 64, False), Shape("t", 1, 2, 16, 64, True)
+    assert runs(sdpa_op("sdpa_default", causal), inputs)
+    assert not runs(sdpa_op("sdpa_cudnn", full), inputs)  # no cuDNN kernel for CPU tensors
+    out = sdpa_op("sdpa_default", full)(*inputs)
     assert out.shape == inputs[0].shape
 
     def faulting(*args: object) -> None:
