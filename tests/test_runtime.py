@@ -41,7 +41,11 @@ def spoil(case: str) -> tuple[list[Any], torch.device]:
     elif case == "mixed":
         v = v.to(torch.bfloat16)
     elif case == "shape":
-        k = k[:, :, :4].contiguous()
+        k = k[:, :, :4].contiguous()                      # a shorter key cache is fine; v must match it
+    elif case == "groups":
+        q, o = (torch.zeros(1, 3, 8, 64, dtype=torch.float16) for _ in range(2))
+    elif case == "batch":
+        k, v = (torch.zeros(2, 2, 8, 64, dtype=torch.float16) for _ in range(2))
     elif case == "three_d":
         q, k, v, o = (t[0] for t in (q, k, v, o))
     elif case == "transposed":
@@ -61,9 +65,12 @@ def spoil(case: str) -> tuple[list[Any], torch.device]:
 @pytest.mark.parametrize(("case", "message"), [
     ("not_a_tensor", "k is a ndarray, not a tensor"), ("device", "q is on cpu; the kernels are loaded on meta"),
     ("float32", "need float16 or bfloat16"), ("mixed", "v is torch.bfloat16; need float16 or bfloat16, the same"),
-    ("shape", r"k has shape \(1, 2, 4, 64\); need \(B, H, L, D\) equal"), ("three_d", r"need \(B, H, L, D\)"),
+    ("shape", r"v has shape \(1, 2, 8, 64\); need q and o \(B, Hq, Lq, D\), k and v \(B, Hkv, Lk, D\)"),
+    ("three_d", r"need q and o \(B, Hq, Lq, D\)"), ("groups", "3 query heads are not a multiple of 2 key/value heads"),
+    ("batch", r"k has shape \(2, 2, 8, 64\); need q's batch 1 and head dim 64"),
     ("transposed", "q is not contiguous"), ("misaligned", "q is not 16-byte aligned"),
-    ("empty", r"empty problem \(B, H, L, D\) = \(1, 2, 0, 64\)"), ("grid", "B \\* H = 65792 is over the grid limit"),
+    ("empty", r"empty problem \(B, Hq, Hkv, Lq, Lk, D\) = \(1, 2, 2, 0, 0, 64\)"),
+    ("grid", "B \\* Hq = 65792 is over the grid limit"),
     ("int32", "2147483648 elements per tensor: the kernel ABI indexes with 32-bit ints"),
 ])
 def test_the_abi_refuses_what_it_does_not_take(case: str, message: str) -> None:
@@ -194,11 +201,25 @@ def test_a_launch_picks_its_entry_grid_scale_and_arguments(monkeypatch, cubin) -
     (_, stream, config, kernel, *args), (_, _, _, full, *args2) = [c for c in fake.calls if c[0] == "launch"]
     assert stream == "stream:77" and config == {"grid": (2, 6, 1), "block": (128, 1, 1), "shmem_size": 1024}
     assert kernel.name == "evo_attn_d64_fp16_causal" and full.name == "evo_attn_d64_fp16_full"
-    assert args[:4] == [t.data_ptr() for t in (q, k, v, o)] and [int(a) for a in args[4:7]] == [2, 3, 100]
-    assert float(args[7]) == 0.5 and float(args2[7]) == pytest.approx(1 / math.sqrt(64))
+    # (B, Hq, Hkv, Lq, Lk, shift, scale): self-attention, the shift 0 however it is given when full
+    assert args[:4] == [t.data_ptr() for t in (q, k, v, o)] and [int(a) for a in args[4:10]] == [2, 3, 3, 100, 100, 0]
+    assert float(args[10]) == 0.5 and float(args2[10]) == pytest.approx(1 / math.sqrt(64))
     assert [c for c in fake.calls if c[0] == "create_stream"] == [("create_stream", 77)]  # cached per stream
     with pytest.raises(EvoError, match="no kernel for D=32 fp16 causal; have evo_attn_d64_fp16_full"):
         kernels.launch(*qkvo(D=32), causal=True)
+
+
+def test_a_grouped_launch_passes_both_head_counts_both_lengths_and_the_shift(monkeypatch, cubin) -> None:
+    fake = FakeCuda()
+    kernels = load(monkeypatch, cubin, fake, entries())
+    q, o = (torch.zeros(2, 8, 100, 64, dtype=torch.float16) for _ in range(2))
+    k, v = (torch.zeros(2, 2, 300, 64, dtype=torch.float16) for _ in range(2))
+    kernels(q, k, v, o, True, 0.5, 200)
+    kernels.launch(q, k, v, o, causal=False, shift=200)
+    (_, _, config, _, *args), (_, _, _, _, *args2) = [c for c in fake.calls if c[0] == "launch"]
+    assert config["grid"] == (2, 16, 1)                       # query tiles x (B * Hq)
+    assert [int(a) for a in args[4:10]] == [2, 8, 2, 100, 300, 200]
+    assert [int(a) for a in args2[4:10]] == [2, 8, 2, 100, 300, 0]   # a full kernel gets shift 0
 
 
 def test_a_tma_launch_encodes_a_map_per_tensor_then_passes_pointers_and_sizes(monkeypatch, cubin) -> None:
@@ -214,7 +235,18 @@ def test_a_tma_launch_encodes_a_map_per_tensor_then_passes_pointers_and_sizes(mo
     assert function == kernels._functions["evo_attn_d64_fp16_full"] and grid == (3, 2, 1)
     assert (threads, smem, stream) == (128, 1024, 77) and args[:4] == ["map1", "map2", "map3", "map4"]
     assert [a.value for a in args[4:8]] == [t.data_ptr() for t in (q, k, v, o)]
-    assert [a.value for a in args[8:11]] == [1, 2, 130] and args[11].value == 0.25
+    assert [a.value for a in args[8:14]] == [1, 2, 2, 130, 130, 0] and args[14].value == 0.25
+
+
+def test_a_tma_launch_maps_k_and_v_with_their_own_heads_and_length(monkeypatch, cubin) -> None:
+    encoded: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(runtime.tma, "encode", lambda *a: encoded.append(a) or f"map{len(encoded)}")
+    monkeypatch.setattr(runtime.tma, "launch", lambda *a: None)
+    kernels = load(monkeypatch, cubin, FakeCuda(), entries(abi="tma"))
+    q, o = (torch.zeros(1, 4, 70, 64, dtype=torch.float16) for _ in range(2))
+    k, v = (torch.zeros(1, 1, 500, 64, dtype=torch.float16) for _ in range(2))
+    kernels.launch(q, k, v, o, causal=False)
+    assert [e[1] for e in encoded] == [(1, 4, 70, 64), (1, 1, 500, 64), (1, 1, 500, 64), (1, 4, 70, 64)]
 
 
 def test_driver_results_and_handles() -> None:
