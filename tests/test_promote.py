@@ -24,8 +24,8 @@ from evo.toolchain.build import CUBIN, build_id_for, cache_dir
 from evo.cli import main
 from evo.errors import EvoError
 from evo.products.promote import capability, check_name, promote, sanitize_url
-from evo.gpu.draws import MAX_BUCKET_LEN, MAX_GRID_Y, verified_heads
-from evo.products.routes import Bucket, Contender, Measured, length_buckets, measurements, plan_routes
+from evo.gpu.draws import MAX_BUCKET_LEN, MAX_GRID_Y, bucket_top, route_length, verified_group, verified_heads
+from evo.products.routes import Bucket, Contender, Measured, Route, length_buckets, measurements, plan_routes
 from evo.family.render import Rendered, render
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
 from evo.family.space import launch_config, make_candidate
@@ -154,6 +154,32 @@ def test_a_route_serves_the_heads_promote_checks_or_a_fast_case_ran() -> None:
     assert routes[1].max_bh == max(verified_heads(routes[1].bucket.lo, 64), LONG.B * LONG.H)
 
 
+CHUNK = Shape("L3", 1, 32, 512, 128, True, "bf16", 8, 8192, "bottom_right")   # a query chunk on a long cache
+GQA = Shape("L8", 16, 32, 512, 128, True, "bf16", 8)
+SELF_LONG = Shape("L1", 1, 32, 4096, 128, True, "bf16", 8)
+
+
+def test_a_route_is_bucketed_by_the_longer_of_its_query_and_key_lengths() -> None:
+    """A query chunk of 512 on 8192 keys is a long problem: its bucket is that of 8192, not of 512,
+    and the route serves both of its lengths (its top is past 8192)."""
+    routes = plan_routes([_contender("a", {GQA: 1.5, SELF_LONG: 1.2, CHUNK: 1.3})])
+    assert [(r.bucket.lo, r.top, [s.case for s in r.shapes]) for r in routes] == \
+        [(1, 1448, ["L8"]), (1449, 5792, ["L1"]), (5793, 16384, ["L3"])]
+    assert all(r.winner == "a" and r.cross and r.aligns == ("top_left", "bottom_right") for r in routes)
+
+
+def test_a_route_serves_the_groups_promote_checks_or_a_fast_case_ran() -> None:
+    """max_group: the multi-query many-heads check of the route's B * Hq (every query head of a
+    batch on one key/value head), or a FAST case's Hq / Hkv if more; a full route has no aligns."""
+    full = Shape("L6", 8, 32, 2048, 128, False, "bf16", 1)
+    routes = plan_routes([_contender("a", {full: 1.5, Shape("L7", 4, 16, 1024, 64, False, "bf16", 16, 4096): 1.2})])
+    for r in routes:
+        assert r.max_group == max([verified_group(r.max_bh), *(s.group for s in r.shapes)])
+        assert r.aligns == () and r.cross
+    few = Route((128, "bf16", False), Bucket(5793, 16384), (), max_bh=4, max_group=verified_group(4))
+    assert few.max_group == 1 and "Hq/Hkv <= 1" in few.limits()
+
+
 def test_plan_picks_the_fastest_per_bucket() -> None:
     routes = plan_routes([_contender("a", {SHORT: 2.0, LONG: 1.1}), _contender("b", {SHORT: 1.2, LONG: 1.9})])
     assert [(r.bucket.lo, r.winner, r.speedup) for r in routes] == [(1, "a", 2.0), (1025, "b", 1.9)]
@@ -203,6 +229,15 @@ def test_dispatch_table_holds_each_buckets_winner(package: Path, db: dict[str, s
     a, b = db["A"], db["B"]
     assert _routes(package) == [(False, 1, a), (False, 257, b), (False, 2049, a),
                                 (True, 1, None), (True, 257, a), (True, 2049, None)]
+
+
+def test_dispatch_routes_record_what_promote_checks(package: Path) -> None:
+    """Each route carries the limits the launcher enforces: its bucket of max(Lq, Lk), B * Hq,
+    Hq / Hkv, whether Lq != Lk is served and at which causal alignments."""
+    for r in _json(package, "dispatch.json")["routes"]:
+        assert 1 <= r["min_len"] <= r["max_len"] <= MAX_BUCKET_LEN and 1 <= r["max_bh"] <= MAX_GRID_Y
+        assert r["max_group"] == verified_group(r["max_bh"]) and r["cross"] is True
+        assert r["aligns"] == (["top_left", "bottom_right"] if r["causal"] else [])
 
 
 def test_launch_parameters_come_from_the_family(package: Path, db: dict[str, str]) -> None:
@@ -438,7 +473,8 @@ def test_a_kernel_verified_over_the_same_buckets_is_not_verified_again(fake_gpu_
         return NS(view=NS(id=cid), cubin=Path(f"{cid}.cubin"), entries={})
 
     def route(cid: str, lo: int, hi: int) -> NS:
-        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), top=hi, shapes=[NS(L=lo)], max_bh=64)
+        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), top=hi, shapes=[NS(L=lo, Lk=lo)],
+                  max_bh=64)
 
     passed: dict[str, Any] = {}
     first = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, 2048)], 9, passed)
@@ -476,6 +512,55 @@ def test_verification_cases_cover_each_bucket_in_order() -> None:
     assert sorted({c.shape.L for c in stress}) == [725, 1023, 1024]
     assert sorted({round(c.scale * 8, 2) for c in stress if c.scale}) == [0.3, 2.5]   # x 1/sqrt(64)
     assert all(c.spike == round(200.0 / (c.scale * 8 * 9.0), 1) for c in stress if c.scale)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("lo", "hi", "measured"), [(1, 362, (128,)), (725, 1448, (725, 1024)),
+                                                    (5793, None, (8192,))])
+def test_a_route_serves_exactly_what_its_verification_checks(causal: bool, lo: int, hi: int | None,
+                                                             measured: tuple[int, ...]) -> None:
+    """The routing rule and promote's checks agree: every check of a route's bucket lies inside what
+    the route serves, and the checks reach each of its limits: both ends of the bucket (of the
+    longer length), B * Hq = max_bh, Hq / Hkv = max_group, Lq < Lk and Lq > Lk at the bucket's
+    first and last lengths, with a causal mask at each of its aligns both ways."""
+    from evo.products.verify import Bucket as Checked, cases_for
+
+    key = (64, "bf16", causal)
+    heads = verified_heads(lo, 64)
+    route = Route(key, Bucket(lo, bucket_top(lo, hi, measured)), (), "a", 2.0, None,
+                  max_bh=heads, max_group=verified_group(heads))
+    cases = [c.shape for c in cases_for([Checked(key, lo, route.top, measured, route.max_bh)], seed=11)]
+    lengths = sorted({route_length(s.L, s.Lk) for s in cases})
+    assert lo <= lengths[0] and lengths[-1] <= route.top and {lo, route.top} <= set(lengths)
+    assert max(s.B * s.H for s in cases) == route.max_bh and max(s.group for s in cases) == route.max_group
+    assert all(s.H % s.Hkv == 0 for s in cases) and {s.group for s in cases} >= {1, route.max_group}
+    uneven = [n for n in lengths if n > 1]          # the lengths with a shorter other length to draw
+    for edge in (set(uneven[:2]), set(uneven[-2:])):
+        at = [s for s in cases if route_length(s.L, s.Lk) in edge]
+        chunk = {s.align for s in at if s.Lk > s.L}
+        longer = {s.align for s in at if s.Lk < s.L}
+        assert chunk and longer
+        if causal:
+            assert chunk == longer == set(route.aligns) == {"top_left", "bottom_right"}
+    if not causal:                                  # Shape normalizes an alignment that means nothing
+        assert {s.align for s in cases} == {"top_left"}
+
+
+def test_grouped_checks_are_the_package_tests_grouped_problems() -> None:
+    """The package's grouped-heads route test (templates/package/.../test_gpu.py.j2) at each
+    measured length, as promote checks it first."""
+    from evo.gpu.draws import grouped_cases, grouped_problems
+
+    assert grouped_problems(1024, True) == [(256, 1024, "top_left"), (256, 1024, "bottom_right"),
+                                            (1024, 342, "top_left"), (1024, 342, "bottom_right")]
+    assert grouped_problems(1, False) == [(1, 1, "top_left"), (1, 1, "top_left")]
+    cases = grouped_cases((64, "fp16", True), [1024], start=5)
+    assert [(c.shape.case, c.shape.B, c.shape.H, c.shape.Hkv, c.shape.L, c.shape.Lk, c.shape.align) for c in cases] == \
+        [("P05 sd=1.0", 1, 8, 2, 256, 1024, "top_left"),
+         ("P06 sd=1.0", 1, 8, 2, 256, 1024, "bottom_right"),
+         ("P07 sd=1.0", 1, 8, 2, 1024, 342, "top_left"),
+         ("P08 sd=1.0", 1, 8, 2, 1024, 342, "bottom_right")]
+    assert all(c.scale is None and c.std == 1.0 and not c.spike for c in cases)
 
 
 

@@ -33,7 +33,11 @@ Everything here is pure: the same (settings, kernel keys, seed) gives the same c
 machine (``random.Random`` seeded with an int is stable across Python versions), and each
 case's name spells its inputs (``R07 sc=0.0389 sd=2.6 spike``: at most 32 characters, the
 store's limit), so a stored check says what it ran. :func:`bucket_cases` draws the checks promote runs over one dispatch bucket,
-and :func:`stress_cases` adds the promoted package's own stress test at the bucket's measured lengths.
+:func:`llm_bucket_cases` the problems of kernel ABI v2 over it (grouped heads, a query length and a key
+length of their own, the causal mask at either corner), :func:`domain_cases` the rest of its domain, and
+:func:`stress_cases` and :func:`grouped_cases` add the promoted package's own GPU tests at the bucket's
+measured lengths. What a route then serves (:func:`route_length`, :func:`verified_heads`,
+:func:`verified_group`, :data:`ROUTE_ALIGNS`) is exactly what these checks cover (docs/trust.md).
 """
 
 from __future__ import annotations
@@ -255,17 +259,101 @@ def verified_heads(length: int, head_dim: int) -> int:
     return max(1, min(MAX_GRID_Y, HEADS_CHECK_BYTES // (length * head_dim * 2)))
 
 
+def heads_split(heads: int) -> tuple[int, int]:
+    """(B, H) of promote's many-heads checks of ``heads`` = B * H query heads: the largest batch
+    of at most 4 that divides them."""
+    B = next(b for b in (4, 3, 2, 1) if heads % b == 0)
+    return B, heads // B
+
+
+def verified_group(heads: int) -> int:
+    """Query heads per key/value head of promote's multi-query many-heads check of ``heads``
+    (B * Hq) query heads (:func:`domain_cases`): every query head of a batch on one key/value head."""
+    return heads_split(heads)[1]
+
+
+def route_length(L: int, Lk: int) -> int:
+    """The length a dispatch route is bucketed by: the longer of a problem's query length ``L`` and
+    key length ``Lk`` (a route serves both lengths up to its top; promote checks each bucket with the
+    other length drawn shorter, :func:`llm_bucket_cases`)."""
+    return max(L, Lk)
+
+
+ROUTE_ALIGNS = ("top_left", "bottom_right")
+"""The causal alignments promote checks a causal route at with Lq != Lk (:func:`llm_bucket_cases`,
+:func:`grouped_cases`): both corners, at the edges of every bucket."""
+
+
 def domain_cases(settings: DrawSettings, key: Key, lo: int, top: int, heads: int, seed: int, *,
                  prefix: str = "P", start: int = 0) -> list[GreenCase]:
     """Promote's checks of the rest of a bucket's domain: ``heads`` (B * H, up to the grid's limit)
-    at its shortest length ``lo``, and at its longest, ``top``, a flat softmax (queries near zero)
-    and flat and peaked rows mixed in one head. Names count from ``start``."""
+    at its shortest length ``lo``, once with a key/value head per query head and once with one
+    key/value head per batch (multi-query: the most query heads per key/value head a route serves,
+    :func:`verified_group`), and at its longest, ``top``, a flat softmax (queries near zero) and
+    flat and peaked rows mixed in one head. Names count from ``start``."""
     D, dtype, causal = key
     rng = random.Random(seed)
-    B = next(b for b in (4, 3, 2, 1) if heads % b == 0)
-    return [_stressed(prefix, start, (B, heads // B, lo, D, causal, dtype), False, False, settings, rng),
+    B, H = heads_split(heads)
+    return [_stressed(prefix, start, (B, H, lo, D, causal, dtype), False, False, settings, rng),
             _stressed(prefix, start + 1, (1, 2, top, D, causal, dtype), True, False, settings, rng, "flat"),
-            _stressed(prefix, start + 2, (1, 2, top, D, causal, dtype), True, True, settings, rng, "mixed")]
+            _stressed(prefix, start + 2, (1, 2, top, D, causal, dtype), True, True, settings, rng, "mixed"),
+            _stressed(prefix, start + 3, (B, H, lo, D, causal, dtype), False, False, settings, rng,
+                      attention=(1, "top_left", lo))]
+
+
+def _other_length(L: int, rng: random.Random) -> int:
+    """A length below ``L`` (a query chunk, or a shorter key cache): one in four 1, else drawn."""
+    return 1 if rng.random() < 0.25 else rng.randint(1, L - 1)
+
+
+def llm_bucket_cases(settings: DrawSettings, key: Key, lo: int, top: int, seed: int, *,
+                     prefix: str = "P", start: int = 0) -> list[GreenCase]:
+    """Promote's checks of one kernel over one bucket ``lo..top`` on the problems of kernel ABI v2:
+    at each of the bucket's lengths L (its edges and ragged lengths, :func:`bucket_lengths`) as the
+    longer length, a query chunk on L keys and L queries on fewer keys (the other length drawn
+    below L), each with grouped heads (1 or 2 key/value heads, 1-8 query heads on each); a causal
+    kernel sees the chunk's mask at the bottom right and the other's at the top left at one length
+    and the other way round at the next, so both corners are checked both ways at the two shortest
+    and the two longest. (L = 1 has no shorter length; bucket_cases and the many-heads checks of
+    :func:`domain_cases` cover it.) Names count from ``start``."""
+    D, dtype, causal = key
+    rng = random.Random(seed * 1_000_003 + 7)
+    out: list[GreenCase] = []
+    for i, L in enumerate(n for n in bucket_lengths(lo, top, rng) if n > 1):
+        corners = ROUTE_ALIGNS[::-1] if i % 2 == 0 else ROUTE_ALIGNS
+        problems = [(_other_length(L, rng), (L, corners[0])), (L, (_other_length(L, rng), corners[1]))]
+        for Lq, (Lk, align) in problems:
+            hkv, group = rng.randint(1, 2), rng.choice((1, *GROUPS))
+            B = 1 if L > 4096 else rng.randint(1, 2)
+            out.append(_stressed(prefix, start + len(out), (B, hkv * group, Lq, D, causal, dtype), False,
+                                 len(out) % 2 == 1, settings, rng, attention=(hkv, align, Lk)))
+    return out
+
+
+GROUPED_HEADS = (8, 2)            # Hq, Hkv of the promoted package's grouped-heads route test
+
+
+def grouped_problems(length: int, causal: bool) -> list[tuple[int, int, str]]:
+    """(Lq, Lk, alignment) of the promoted package's grouped-heads route test at one measured
+    ``length`` (templates/package/.../test_gpu.py.j2 spells the same): a query chunk of a quarter of
+    it on ``length`` keys and ``length`` queries on a third as many keys, each in both corners when
+    causal."""
+    chunk, fewer = (length + 3) // 4, (length + 2) // 3
+    aligns = ROUTE_ALIGNS if causal else ROUTE_ALIGNS[:1]
+    return [(Lq, Lk, a) for Lq, Lk in ((chunk, length), (length, fewer)) for a in aligns]
+
+
+def grouped_cases(key: Key, lengths: Collection[int], *, prefix: str = "P", start: int = 0) -> list[GreenCase]:
+    """The promoted package's grouped-heads route test as checks (B=1, Hq=8 on Hkv=2, normal inputs,
+    the default scale) at each length: :func:`grouped_problems`. Names count from ``start``."""
+    D, dtype, causal = key
+    Hq, Hkv = GROUPED_HEADS
+    out: list[GreenCase] = []
+    for L in sorted(set(lengths)):
+        for Lq, Lk, align in grouped_problems(L, causal):
+            name = case_name(prefix, start + len(out), None, 1.0, 0.0)
+            out.append(GreenCase(Shape(name, 1, Hq, Lq, D, causal, dtype, Hkv, Lk, align), seeds=(0,)))
+    return out
 
 
 def bucket_cases(settings: DrawSettings, key: Key, lo: int, top: int, seed: int, *,

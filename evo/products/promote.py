@@ -1,8 +1,10 @@
 """Promote the winners in the database into a pip-installable attention package.
 
 The package's dispatch table is keyed by (head dim, dtype, causal, sequence-length bucket).
-Buckets come from the FAST cases' lengths: each measured length gets the bucket of lengths
-nearest to it on a log scale. In each bucket of each key the kernel is the green candidate
+Buckets come from the FAST cases' lengths (the longer of Lq and Lk): each measured length gets the
+bucket of lengths nearest to it on a log scale. A route serves only what promote's checks cover:
+its bucket, B * Hq up to ``max_bh``, Hq / Hkv up to ``max_group``, Lq != Lk with a causal mask at
+either corner (:mod:`evo.products.routes` states the rule). In each bucket of each key the kernel is the green candidate
 with the best measured speedup over SDPA on that bucket's FAST cases, if it beats SDPA at all;
 a bucket without one is served by SDPA. Only candidates whose status in the database is
 green or fast, with passing GREEN checks, are considered, and only cubins of the arch the
@@ -59,6 +61,7 @@ from evo.products.routes import (
     Route,
     Shipped,
     key_of,
+    length_of,
     measurements,
     plan_routes,
 )
@@ -361,8 +364,8 @@ def _verify(shipped: Sequence[Shipped], routes: Sequence[Route], seed: int,
     """Every shipped kernel over each bucket it serves, on the GPU (EvoError: refused), except
     those ``passed`` already holds with the same buckets (an earlier round of a re-planned
     promotion verified them); each kernel that passes goes into ``passed`` with its check count."""
-    buckets = {s.view.id: tuple(verifier.Bucket(r.key, r.bucket.lo, r.top, tuple(sorted({x.L for x in r.shapes})),
-                                                r.max_bh)
+    buckets = {s.view.id: tuple(verifier.Bucket(r.key, r.bucket.lo, r.top,
+                                                tuple(sorted({length_of(x) for x in r.shapes})), r.max_bh)
                                 for r in routes if r.winner == s.view.id) for s in shipped}
     todo = [(s.view.id, s.cubin, list(s.entries.values()), buckets[s.view.id]) for s in shipped
             if s.view.id not in passed or passed[s.view.id][0] != buckets[s.view.id]]
@@ -459,7 +462,7 @@ def _case_table(routes: Sequence[Route], contenders: Sequence[Contender]) -> lis
         for s in r.shapes:
             m = by.get((r.winner, s)) if r.winner else None
             base = m.base_us if m else next((x.base_us for (_, sh), x in by.items() if sh == s), None)
-            rows.append({**s.as_dict(), "served_by": r.winner, "bucket": r.bucket.label(),
+            rows.append({**s.as_dict(), "dims": s.dims, "served_by": r.winner, "bucket": r.bucket.label(),
                          "evo_us": m.evo_us if m else None, "sdpa_us": base,
                          "speedup": m.speedup if m else None})
     return sorted(rows, key=lambda c: (c["D"], c["dtype"], c["causal"], c["L"], c["case"]))
@@ -483,10 +486,11 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
     for r in routes:
         d, dt, causal = r.key
         table.append({"head_dim": d, "dtype": dt, "causal": causal, "min_len": r.bucket.lo,
-                      "max_len": r.top, "max_bh": r.max_bh,
+                      "max_len": r.top, "max_bh": r.max_bh, "max_group": r.max_group, "cross": r.cross,
+                      "aligns": list(r.aligns),
                       "kernel": index[(r.winner, r.key)] if r.winner else None,
                       "candidate": r.winner, "entry": entry_name(*r.key) if r.winner else None,
-                      "speedup": r.speedup, "lengths": sorted({s.L for s in r.shapes}),
+                      "speedup": r.speedup, "lengths": sorted({length_of(s) for s in r.shapes}),
                       "cases": [s.tag for s in r.shapes],
                       "best_rejected": list(r.best) if r.best else None})
     served = [c["speedup"] for c in cases if c["speedup"]]

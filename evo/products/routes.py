@@ -1,6 +1,18 @@
 """The dispatch table's planning (pure): length buckets, what was measured of each contender, and
 the route of each (head dim, dtype, causal, bucket) key.
 
+The routing rule (kernel ABI v2; docs/trust.md): a package serves only what promote checked. A
+route is a key (head dim, dtype, causal) and a bucket of the *longer* of the query and key lengths
+(:func:`evo.gpu.draws.route_length`), closed at the longest length promote checks in it; it serves
+a problem when that length is in its bucket (so both Lq and Lk are at most its top), B * Hq is at
+most its ``max_bh``, Hq / Hkv at most its ``max_group``, and, when Lq != Lk, a causal mask at one of
+its ``aligns``. Each limit is what promote's checks of the bucket run
+(:func:`evo.products.verify.cases_for`): the bucket's edges and ragged lengths as the longer length
+with the other drawn shorter, grouped heads, both corners of a causal mask, and the many-heads
+checks, multi-head and multi-query, at its shortest length; a FAST case of the bucket (timed, its
+outputs checked) widens the heads and group limits to its own. Past any limit the package calls
+SDPA.
+
 Promote (:mod:`evo.products.promote`) feeds it the database's timings; the confirmation
 (:mod:`evo.products.confirm`) and the verification (:mod:`evo.products.verify`) read its records.
 """
@@ -16,7 +28,7 @@ from typing import Any
 
 from evo.errors import EvoError
 from evo.family.render import Entry
-from evo.gpu.draws import bucket_top, verified_heads
+from evo.gpu.draws import ROUTE_ALIGNS, bucket_top, route_length, verified_group, verified_heads
 from evo.gpu.timing import recheck_failed
 from evo.results import Shape, Timing
 from evo.scoring import geomean, latest
@@ -41,7 +53,8 @@ class Bucket:
 
 
 def length_buckets(lengths: Iterable[int]) -> list[Bucket]:
-    """One bucket per distinct measured length, split at the geometric means of neighbours."""
+    """One bucket per distinct measured length (of the longer of Lq and Lk), split at the
+    geometric means of neighbours."""
     ls = sorted(set(lengths))
     if not ls or ls[0] < 1:
         raise EvoError("no measured sequence lengths to derive buckets from")
@@ -72,9 +85,10 @@ class Contender:
 
 @dataclass(frozen=True)
 class Route:
-    """One row of the dispatch table: a key, a bucket and its kernel (None: SDPA). The bucket's
-    top is finite, the longest length promote verifies in it; past the last top of a key, and
-    past ``max_bh`` heads, the package calls SDPA."""
+    """One row of the dispatch table: a key, a bucket (of the longer of Lq and Lk) and its kernel
+    (None: SDPA). The bucket's top is finite, the longest length promote verifies in it; past the
+    last top of a key, past ``max_bh`` heads, past ``max_group`` query heads per key/value head, or
+    with a causal mask at an alignment not in :attr:`aligns` when Lq != Lk, the package calls SDPA."""
 
     key: Key
     bucket: Bucket
@@ -82,12 +96,32 @@ class Route:
     winner: str | None = None                  # candidate id
     speedup: float | None = None               # the winner's geometric mean over ``shapes``
     best: tuple[str, float] | None = None      # best contender when none beat SDPA
-    max_bh: int = 0                            # the most B * H the kernel is verified for here
+    max_bh: int = 0                            # the most B * Hq the kernel is verified for here
+    max_group: int = 1                         # the most Hq / Hkv the kernel is verified for here
 
     @property
     def top(self) -> int:
         """The longest length served (finite: :func:`plan_routes` closes every bucket)."""
         return self.bucket.hi if self.bucket.hi is not None else self.bucket.lo
+
+    @property
+    def cross(self) -> bool:
+        """Whether the route serves Lq != Lk: promote checks every bucket with the other length
+        drawn shorter, both ways (:func:`evo.gpu.draws.llm_bucket_cases`)."""
+        return True
+
+    @property
+    def aligns(self) -> tuple[str, ...]:
+        """The causal alignments served when Lq != Lk (none for a non-causal route, where the
+        alignment means nothing): both corners, each checked both ways at every bucket's edges."""
+        return ROUTE_ALIGNS if self.key[2] else ()
+
+    def limits(self) -> str:
+        """What the route serves, in words (the package's explain() says the same)."""
+        text = (f"max(Lq, Lk) {self.bucket.lo}..{self.top}, B*Hq <= {self.max_bh}, "
+                f"Hq/Hkv <= {self.max_group}")
+        return text + (", Lq != Lk with the causal mask at either corner" if self.aligns else
+                       ", Lq != Lk" if self.cross else ", Lq == Lk only")
 
 
 def served_heads(key: Key, bucket: Bucket, shapes: Iterable[Shape]) -> int:
@@ -95,6 +129,13 @@ def served_heads(key: Key, bucket: Bucket, shapes: Iterable[Shape]) -> int:
     (:func:`evo.gpu.draws.verified_heads`), or the most heads a FAST case of the bucket was timed
     and checked at, whichever is more."""
     return max([verified_heads(bucket.lo, key[0]), *(s.B * s.H for s in shapes)])
+
+
+def served_group(heads: int, shapes: Iterable[Shape]) -> int:
+    """The most query heads per key/value head a route serves: those of promote's multi-query
+    many-heads check of ``heads`` (the route's ``max_bh``: :func:`evo.gpu.draws.verified_group`), or
+    of a FAST case of the bucket, whichever is more. (The bucket's other checks draw groups of 1-8.)"""
+    return max([verified_group(heads), *(s.group for s in shapes)])
 
 
 def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) -> tuple[Measured, ...]:
@@ -120,27 +161,28 @@ def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> li
     measured = [(c.view.id, m) for c in contenders for m in c.cases]
     if not measured:
         return []
-    buckets = length_buckets(m.shape.L for _, m in measured)
+    buckets = length_buckets(length_of(m.shape) for _, m in measured)
     keys = sorted({(m.shape.D, m.shape.dtype, m.shape.causal) for _, m in measured})
     routes: list[Route] = []
     for key in keys:
         rows = []
         for b in buckets:
-            shapes = {m.shape for _, m in measured if key_of(m.shape) == key and m.shape.L in b}
+            shapes = {m.shape for _, m in measured if key_of(m.shape) == key and length_of(m.shape) in b}
             ranked = []
             for c in contenders:
                 mine = [m.speedup for m in c.cases if m.shape in shapes]
                 if mine:
                     ranked.append((-len(mine), -geomean(mine), c.view.id))
             ranked.sort()
-            ordered = tuple(sorted(shapes, key=lambda s: (s.L, s.B, s.H, s.case)))
-            closed = Bucket(b.lo, bucket_top(b.lo, b.hi, [s.L for s in ordered]))
+            ordered = tuple(sorted(shapes, key=lambda s: (length_of(s), s.L, s.B, s.H, s.case)))
+            closed = Bucket(b.lo, bucket_top(b.lo, b.hi, [length_of(s) for s in ordered]))
             heads = served_heads(key, closed, ordered)
+            group = served_group(heads, ordered)
             if ranked and -ranked[0][1] > min_speedup:
-                rows.append(Route(key, closed, ordered, ranked[0][2], -ranked[0][1], max_bh=heads))
+                rows.append(Route(key, closed, ordered, ranked[0][2], -ranked[0][1], max_bh=heads, max_group=group))
             else:
                 best = (ranked[0][2], -ranked[0][1]) if ranked else None
-                rows.append(Route(key, closed, ordered, best=best, max_bh=heads))
+                rows.append(Route(key, closed, ordered, best=best, max_bh=heads, max_group=group))
         if any(r.winner for r in rows):
             routes += rows
     return routes
@@ -148,6 +190,11 @@ def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> li
 
 def key_of(s: Shape) -> Key:
     return (s.D, s.dtype, s.causal)
+
+
+def length_of(s: Shape) -> int:
+    """The length a FAST case is bucketed by: the longer of its query and key lengths."""
+    return route_length(s.L, s.Lk)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Stored GREEN checks say a kernel passed on the inputs it was gated on; a package
 length of its dispatch buckets, at any scale, on any data. So before promote writes anything,
 each shipped kernel runs in a GPU worker (crash-isolated, like every evaluation) over each of
 its buckets: the bucket's edges, ragged lengths inside it, drawn B and H, non-default scales,
-inputs of standard deviation up to 3-4 and spiked keys (:func:`evo.gpu.draws.bucket_cases`),
+inputs of standard deviation up to 3-4 and spiked keys (:func:`evo.gpu.draws.bucket_cases`), and
+at the same lengths grouped heads, a query chunk on a longer key cache and more queries than keys,
+with a causal mask at either corner (:func:`evo.gpu.draws.llm_bucket_cases`),
 checked by GREEN's rule with :data:`TOLERANCE_SHARE` of its tolerance. Kernels that fail a
 check come back together in one :class:`VerifyFailed` with their evaluations, which promote
 stores (the candidates turn red, their machine code with them) before it plans again without
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from evo.gpu.draws import bucket_cases, domain_cases, stress_cases
+from evo.gpu.draws import bucket_cases, domain_cases, grouped_cases, llm_bucket_cases, stress_cases
 from evo.errors import EvoError
 from evo.gpu.margin import TOLERANCE_SHARE  # why 0.75: evo.gpu.margin
 from evo.family.render import Entry
@@ -66,8 +68,8 @@ def require_gpu() -> None:
 
 class Bucket(NamedTuple):
     """A dispatch bucket a kernel serves: its key (head dim, dtype, causal), the shortest and
-    longest length to check, the lengths the search measured in it, and the most B * H it is
-    checked at (0: no many-heads check)."""
+    longest length to check (of the longer of Lq and Lk: :func:`evo.gpu.draws.route_length`), the
+    lengths the search measured in it, and the most B * H it is checked at (0: no many-heads check)."""
 
     key: Key
     lo: int
@@ -78,19 +80,24 @@ class Bucket(NamedTuple):
 
 def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
     """The checks of one kernel over its buckets, named ``P00``, ``P01``, ... in order: per
-    bucket its edges, ragged lengths and drawn stress inputs, the rest of its domain (its B * H
-    at the shortest length, flat and mixed softmax at the longest: :func:`evo.gpu.draws.domain_cases`),
-    then the package's own stress test (:func:`evo.gpu.draws.stress_cases`) at the measured lengths
-    and one below each, so that what the package's tests would refuse is found here, where
-    promote can plan without it."""
+    bucket its edges, ragged lengths and drawn stress inputs (:func:`evo.gpu.draws.bucket_cases`),
+    the problems of kernel ABI v2 at those lengths (grouped heads, Lq != Lk, both corners of a causal
+    mask: :func:`evo.gpu.draws.llm_bucket_cases`), the rest of its domain (its B * H at the shortest
+    length, with one key/value head per query head and multi-query, flat and mixed softmax at the
+    longest: :func:`evo.gpu.draws.domain_cases`), then the package's own stress and grouped-heads
+    tests (:func:`evo.gpu.draws.stress_cases`, :func:`evo.gpu.draws.grouped_cases`) at the measured
+    lengths and one below each, so that what the package's tests would refuse is found here, where
+    promote can plan without it. A route serves what these cover (:mod:`evo.products.routes`)."""
     draws = green_settings().draws or DrawSettings()
     cases: list[GreenCase] = []
     for i, b in enumerate(buckets):
         cases += bucket_cases(draws, b.key, b.lo, b.top, seed + i, start=len(cases))
+        cases += llm_bucket_cases(draws, b.key, b.lo, b.top, seed + i, start=len(cases))
         if b.heads:
             cases += domain_cases(draws, b.key, b.lo, b.top, b.heads, seed + i, start=len(cases))
         lengths = sorted({n for L in b.measured for n in (L, L - 1) if b.lo <= n <= b.top})
         cases += stress_cases(draws, b.key, lengths, start=len(cases))
+        cases += grouped_cases(b.key, lengths, start=len(cases))
     return cases
 
 
