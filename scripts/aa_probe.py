@@ -36,13 +36,13 @@ def installed(package: str, causal: bool) -> Any:
     attention = importlib.import_module(package).attention
 
     def op(q: Any, k: Any, v: Any, o: Any) -> Any:
-        return attention(q, k, v, causal=causal)
+        return attention(q, k, v, is_causal=causal)
     return op
 
 
 def main(cases: str, dtype: str, package: str | None) -> None:
     for shape in fast_shapes(cases, dtype):
-        slots = [("sdpa_default as candidate", sdpa_op("sdpa_default", shape.causal)),
+        slots = [("sdpa_default as candidate", sdpa_op("sdpa_default", shape)),
                  ("package's SDPA call as candidate", package_call(shape.causal))]
         if package:
             slots.append((f"{package}.attention as candidate", installed(package, shape.causal)))

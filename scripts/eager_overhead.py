@@ -42,7 +42,7 @@ def main() -> None:
     args = ap.parse_args()
     pkg = importlib.import_module(args.package)
     ops = {
-        args.package: lambda q, k, v, c: pkg.attention(q, k, v, causal=c),
+        args.package: lambda q, k, v, c: pkg.attention(q, k, v, is_causal=c),
         "sdpa_default": lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c),
     }
     rows = []
@@ -55,7 +55,7 @@ def main() -> None:
         for _ in range(10):  # alternate in blocks so drift hits both
             for n, fn in ops.items():
                 samples[n] += _per_call_us(fn, q, k, v, causal, args.calls // 10)
-        row = {"case": "F1c" if causal else "F1", "supports": bool(pkg.supports(q, k, v, causal=causal)),
+        row = {"case": "F1c" if causal else "F1", "supports": bool(pkg.supports(q, k, v, is_causal=causal)),
                "max_abs_diff_vs_sdpa": diff, **{n: _summary(s) for n, s in samples.items()}}
         rows.append(row)
         print(f"{row['case']:4} supports={row['supports']} diff={diff:.2e}  " + "  ".join(

@@ -72,7 +72,7 @@ def main(cases: str, family: str) -> None:
         def cand(q: Any, k: Any, v: Any, o: Any, _c: bool = shape.causal) -> None:
             kernels.launch(q, k, v, o, causal=_c)
 
-        ops = {EVO: cand} | {b: sdpa_op(b, shape.causal) for b in BACKENDS}
+        ops = {EVO: cand} | {b: sdpa_op(b, shape) for b in BACKENDS}
         run = CaseRun(ops, shape, optional=BACKENDS, seed=0, warmup=3)
         try:
             found: dict[str, dict[str, Any]] = {n: {} for n in run.timers}

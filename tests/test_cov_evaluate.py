@@ -80,9 +80,11 @@ def test_a_promoted_package_is_timed_through_its_attention(monkeypatch: pytest.M
     (tmp_path / "evo_attn_cov.py").write_text(
         "import torch\n"
         "calls = []\n"
-        "def attention(q, k, v, causal=False):\n"
-        "    calls.append(causal)\n"
-        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
+        "def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,\n"
+        "              enable_gqa=False, *, causal_align='top_left'):\n"
+        "    calls.append((is_causal, enable_gqa, causal_align))\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal,\n"
+        "                                                            enable_gqa=enable_gqa)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "evo_attn_cov", raising=False)
     request = EvalRequest("package:evo_attn_cov", "", (), green=False, options={"package": "evo_attn_cov"})
@@ -90,9 +92,12 @@ def test_a_promoted_package_is_timed_through_its_attention(monkeypatch: pytest.M
     launch, op, entries = evaluate._candidate(request, ev)
     assert launch is None and entries is None and ev.device == {}  # nothing to gate, no cubin to name
     q, k, v = (t.float() for t in qkv())
-    out = op(q, k, v, None, causal=True)
+    out = op(q, k, v, None, causal=True, shift=0)
     assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert sys.modules["evo_attn_cov"].calls == [True]
+    op(q, k[:, :1, :5].contiguous(), v[:, :1, :5].contiguous(), None, causal=True, shift=5 - q.shape[2])
+    assert sys.modules["evo_attn_cov"].calls == [(True, False, "top_left"), (True, True, "bottom_right")]
+    with pytest.raises(EvoError, match="shift 3 is neither"):
+        op(q, k, v, None, causal=True, shift=3)
 
 
 @pytest.mark.parametrize(("answer", "version"), [(["580.65.06", "580.65.06"], "580.65.06"), (None, "unknown"),

@@ -625,8 +625,8 @@ CHECK = textwrap.dedent("""
     q, k, v = (torch.randn(2, 3, 40, 64, generator=gen).half() for _ in range(3))
     result = {{
         "file": pkg.__file__,
-        "supports": [pkg.supports(q, k, v, causal=c) for c in (False, True)],
-        "equal": [torch.equal(pkg.attention(q, k, v, causal=c), F.scaled_dot_product_attention(q, k, v, is_causal=c))
+        "supports": [pkg.supports(q, k, v, is_causal=c) for c in (False, True)],
+        "equal": [torch.equal(pkg.attention(q, k, v, is_causal=c), F.scaled_dot_product_attention(q, k, v, is_causal=c))
                   for c in (False, True)],
         "tests": int(pytest.main(["-q", "-p", "no:cacheprovider", "--pyargs", "{name}.tests"])),
     }}

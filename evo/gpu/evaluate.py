@@ -188,8 +188,7 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
             if causal and shift not in (0, k.shape[2] - q.shape[2]):
                 raise EvoError(f"the package op aligns a causal mask at a corner; shift {shift} is neither")
             align = "top_left" if shift == 0 else "bottom_right"
-            return attention(q, k, v, causal=causal, causal_align=align,
-                             enable_gqa=q.shape[1] != k.shape[1])
+            return attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1], causal_align=align)
 
         return None, package_op, None
     from evo.gpu.kernels import load_kernels

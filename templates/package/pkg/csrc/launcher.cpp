@@ -1,6 +1,8 @@
 // C++ launcher of a package promoted by evo: picks the kernel for (head dim, dtype, causal,
-// sequence-length bucket), loads its cubin on each device with the CUDA driver API, and launches
-// it with cuLaunchKernel on torch's current stream. No host sync and no allocation outside
+// bucket of max(Lq, Lk)) within the limits promote verified (B * Hq, Hq / Hkv, uneven lengths and
+// the causal alignment), loads its cubin on each device with the CUDA driver API, and launches it
+// with cuLaunchKernel on torch's current stream (kernel ABI v2: q, o (B, Hq, Lq, D), k, v
+// (B, Hkv, Lk, D), causal mask j <= i + shift). No host sync and no allocation outside
 // torch's caching allocator, so calls can be captured in a CUDA graph once the kernels are loaded.
 //
 // Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
@@ -28,7 +30,7 @@
 
 namespace {
 
-constexpr int64_t kMaxGridY = 65535;                       // grid.y = B * H
+constexpr int64_t kMaxGridY = 65535;                       // grid.y = B * Hq
 constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();  // the ABI indexes with int
 constexpr uintptr_t kAlignment = 16;                       // kernels use 16-byte vector loads
 
@@ -102,12 +104,19 @@ struct Kernel {
   bool persistent;     // grid = min(tiles, SMs) x 1 x 1
 };
 
-struct Route {         // (head_dim, dtype, causal, L <= max_len, B*H <= max_bh) -> kernel; kernel < 0: SDPA
+// (head_dim, dtype, causal, max(Lq, Lk) <= max_len) -> kernel, serving B*Hq <= max_bh, Hq/Hkv <=
+// max_group, and Lq != Lk only when cross and (causal) at an alignment promote verified;
+// kernel < 0: SDPA. The package's _routes.py states the same rule for explain().
+struct Route {
   int64_t head_dim;
   at::ScalarType dtype;
   bool causal;
   int64_t max_len;
   int64_t max_bh;
+  int64_t max_group;
+  bool cross;
+  bool top_left;       // a causal mask aligned at the top left (shift 0) with Lq != Lk
+  bool bottom_right;   // ... at the bottom right (shift Lk - Lq)
   int kernel;
 };
 
@@ -183,8 +192,9 @@ void load_modules(DeviceState& st, int device) {
   st.functions = std::move(functions);
 }
 
-// The 3-D tensor map of a contiguous (B, H, L, D) tensor: (D, L, B*H), boxes of 64 columns x
-// `rows` rows, 128-byte swizzle, zeros out of bounds (as evo/tma.py encodes it).
+// The 3-D tensor map of a contiguous (B, H, L, D) tensor with its own shape (q, o: (D, Lq, B*Hq);
+// k, v: (D, Lk, B*Hkv)), boxes of 64 columns x `rows` rows, 128-byte swizzle, zeros out of bounds
+// (as evo/gpu/tma.py encodes it).
 CUtensorMap tensor_map(const at::Tensor& t, int rows) {
   CUtensorMap map;
   const cuuint64_t B = t.size(0), H = t.size(1), L = t.size(2), D = t.size(3);
@@ -237,22 +247,40 @@ bool aligned(const at::Tensor& t) {
   return !t.is_contiguous() || reinterpret_cast<uintptr_t>(t.data_ptr()) % kAlignment == 0;
 }
 
+// Whether q (B, Hq, Lq, D), k and v (B, Hkv, Lk, D) are a problem the kernel ABI takes: 4-D, k and
+// v alike with q's batch and head dim, Hq a multiple of Hkv, within the grid and 32-bit indexing.
+bool abi_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (q.dim() != 4 || k.dim() != 4 || v.sizes() != k.sizes()) return false;   // Dv == D
+  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), Lk = k.size(2);
+  if (k.size(0) != B || k.size(3) != D) return false;
+  if (B < 1 || Hq < 1 || Lq < 1 || Hkv < 1 || Lk < 1 || Hq % Hkv != 0) return false;
+  return B * Hq <= kMaxGridY && q.numel() <= kMaxElements && k.numel() <= kMaxElements;
+}
+
+// Whether a route serves the call beyond its bucket: the heads, the group and uneven lengths.
+bool within(const Route& r, int64_t bh, int64_t group, bool uneven, bool causal, bool bottom_right) {
+  if (r.kernel < 0 || bh > r.max_bh || group > r.max_group) return false;   // past what promote verified
+  if (!uneven) return true;
+  return r.cross && (!causal || (bottom_right ? r.bottom_right : r.top_left));
+}
+
 // The kernel that serves this call, or -1 when SDPA has to.
-int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
-  if (g_kernels.empty() || !q.is_cuda() || q.dim() != 4) return -1;
-  if (k.sizes() != q.sizes() || v.sizes() != q.sizes()) return -1;     // Lq == Lk, Dv == D, no GQA
+int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, bool bottom_right) {
+  if (g_kernels.empty() || !q.is_cuda() || !abi_shapes(q, k, v)) return -1;
   const at::ScalarType dt = q.scalar_type();
   if ((dt != at::kHalf && dt != at::kBFloat16) || k.scalar_type() != dt || v.scalar_type() != dt)
     return -1;
   if (k.device() != q.device() || v.device() != q.device()) return -1;
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
     return -1;                                                       // forward only: SDPA has autograd
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3);
-  if (B < 1 || H < 1 || L < 1 || B * H > kMaxGridY || q.numel() > kMaxElements) return -1;
   if (!aligned(q) || !aligned(k) || !aligned(v)) return -1;
+  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), Lk = k.size(2);
+  const int64_t length = std::max(Lq, Lk);
   for (const Route& r : g_routes) {
-    if (r.head_dim == D && r.dtype == dt && r.causal == causal && L <= r.max_len) {
-      if (r.kernel < 0 || B * H > r.max_bh) return -1;               // past the heads promote verified
+    if (r.head_dim == D && r.dtype == dt && r.causal == causal && length <= r.max_len) {
+      if (!within(r, B * Hq, Hq / Hkv, Lq != Lk, causal, bottom_right)) return -1;
       DeviceState* st = state(q.get_device());
       return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
     }
@@ -264,12 +292,15 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
 // persistent);
-// routes: (head_dim, dtype, causal, max_len, max_bh, kernel) in increasing max_len per key; past the
-// last max_len of a key, and past a route's max_bh, SDPA serves the call (promote verified no further).
+// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, kernel) in increasing
+// max_len per key; past the last max_len of a key, and past any other limit of a route, SDPA serves
+// the call (promote verified no further).
+using RouteArgs = std::tuple<int64_t, std::string, bool, int64_t, int64_t, int64_t, bool,
+                             std::vector<std::string>, int>;
+
 void configure(const std::string& package, const std::vector<py::bytes>& images,
                const std::vector<std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool>>& kernels,
-               const std::vector<std::tuple<int64_t, std::string, bool, int64_t, int64_t, int>>& routes,
-               int arch_major, int arch_minor) {
+               const std::vector<RouteArgs>& routes, int arch_major, int arch_minor) {
   bool first = false;
   std::call_once(g_configured, [&] {
     first = true;
@@ -282,10 +313,16 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
                   "bad tensor-map box rows for ", entry);
       g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent});
     }
-    for (const auto& [head_dim, dtype, causal, max_len, max_bh, kernel] : routes) {
+    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, kernel] : routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
-      TORCH_CHECK(max_len >= 1 && max_bh >= 1, "a route needs a finite length and heads limit");
-      g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, max_bh, kernel});
+      TORCH_CHECK(max_len >= 1 && max_bh >= 1 && max_group >= 1, "a route needs finite length, heads and group limits");
+      bool top_left = false, bottom_right = false;
+      for (const std::string& a : aligns) {
+        TORCH_CHECK(a == "top_left" || a == "bottom_right", "unknown causal alignment ", a);
+        (a == "top_left" ? top_left : bottom_right) = true;
+      }
+      g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, max_bh, max_group, cross, top_left,
+                          bottom_right, kernel});
     }
     g_major = arch_major;
     g_minor = arch_minor;
@@ -295,8 +332,8 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
   TORCH_CHECK(first, "configure() may be called once");
 }
 
-bool supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
-  return pick(q, k, v, causal) >= 0;
+bool supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, bool bottom_right) {
+  return pick(q, k, v, causal, bottom_right) >= 0;
 }
 
 // Whether the kernels run on this device; loads them there when they do.
@@ -307,8 +344,8 @@ bool prepare(int device) {
 }
 
 std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              bool causal, std::optional<double> scale) {
-  const int index = pick(q, k, v, causal);
+                              bool causal, bool bottom_right, std::optional<double> scale) {
+  const int index = pick(q, k, v, causal, bottom_right);
   if (index < 0) return std::nullopt;
   const int device = q.get_device();
   DeviceState& st = *g_devices[device];
@@ -317,16 +354,18 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
 
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   at::Tensor o = at::empty(qc.sizes(), qc.options());
-  int B = static_cast<int>(q.size(0)), H = static_cast<int>(q.size(1));
-  int L = static_cast<int>(q.size(2));
+  int B = static_cast<int>(q.size(0)), H = static_cast<int>(q.size(1)), Hkv = static_cast<int>(k.size(1));
+  int L = static_cast<int>(q.size(2)), Lk = static_cast<int>(k.size(2));
+  int shift = causal && bottom_right ? Lk - L : 0;   // query i sees keys j <= i + shift
   float s = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
   void* qp = qc.data_ptr();
   void* kp = kc.data_ptr();
   void* vp = vc.data_ptr();
   void* op = o.data_ptr();
-  void* plain[] = {&qp, &kp, &vp, &op, &B, &H, &L, &s};
+  void* plain[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s};
   alignas(64) CUtensorMap maps[4];
-  void* with_maps[] = {&maps[0], &maps[1], &maps[2], &maps[3], &qp, &kp, &vp, &op, &B, &H, &L, &s};
+  void* with_maps[] = {&maps[0], &maps[1], &maps[2], &maps[3], &qp, &kp, &vp, &op,
+                       &B, &H, &Hkv, &L, &Lk, &shift, &s};
   if (kern.tma) {
     const at::Tensor* tensors[] = {&qc, &kc, &vc, &o};
     for (int i = 0; i < 4; ++i) maps[i] = tensor_map(*tensors[i], kern.tma_rows[i]);
@@ -361,5 +400,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("supports", &supports, "Whether run() would launch a kernel for these inputs");
   m.def("prepare", &prepare, "Load the kernels on a device; false if they cannot run there");
   m.def("run", &run, "Attention through the dispatch table, or None when SDPA must serve the call",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"));
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("bottom_right"), py::arg("scale"));
 }

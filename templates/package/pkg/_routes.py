@@ -1,0 +1,100 @@
+"""The dispatch rule in Python: which route of ``dispatch.json`` serves a problem, or why none does.
+
+A package serves only what promote checked. A route is a key (head dim, dtype, causal) and a
+bucket ``min_len..max_len`` of the *longer* of the query and key lengths; it serves a problem when
+
+- max(Lq, Lk) lies in its bucket (so Lq and Lk are both at most ``max_len``);
+- B * Hq is at most ``max_bh`` and Hq / Hkv at most ``max_group``;
+- when Lq != Lk: the route serves uneven lengths (``cross``) and, for a causal mask, its alignment
+  is one of the route's ``aligns``;
+
+and its kernel is not None (None: no kernel beat SDPA there). Each limit is what promote ran the
+route's kernel on before it wrote the package (the bucket's edges and ragged lengths, with the other
+length drawn shorter both ways, grouped heads, both corners of a causal mask, the many-heads checks
+with one key/value head per query head and one per batch). Past it, SDPA serves the call.
+
+The C++ launcher (``csrc/launcher.cpp``, ``pick``) applies the same rule on every call; this copy
+is what ``explain()`` reports, and what the CPU tests check against the shipped table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+Route = Mapping[str, Any]
+
+
+class Problem(NamedTuple):
+    """One attention call: q (B, Hq, Lq, D), k and v (B, Hkv, Lk, D), the causal mode and, when
+    causal, where the mask is aligned."""
+
+    B: int
+    Hq: int
+    Hkv: int
+    Lq: int
+    Lk: int
+    D: int
+    dtype: str
+    causal: bool
+    align: str = "top_left"
+
+    @property
+    def length(self) -> int:
+        """What a route's bucket is of: the longer of the two lengths."""
+        return max(self.Lq, self.Lk)
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.Hq // self.Hkv
+
+
+def key_text(route: Route) -> str:
+    """``D=64 fp16 causal``: a route's key."""
+    return f"D={route['head_dim']} {route['dtype']} {'causal' if route['causal'] else 'full'}"
+
+
+def limits(route: Route) -> str:
+    """What a route serves, in words: its bucket of max(Lq, Lk), heads, group and uneven lengths."""
+    text = (f"max(Lq, Lk) {route['min_len']}..{route['max_len']}, B*Hq <= {route['max_bh']}, "
+            f"Hq/Hkv <= {route.get('max_group', 1)}")
+    if not route.get("cross"):
+        return text + ", Lq == Lk only"
+    aligns = route.get("aligns") or []
+    if route["causal"]:
+        corners = " and ".join(a.replace("_", "-") for a in aligns) or "no"
+        return text + f", Lq != Lk with the causal mask at the {corners} corner{'s' if len(aligns) > 1 else ''}"
+    return text + ", Lq != Lk"
+
+
+def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
+    """The route that serves ``p`` and "", or None and why SDPA serves it (one clause)."""
+    mine = sorted((r for r in routes if (r["head_dim"], r["dtype"], bool(r["causal"])) == (p.D, p.dtype, p.causal)),
+                  key=lambda r: r["max_len"])
+    key = f"D={p.D} {p.dtype} {'causal' if p.causal else 'full'}"
+    if not mine:
+        return None, f"no kernel was promoted for {key}"
+    route = next((r for r in mine if p.length <= r["max_len"]), None)
+    if route is None:
+        return None, (f"max(Lq, Lk)={p.length} is past {mine[-1]['max_len']}, the longest length promote "
+                      f"verified for {key}")
+    where = f"the route {key} max(Lq, Lk) {route['min_len']}..{route['max_len']}"
+    return (None, why) if (why := _outside(route, p, where)) else (route, "")
+
+
+def _outside(route: Route, p: Problem, where: str) -> str:
+    """Why ``p``, in ``route``'s bucket, is past one of its other limits ("" when it is not)."""
+    if route["kernel"] is None:
+        return f"no kernel beat SDPA in {where} when the package was promoted"
+    if p.B * p.Hq > route["max_bh"]:
+        return f"B*Hq={p.B * p.Hq} is past {route['max_bh']}, the most heads promote verified in {where}"
+    if p.group > route.get("max_group", 1):
+        return (f"Hq/Hkv={p.group} is past {route.get('max_group', 1)}, the most query heads per key/value "
+                f"head promote verified in {where}")
+    if p.Lq != p.Lk and not route.get("cross"):
+        return f"Lq={p.Lq} != Lk={p.Lk}: promote verified {where} on equal lengths only"
+    if p.Lq != p.Lk and p.causal and p.align not in (route.get("aligns") or []):
+        return (f"a causal mask at the {p.align.replace('_', '-')} corner with Lq != Lk, which promote did "
+                f"not verify in {where}")
+    return ""
