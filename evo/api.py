@@ -75,7 +75,7 @@ from evo.search.warmstart import DEFAULT_TOP
 from evo.store import CandidateRecord, CandidateView, EvaluationView, RunView, Store, open_store, short_id
 from evo.store.engine import is_read_only, read_only_url, safe_url, writable
 from evo.version import __version__
-from evo.vocab import DEFAULT_BASELINE, EVO, SDPA_BACKENDS, assignment_text, replayed_on, value_text
+from evo.vocab import BASELINE_BACKENDS, DEFAULT_BASELINE, EVO, SDPA_BACKENDS, assignment_text, replayed_on, value_text
 
 __all__ = [
     # workflows, one per command (docs/api.md)
@@ -89,7 +89,7 @@ __all__ = [
     "Outcome", "Promoted", "Relative", "Rendered", "Reporter", "ResourceStat", "RunReport", "RunSummary", "RunView",
     "SamplerRun", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
     # constants: the choices and defaults the functions take
-    "BASELINES", "BENCH_COLUMNS", "BENCH_SAMPLERS", "DEFAULT_BASELINE", "DEFAULT_TOP", "DTYPES", "EVO",
+    "BASELINES", "BASELINE_BACKENDS", "BENCH_COLUMNS", "BENCH_SAMPLERS", "DEFAULT_BASELINE", "DEFAULT_TOP", "DTYPES", "EVO",
     "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "SAMPLERS", "SDPA_BACKENDS", "START_MODES", "STATUS_STYLE",
     "__version__",
     # how evo writes ids and values
@@ -312,8 +312,9 @@ class Evaluated:
         return case_records(self.evaluation.timings, self.candidate_id)
 
 
-def fast_shapes(cases: str | Sequence[str] | None = None, dtype: str = "fp16") -> tuple[Shape, ...]:
-    """FAST cases by name (``"F1,F3c,F5-F8"`` or a list of such names; None: the whole suite)."""
+def fast_shapes(cases: str | Sequence[str] | None = None, dtype: str | None = "fp16") -> tuple[Shape, ...]:
+    """FAST cases by name (``"F1,F3c,F5-F8"``, ``"llm"`` or a list of such names; None: the whole
+    default suite) in ``dtype`` (None: each suite's own)."""
     from evo.gpu.suites import fast_cases
 
     select = [cases] if isinstance(cases, str) else list(cases) if cases is not None else None
@@ -412,12 +413,16 @@ class Benchmarked:
 
 
 def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, package: str | None = None,
-              cases: str | Sequence[str] | None = None, dtype: str = "fp16", out: str | os.PathLike[str] | None = None,
-              db: DB = None, timeout_s: float = 1800.0, target: str | None = None, device: int = 0) -> Benchmarked:
+              cases: str | Sequence[str] | None = None, dtype: str | None = None,
+              out: str | os.PathLike[str] | None = None, db: DB = None, timeout_s: float = 1800.0,
+              target: str | None = None, device: int = 0,
+              backends: Sequence[str] = BASELINE_BACKENDS) -> Benchmarked:
     """Time stored candidates (``candidate_ids``, else the ``best`` N FAST ones, default 1) or an
-    installed promoted ``package`` on the FAST ``cases`` against every SDPA backend, with the
-    profiler's fidelity check; writes ``benchmarks/<gpu>-<day>-<sha>.json`` under ``out``
-    (default ``<EVO_HOME>/benchmarks``) and BENCHMARKS.md beside it. A stored candidate is
+    installed promoted ``package`` on the FAST ``cases`` (in ``dtype``; default each suite's own:
+    ``fast`` fp16, ``llm`` bf16) against the baseline ``backends`` (default every SDPA backend and
+    FlashAttention-4, ``fa4``: a baseline that cannot time a case is recorded as unavailable with
+    why), with the profiler's fidelity check; writes ``benchmarks/<gpu>-<day>-<sha>.json`` under
+    ``out`` (default ``<EVO_HOME>/benchmarks``) and BENCHMARKS.md beside it. A stored candidate is
     rebuilt from today's templates and must build under its stored id."""
     from evo.products.bench import run_bench
     from evo.toolchain.build import build_batch
@@ -427,6 +432,10 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
         raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
     if candidate_ids and best:
         raise EvoError("give --id or --best, not both")
+    unknown = [b for b in backends if b not in BASELINE_BACKENDS]
+    if unknown or not backends:
+        raise EvoError(f"unknown baseline backend {', '.join(unknown) or '(none given)'}; "
+                       f"choose from {', '.join(BASELINE_BACKENDS)}")
     shapes = fast_shapes(cases, dtype)
     out_dir = Path(out) if out is not None else paths.home() / "benchmarks"
     worker_target = _target(target)
@@ -451,7 +460,7 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
                 targets.append((full, EvalRequest(full, built.cubin_path or "", rendered.entries, green=False,
                                                   fast_cases=shapes)))
     path, record, problems = run_bench(targets, out_dir=out_dir, package=package, timeout_s=timeout_s,
-                                       device=device, target=worker_target)
+                                       device=device, target=worker_target, backends=tuple(backends))
     return Benchmarked(path, record, problems)
 
 

@@ -45,6 +45,8 @@ COMPILED = frozenset({Status.BUILT, Status.RESOURCE_REJECTED, *EVALUATED})  # nv
 
 EVO = "evo"  # the backend name of the candidate's own timings (Timing.backend), beside SDPA's
 SDPA_BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")  # PyTorch SDPA, timed alike
+FA4 = "fa4"  # FlashAttention-4 (flash_attn.cute.flash_attn_func), an optional baseline: timed alike where importable
+BASELINE_BACKENDS = (*SDPA_BACKENDS, FA4)  # every baseline a candidate can be timed beside (evo bench's default)
 DEFAULT_BASELINE = "sdpa_default"  # what a plain F.scaled_dot_product_attention call does
 KERNEL_BACKENDS = ("cuda", "triton")  # how a family's rendered source becomes a runnable kernel
 

@@ -41,7 +41,7 @@ def test_case_records_fill_missing_backends_with_null() -> None:
     assert [r["case"] for r in rows] == ["F1", "F3"] and rows[1]["causal"] is True
     assert set(rows[0]) >= CASE_KEYS and set(rows[0]["us"]) == set(COLUMNS) == set(rows[0]["spread_us"])
     assert rows[0]["us"] == {"evo": 5.0, "sdpa_flash": 9.0, "sdpa_cudnn": None, "sdpa_efficient": None,
-                             "sdpa_default": 8.0}
+                             "sdpa_default": 8.0, "fa4": None}
     assert rows[0]["spread_us"]["evo"] == pytest.approx(0.3)
     assert rows[0]["tflops_evo"] == pytest.approx(F1.flops / 5e-6 / 1e12)
 
@@ -118,13 +118,37 @@ ROUTES = [
     {"head_dim": 64, "dtype": "fp16", "causal": False, "min_len": 1, "max_len": 724, "candidate": "abc123"},
     {"head_dim": 64, "dtype": "fp16", "causal": False, "min_len": 725, "max_len": None, "candidate": None},
 ]
+LIMITS = {"max_bh": 64, "max_group": 8, "cross": True}
+V2_ROUTES = [
+    {"head_dim": 128, "dtype": "bf16", "causal": True, "min_len": 1, "max_len": 1448, "candidate": "short",
+     "aligns": ["top_left", "bottom_right"], **LIMITS},
+    {"head_dim": 128, "dtype": "bf16", "causal": True, "min_len": 1449, "max_len": 16384, "candidate": "long",
+     "aligns": ["bottom_right"], **LIMITS},
+]
 
 
 @pytest.mark.parametrize("L,D,causal,want", [
     (512, 64, False, "abc123"), (724, 64, False, "abc123"), (725, 64, False, "sdpa"),
     (9000, 64, False, "sdpa"), (512, 64, True, "sdpa"), (512, 128, False, "sdpa")])
 def test_package_rows_name_the_kernel_or_the_fallback(L: int, D: int, causal: bool, want: str) -> None:
-    assert served_by(ROUTES, {"L": L, "D": D, "dtype": "fp16", "causal": causal}) == want
+    assert served_by(ROUTES, {"B": 1, "H": 8, "L": L, "D": D, "dtype": "fp16", "causal": causal}) == want
+
+
+@pytest.mark.parametrize("shape,want", [
+    (Shape("L3", 1, 32, 512, 128, True, "bf16", 8, 8192, "bottom_right"), "long"),   # bucket of max(Lq, Lk)
+    (Shape("L3", 1, 32, 512, 128, True, "bf16", 8, 8192), "sdpa"),                   # top left: not verified there
+    (Shape("L8", 2, 32, 512, 128, True, "bf16", 8), "short"),
+    (Shape("L8", 4, 32, 512, 128, True, "bf16", 8), "sdpa"),                         # B * Hq 128 > 64
+    (Shape("L6", 1, 32, 512, 128, True, "bf16", 1), "sdpa"),                         # Hq / Hkv 32 > 8
+    (Shape("X", 1, 8, 100, 128, True, "bf16", 8, 50, "bottom_right"), "short"),
+    (Shape("X", 1, 8, 100, 128, True, "bf16", 8, 16385, "bottom_right"), "sdpa"),  # past the last top
+])
+def test_package_rows_follow_the_packages_v2_rule(shape: Shape, want: str) -> None:
+    """What the package's launcher does (its _routes.py): bucket of the longer length, heads, group,
+    and the causal alignment with Lq != Lk; a route that does not say serves equal lengths only."""
+    case = case_records([timing(shape, "evo", 1.0)], None)[0]
+    assert served_by(V2_ROUTES, case) == want
+    assert served_by([{**r, "cross": False} for r in V2_ROUTES], case) == (want if shape.Lk == shape.L else "sdpa")
 
 
 def test_package_routes_come_from_the_installed_dispatch_table(tmp_path: Path,
@@ -228,3 +252,133 @@ def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("evo.products.bench.Worker", Recorder)
     run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(F1,)))], out_dir=tmp_path / "b")
     assert sent and sent[0]["fidelity"] is True and sent[0]["interleave"] is True
+
+
+# ----------------------------------------------------------------------------- ABI v2 records, fa4
+
+
+CHUNK = Shape("L3", 1, 32, 512, 128, True, "bf16", 8, 8192, "bottom_right")
+TOP_LEFT = Shape("X1", 1, 32, 512, 128, True, "bf16", 8, 8192)
+
+
+def llm_eval() -> Evaluation:
+    """A bench evaluation of the llm suite where flash_attn was not importable."""
+    why = "flash_attn.cute is not importable: ModuleNotFoundError: No module named 'flash_attn'"
+    ts = [timing(CHUNK, "evo", 40.0), timing(CHUNK, "sdpa_flash", 50.0), timing(CHUNK, "sdpa_cudnn", 45.0)]
+    unavailable = {CHUNK.tag: {"fa4": why, "sdpa_efficient": "refused the case: RuntimeError: No available kernel."}}
+    return Evaluation("b" * 64, Status.FAST, timings=ts, device=DEVICE | {"unavailable": json.dumps(unavailable)})
+
+
+def test_a_record_names_the_whole_problem_every_backends_time_and_tflops() -> None:
+    record = make_record([("cid", llm_eval())], gemm_tflops=None, sha="x", created=datetime(2026, 11, 27, tzinfo=UTC),
+                         backends=("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default", "fa4"))
+    (case,) = record["cases"]
+    assert {k: case[k] for k in ("B", "Hq", "Hkv", "Lq", "Lk", "D", "dtype", "causal", "align", "candidate_id")} == \
+        {"B": 1, "Hq": 32, "Hkv": 8, "Lq": 512, "Lk": 8192, "D": 128, "dtype": "bf16", "causal": True,
+         "align": "bottom_right", "candidate_id": "cid"}
+    assert case["us"] == {"evo": 40.0, "sdpa_flash": 50.0, "sdpa_cudnn": 45.0, "sdpa_efficient": None,
+                          "sdpa_default": None, "fa4": None}
+    assert CHUNK.visible_pairs == sum(7680 + i + 1 for i in range(512))   # row i sees keys j <= i + 7680
+    assert case["tflops"]["evo"] == pytest.approx(4 * 32 * 128 * CHUNK.visible_pairs / 40e-6 / 1e12)
+    assert case["tflops"]["sdpa_flash"] == pytest.approx(CHUNK.flops / 50e-6 / 1e12) and case["tflops"]["fa4"] is None
+    assert record["backends"] == ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default", "fa4"]
+
+
+def test_a_baseline_that_could_not_time_a_case_says_so_in_the_record() -> None:
+    """fa4 where flash_attn does not import: "fa4: unavailable (<why>)" per case, never dropped."""
+    (case,) = make_record([("cid", llm_eval())], gemm_tflops=None, sha="x", created=datetime.now(UTC))["cases"]
+    assert case["unavailable"]["fa4"].startswith("flash_attn.cute is not importable: ModuleNotFoundError")
+    assert case["notes"]["fa4"] == f"unavailable ({case['unavailable']['fa4']})"
+    assert case["notes"]["sdpa_efficient"] == "unavailable (refused the case: RuntimeError: No available kernel.)"
+    md = render_benchmarks_md([("x.json", make_record([("cid", llm_eval())], gemm_tflops=None, sha="x",
+                                                      created=datetime(2026, 11, 27, tzinfo=UTC)))])
+    assert "| L3c | 1,32/8,512/8192,128 br | bf16 | `cid` | 40.00 (0.00) |" in md
+    assert "| 1.25x | — | unavailable |" in md                      # vs sdpa_flash, sdpa_default, fa4
+    assert "fa4: unavailable on L3c (flash_attn.cute is not importable" in md
+
+
+def test_fa4_runs_only_the_masks_it_can_express(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FA4 aligns a causal mask at the bottom right: a top-left mask with Lq != Lk is reported, not
+    timed against the wrong problem; where flash_attn does not import, that is the reason."""
+    from evo.gpu import timing as t
+
+    monkeypatch.setattr(t, "_fa4", lambda: (None, "flash_attn.cute is not importable: ModuleNotFoundError: x"))
+    assert t.fa4_unavailable(CHUNK) == "flash_attn.cute is not importable: ModuleNotFoundError: x"
+    assert t.baseline_unavailable("sdpa_flash", TOP_LEFT) == ""
+    monkeypatch.setattr(t, "_fa4", lambda: (lambda *a, **k: None, ""))
+    assert t.fa4_unavailable(CHUNK) == "" and t.fa4_unavailable(F1) == "" and t.fa4_unavailable(F3C) == ""
+    assert "top left with Lq != Lk" in t.fa4_unavailable(TOP_LEFT)
+    assert t.fa4_unavailable(Shape("X2", 1, 8, 512, 64, False, "fp16", 8, 1024)) == ""   # not causal: any lengths
+
+
+def test_fa4_is_called_on_transposed_views_with_its_own_grouped_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from evo.gpu import timing as t
+
+    seen: list[tuple] = []
+
+    def flash_attn_func(q, k, v, causal=False, softmax_scale=None):  # type: ignore[no-untyped-def]
+        seen.append((tuple(q.shape), tuple(k.shape), q.stride(-1), causal, softmax_scale))
+        return q.clone(), None
+
+    monkeypatch.setattr(t, "_fa4", lambda: (flash_attn_func, ""))
+    q, k = torch.zeros(1, 32, 512, 128), torch.zeros(1, 8, 8192, 128)
+    out = t.baseline_op("fa4", CHUNK)(q, k, k, None)
+    assert seen == [((1, 512, 32, 128), (1, 8192, 8, 128), 1, True, None)] and tuple(out.shape) == (1, 512, 32, 128)
+
+
+def test_time_case_reports_unavailable_baselines_before_running_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evo.gpu import timing as t
+
+    monkeypatch.setattr(t, "_fa4", lambda: (None, "flash_attn.cute is not importable: nope"))
+    monkeypatch.setattr(t, "_attempts", lambda ops, shape, **kw: (t.Attempt({}, {}), 1))
+    got = t.time_case(None, CHUNK, ("sdpa_flash", "fa4"))
+    assert got.unavailable == {"fa4": "flash_attn.cute is not importable: nope"} and got.timings == []
+
+
+def test_run_bench_asks_for_the_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
+    sent: list[dict] = []
+
+    class Recorder:
+        def __init__(self, device: int, target: str) -> None:
+            pass
+
+        def __enter__(self) -> Recorder:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
+            sent.append(dict(request.options))
+            return llm_eval()
+
+    monkeypatch.setattr("evo.products.bench.Worker", Recorder)
+    _, record, _ = run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(CHUNK,)))],
+                             out_dir=tmp_path / "b", backends=("sdpa_cudnn", "sdpa_flash", "sdpa_default", "fa4"))
+    assert sent[0]["backends"] == ["sdpa_cudnn", "sdpa_flash", "sdpa_default", "fa4"]
+    assert record["backends"] == sent[0]["backends"] and "fa4" in record["cases"][0]["unavailable"]
+
+
+def test_the_worker_hands_the_unavailable_baselines_to_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """evo.gpu.evaluate._fast stores what time_case could not time, per case tag, in the
+    evaluation's device info; make_record reads it back per case."""
+    from types import SimpleNamespace
+
+    from evo.gpu import evaluate, timing as t
+
+    def time_case(cand, shape, backends, **kw):  # type: ignore[no-untyped-def]
+        return t.CaseTiming([timing(shape, "evo", 40.0), timing(shape, "sdpa_flash", 50.0)],
+                            unavailable={"fa4": "flash_attn.cute is not importable: nope"})
+
+    monkeypatch.setattr(t, "time_case", time_case)
+    monkeypatch.setattr(evaluate, "progress", lambda note: None)
+    ev = Evaluation("b" * 64, Status.GREEN, device=dict(DEVICE))
+    plan = evaluate.Plan.of({"interleave": True, "backends": ["sdpa_flash", "fa4"]})
+    evaluate._fast(lambda *a, **k: None, None, [CHUNK], plan, SimpleNamespace(), ev)
+    assert ev.status is Status.FAST
+    assert json.loads(ev.device["unavailable"]) == {CHUNK.tag: {"fa4": "flash_attn.cute is not importable: nope"}}
+    (case,) = make_record([("cid", ev)], gemm_tflops=None, sha="x", created=datetime.now(UTC))["cases"]
+    assert case["notes"]["fa4"] == "unavailable (flash_attn.cute is not importable: nope)"

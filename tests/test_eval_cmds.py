@@ -53,6 +53,40 @@ def test_speed_table_shows_speedups_and_missing_backends() -> None:
     assert "2.00x" in text and "0.80x" in text and "1.00x" in text and "—" in text
 
 
+def test_speed_table_names_grouped_uneven_problems_and_unavailable_baselines() -> None:
+    case = {"case": "L3", "B": 1, "H": 32, "L": 512, "D": 128, "Hkv": 8, "Lk": 8192, "align": "bottom_right",
+            "causal": True, "dtype": "bf16", "candidate_id": "c" * 64,
+            "us": {"evo": 40.0, "sdpa_flash": 50.0, "fa4": None}, "spread_us": {"evo": 0.2}, "tflops_evo": 400.0,
+            "unavailable": {"fa4": "flash_attn.cute is not importable: nope"}}
+    console = Console(width=220, record=True)
+    console.print(speed_table([case], "t"))
+    text = console.export_text()
+    assert "1,32/8,512/8192,128 br" in text and "1.25x" in text and "n/a" in text
+
+
+def test_bench_times_the_llm_suite_beside_the_chosen_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """evo bench --package NAME --cases llm --backends ...: each suite in its own dtype (llm: bf16)."""
+    from evo import api
+
+    asked: dict = {}
+
+    def benchmark(ids, **kw):  # type: ignore[no-untyped-def]
+        asked.update(kw, shapes=api.fast_shapes(kw["cases"], kw["dtype"]))
+        raise api.EvoError("stop here")
+
+    monkeypatch.setattr(api, "benchmark", benchmark)
+    assert main(["bench", "--package", "pkg", "--cases", "llm", "--backends", "sdpa_cudnn,sdpa_flash,sdpa_default,fa4"]) == 2
+    assert asked["backends"] == ["sdpa_cudnn", "sdpa_flash", "sdpa_default", "fa4"] and asked["dtype"] is None
+    assert {s.dtype for s in asked["shapes"]} == {"bf16"} and "L3" in {s.case for s in asked["shapes"]}
+    main(["bench", "--package", "pkg"])
+    assert asked["backends"] == list(api.BASELINE_BACKENDS) and "fa4" in asked["backends"]
+
+
+def test_bench_refuses_an_unknown_backend(no_gpu: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--package", "pkg", "--backends", "sdpa_flash,fa3"]) == 2
+    assert "unknown baseline backend fa3" in capsys.readouterr().err
+
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 FIXTURES = Path(__file__).parent / "fixtures"
 

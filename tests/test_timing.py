@@ -181,8 +181,9 @@ def named(name: str):
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> type[FakeTimer]:
     monkeypatch.setattr("evo.gpu.timing.InputSets", FakeInputs)
     monkeypatch.setattr("evo.gpu.timing.GraphTimer", FakeTimer)
-    monkeypatch.setattr("evo.gpu.timing.sdpa_op", lambda backend, causal: named(backend))
-    monkeypatch.setattr("evo.gpu.timing.runs", lambda op, inputs: op.name != "sdpa_cudnn")
+    monkeypatch.setattr("evo.gpu.timing.sdpa_op", lambda backend, shape: named(backend))
+    monkeypatch.setattr("evo.gpu.timing.refusal",
+                        lambda op, inputs: "RuntimeError: no kernel" if op.name == "sdpa_cudnn" else "")
     monkeypatch.setattr("torch.cuda.empty_cache", lambda: None)
     FakeTimer.log, FakeTimer.made = [], {}
     FakeTimer.us = {("evo", 0, 0): 6.0, ("sdpa_flash", 0, 0): 9.0, ("sdpa_default", 0, 0): 8.0}
@@ -192,8 +193,10 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> type[FakeTimer]:
 def test_time_case_interleaves_rounds_and_skips_refusing_backends(fake_gpu: type[FakeTimer]) -> None:
     from evo.gpu.timing import time_case
 
-    out = time_case(named("evo"), F1, ("sdpa_flash", "sdpa_cudnn", "sdpa_default"), rounds=3, reps=2).timings
+    got = time_case(named("evo"), F1, ("sdpa_flash", "sdpa_cudnn", "sdpa_default"), rounds=3, reps=2)
+    out = got.timings
     assert [t.backend for t in out] == ["evo", "sdpa_flash", "sdpa_default"]
+    assert got.unavailable == {"sdpa_cudnn": "refused the case: RuntimeError: no kernel"}   # said, not dropped
     assert fake_gpu.log == ["evo", "sdpa_flash", "sdpa_default", "sdpa_flash", "sdpa_default", "evo",
                             "sdpa_default", "evo", "sdpa_flash"]
     assert [len(t.samples_us) for t in out] == [6, 6, 6] and out[0].flagged == ""
@@ -538,13 +541,14 @@ def test_input_sets_overflow_l2_within_bounds() -> None:
 def test_sdpa_backends_that_refuse_the_inputs_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from evo.gpu.timing import runs, sdpa_op
+    from evo.gpu.timing import refusal, runs, sdpa_op
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     inputs = tuple(torch.randn(1, 2, 16, 64) for _ in range(4))
     full, causal = Shape("t", 1, 2, 16, 64, False), Shape("t", 1, 2, 16, 64, True)
     assert runs(sdpa_op("sdpa_default", causal), inputs)
     assert not runs(sdpa_op("sdpa_cudnn", full), inputs)  # no cuDNN kernel for CPU tensors
+    assert refusal(sdpa_op("sdpa_cudnn", full), inputs).startswith("RuntimeError: ")   # and why
     out = sdpa_op("sdpa_default", full)(*inputs)
     assert out.shape == inputs[0].shape
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from evo import api
-from evo.cli.app import cli, db_option, fail_if
+from evo.cli.app import cli, db_option, fail_if, split_list
 from evo.cli.build_cmds import param_option
 from evo.cli.output import console, table
 
@@ -32,8 +32,18 @@ def _fmt_us(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}" if x < 100 else f"{x:.1f}"
 
 
+def _dims(case: dict[str, Any]) -> str:
+    """``B,H,L,D``, with ``H/Hkv`` and ``L/Lk`` where they differ and ``br`` for a causal mask at the
+    bottom right (as :attr:`evo.results.Shape.dims` prints a problem)."""
+    H, L = case["H"], case["L"]
+    Hkv, Lk = case.get("Hkv", H), case.get("Lk", L)
+    heads, length = (f"{H}/{Hkv}" if Hkv != H else f"{H}"), (f"{L}/{Lk}" if Lk != L else f"{L}")
+    return f"{case['B']},{heads},{length},{case['D']}" + (" br" if case.get("align") == "bottom_right" else "")
+
+
 def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = False) -> Table:
-    """Per case: evo time (spread), TFLOP/s and speedup vs each SDPA backend."""
+    """Per case: evo time (spread), TFLOP/s and speedup vs each baseline (n/a: it could not time
+    the case; the record says why)."""
     baselines = [b for b in api.BENCH_COLUMNS if b != api.EVO]
     numbers = ("B,H,L,D", "evo us", "TFLOP/s", *(b.removeprefix("sdpa_") for b in baselines))
     out = table(*(["candidate"] if with_candidate else []), "case", *numbers, right=numbers,
@@ -44,11 +54,11 @@ def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = 
         for b in baselines:
             base = c["us"].get(b)
             if base is None:
-                speed.append("—")
+                speed.append("n/a" if b in (c.get("unavailable") or {}) else "—")
             else:
                 ratio = base / evo
                 speed.append(f"[{'green' if ratio >= 1 else 'red'}]{ratio:.2f}x[/]")
-        row = [f"{c['case']}{'c' if c['causal'] else ''} {c['dtype']}", f"{c['B']},{c['H']},{c['L']},{c['D']}",
+        row = [f"{c['case']}{'c' if c['causal'] else ''} {c['dtype']}", _dims(c),
                f"{_fmt_us(evo)} ({_fmt_us(c['spread_us'][api.EVO])})", f"{c['tflops_evo']:.1f}", *speed]
         out.add_row(*([(c["candidate_id"] or "—")[:12]] if with_candidate else []), *row)
     return out
@@ -94,19 +104,24 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
               "(default 1)")
 @click.option("--package", metavar="NAME", help="time an installed promoted package instead")
 @cases_option
-@dtype_option
+@click.option("--dtype", type=click.Choice(api.DTYPES), default=None,
+              help="element type of the FAST cases (default: each suite's own, fast fp16, llm bf16)")
+@click.option("--backends", metavar="LIST", default=",".join(api.BASELINE_BACKENDS), show_default=True,
+              help="baselines timed beside it, comma-separated: the SDPA backends and fa4 (FlashAttention-4, "
+                   "where flash_attn.cute imports; a case it cannot run is recorded as unavailable, with why)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="folder for the JSON (default: <EVO_HOME>/benchmarks)")
 @db_option()
 @timeout_option
 @click.option("--seeds", is_flag=True, help="the seed campaigns' rows: claims beside evo's GREEN + FAST figures")
 @click.option("--sweep", is_flag=True, help="SDPA's backends over the sweep grid, with plots (evo/products/seeds.py)")
-def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases: str | None, dtype: str,
-              out: Path | None, db: str | None, timeout: float, seeds: bool, sweep: bool) -> None:
-    """Time candidates or a package against every SDPA backend.
+def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases: str | None, dtype: str | None,
+              backends: str, out: Path | None, db: str | None, timeout: float, seeds: bool, sweep: bool) -> None:
+    """Time candidates or a package against every SDPA backend and FlashAttention-4.
 
-    The FAST suite, interleaved with each SDPA backend; writes benchmarks/*.json and BENCHMARKS.md.
-    --seeds / --sweep time the seed campaigns and SDPA's backends over the sweep grid instead.
+    The FAST suite (--cases llm: attention as language models run it), interleaved with each
+    baseline; writes benchmarks/*.json and BENCHMARKS.md. --seeds / --sweep time the seed
+    campaigns and SDPA's backends over the sweep grid instead.
     """
     if seeds or sweep:
         fail_if(bool(package or ids or best or cases), "--seeds / --sweep measure their own shapes: leave out "
@@ -115,7 +130,7 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
         console.print(f"wrote {written} and {written.parent.resolve().parent / 'BENCHMARKS.md'}")
         return
     done = api.benchmark(list(ids), best=best, package=package, cases=cases, dtype=dtype, out=out,
-                         db=db, timeout_s=timeout)
+                         db=db, timeout_s=timeout, backends=split_list((backends,)) or ())
     path, record, problems = done.path, done.record, done.problems
     for p in problems:
         console.print(f"[red]failed[/] {p}")

@@ -18,7 +18,8 @@ are stored with the evaluation.
 
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
-were drawn), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` (JSON:
+were drawn), ``unavailable`` (JSON: per FAST case, each baseline asked for that could not time it,
+and why: FlashAttention-4 not importable, a backend that refused the case), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` (JSON:
 per kernel function, its machine code: :mod:`evo.toolchain.machine_code`; promote refuses a kernel whose code
 failed GREEN under any candidate), ``fast_outputs_checked`` (timed outputs compared with the
 reference).
@@ -284,6 +285,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
 
     settings = green_settings()
     checked = 0
+    unavailable: dict[str, dict[str, str]] = {}
     beside = plan.beside()
     if beside:                                   # the baselines timed beside the candidate
         ev.device["paired"] = ",".join(beside)
@@ -299,6 +301,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
                             reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
                             check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
             checked += got.outputs_checked
+            if got.unavailable:
+                unavailable[shape.tag] = got.unavailable
             if got.output_failure:
                 ev.status = Status.RED
                 ev.reason = f"{shape.tag}: timed output wrong: {got.output_failure}"
@@ -307,6 +311,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     finally:
         ev.fast_seconds = time.perf_counter() - t0
         ev.device["fast_outputs_checked"] = str(checked)
+        if unavailable:      # per case tag, the baselines asked for that could not time it, and why
+            ev.device["unavailable"] = json.dumps(unavailable, sort_keys=True)
     failed = [t for t in ev.timings if recheck_failed(t)]
     if failed:
         ev.status, ev.reason = Status.RED, f"{failed[0].shape.tag}: {failed[0].flagged}"

@@ -7,7 +7,10 @@ about 1 ms so event resolution does not matter. Small shapes would otherwise be 
 their inputs resident in L2, so the captured launches rotate over several input sets whose
 total is over twice the L2 size. The SDPA backends are timed by the same code on the same
 inputs, and :func:`time_case` interleaves them with the candidate round by round so clock or
-thermal drift hits every backend alike.
+thermal drift hits every backend alike. FlashAttention-4 (``fa4``: :func:`fa4_op`), where
+``flash_attn.cute`` is importable, is one more baseline timed the same way; a baseline that cannot
+run a case (not importable, a mask it cannot express, a shape a backend refuses) is reported per
+case with why (:attr:`CaseTiming.unavailable`), never dropped silently.
 
 What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
 
@@ -48,15 +51,18 @@ fidelity, plausibility) are usable (and tested) without one.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import math
 import statistics
+import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from evo.results import Fidelity, Shape, Timing
-from evo.vocab import EVO, SDPA_BACKENDS
+from evo.vocab import EVO, FA4, SDPA_BACKENDS
 from evo.gpu.worker import progress
 
 if TYPE_CHECKING:
@@ -473,8 +479,88 @@ def sdpa_op(backend: str, shape: Shape) -> Op:
     return op
 
 
-def runs(op: Op, inputs: tuple[Any, Any, Any, Any]) -> bool:
-    """Whether ``op`` accepts these inputs (an SDPA backend refuses shapes it cannot do)."""
+@functools.cache
+def _fa4() -> tuple[Callable[..., Any] | None, str]:
+    """FlashAttention-4's ``flash_attn_func`` and "", or None and why ``flash_attn.cute`` does not import."""
+    try:
+        from flash_attn.cute import flash_attn_func  # type: ignore[import-not-found]
+    except Exception as exc:  # noqa: BLE001 - ImportError, or the CUTLASS DSL failing as it loads
+        return None, f"flash_attn.cute is not importable: {one_line(exc)}"
+    return flash_attn_func, ""
+
+
+def fa4_unavailable(shape: Shape) -> str:
+    """Why FlashAttention-4 cannot time ``shape`` ("" when it can): ``flash_attn.cute`` does not
+    import, or the case's causal mask is at the top left with Lq != Lk (FA4 aligns a causal mask at
+    the bottom right, so it serves a top-left mask only where the two corners coincide, Lq == Lk)."""
+    _, why = _fa4()
+    if why:
+        return why
+    if shape.causal and shape.align == "top_left" and shape.Lk != shape.L:
+        return "FA4 aligns a causal mask at the bottom right; this case's is at the top left with Lq != Lk"
+    return ""
+
+
+def fa4_op(shape: Shape) -> Op:
+    """FlashAttention-4 on ``shape``'s problem, returning its output: ``flash_attn_func`` takes
+    (B, L, H, D) tensors, so it gets ``transpose(1, 2)`` views of our (B, H, L, D) inputs (no copy;
+    the head dim stays contiguous), its own grouped heads, and ``causal`` (bottom-right aligned:
+    :func:`fa4_unavailable` says which cases it cannot run)."""
+    func, why = _fa4()
+    if func is None:
+        raise RuntimeError(why)
+    causal = shape.causal
+
+    def op(q: Any, k: Any, v: Any, o: Any) -> Any:
+        out = func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, softmax_scale=None)
+        return out[0] if isinstance(out, tuple) else out   # (out, lse) in flash_attn.cute
+
+    return op
+
+
+def baseline_op(backend: str, shape: Shape) -> Op:
+    """The op of one baseline backend on ``shape``: an SDPA backend (:func:`sdpa_op`) or ``fa4``."""
+    return fa4_op(shape) if backend == FA4 else sdpa_op(backend, shape)
+
+
+def baseline_unavailable(backend: str, shape: Shape) -> str:
+    """Why ``backend`` cannot time ``shape``, known before it runs ("" when nothing is known:
+    an SDPA backend that refuses a shape says so when it is tried, :func:`refusal`)."""
+    return fa4_unavailable(shape) if backend == FA4 else ""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line of at most 300 characters: its type and its message."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+
+
+HEARTBEAT_S = 5.0    # progress while an optional baseline's first call runs (FA4 compiles its kernel then)
+
+
+@contextlib.contextmanager
+def heartbeat(note: str, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Report ``note`` as progress every ``every_s`` while the body runs: FlashAttention-4's first
+    call on a new problem JIT-compiles its kernel (tens of seconds), longer than the worker's stall
+    limit. The thread is joined before the body's caller goes on, so it never sends beside it."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            progress(note)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def refusal(op: Op, inputs: tuple[Any, Any, Any, Any]) -> str:
+    """Why ``op`` does not accept these inputs, or "" when it runs them (an SDPA backend refuses
+    shapes it cannot do; FlashAttention-4 asserts on what it does not support). A CUDA error
+    propagates: the context may be poisoned."""
     import torch
 
     try:
@@ -482,11 +568,16 @@ def runs(op: Op, inputs: tuple[Any, Any, Any, Any]) -> bool:
             warnings.simplefilter("ignore")
             op(*inputs)
         torch.cuda.synchronize()
-    except RuntimeError as exc:
+    except Exception as exc:  # noqa: BLE001 - an optional baseline's refusal, reported per case
         if "CUDA error" in str(exc):
             raise
-        return False
-    return True
+        return one_line(exc)
+    return ""
+
+
+def runs(op: Op, inputs: tuple[Any, Any, Any, Any]) -> bool:
+    """Whether ``op`` accepts these inputs (:func:`refusal` says why not)."""
+    return not refusal(op, inputs)
 
 
 # ----------------------------------------------------------------------------- one case
@@ -496,8 +587,8 @@ class CaseRun:
     """Captured graphs of several ops over one case's input sets, ready to sample, check and
     profile; :meth:`close` frees them.
 
-    Ops named in ``optional`` (the SDPA backends) are left out when they refuse the shape or
-    cannot be captured in a graph; any other failure propagates.
+    Ops named in ``optional`` (the baselines) are left out when they refuse the shape or cannot
+    be captured in a graph, each with why in :attr:`unavailable`; any other failure propagates.
     """
 
     def __init__(self, ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], seed: int,
@@ -508,6 +599,7 @@ class CaseRun:
         self.timers: dict[str, GraphTimer] = {}
         self.rotations: dict[str, Rotation] = {}
         self.fidelity: dict[str, Fidelity | None] = {}
+        self.unavailable: dict[str, str] = {}
         self.inputs = InputSets(shape, seed)
         try:
             with warnings.catch_warnings():
@@ -516,18 +608,25 @@ class CaseRun:
                     rotation = Rotation(op, self.inputs.sets)
                     if name not in optional:
                         self.timers[name] = GraphTimer(rotation, warmup=warmup)
-                    elif runs(op, self.inputs.sets[0]):
+                    elif why := self._first_call(name, op):
+                        self.unavailable[name] = f"refused the case: {why}"
+                        continue
+                    else:
                         try:
                             self.timers[name] = GraphTimer(rotation, warmup=warmup)
-                        except RuntimeError:
+                        except RuntimeError as exc:
                             torch.cuda.synchronize()   # raises if the failure poisoned the context
+                            self.unavailable[name] = f"cannot be captured in a CUDA graph: {one_line(exc)}"
                             continue
-                    else:
-                        continue
                     self.rotations[name] = rotation
         except BaseException:
             self.close()
             raise
+
+    def _first_call(self, name: str, op: Op) -> str:
+        """An optional op's first call, on the first input set: why it refuses the case, or ""."""
+        with heartbeat(f"FAST {self.shape.tag} {name}: first call"):
+            return refusal(op, self.inputs.sets[0])
 
     def sample(self, rounds: int, reps: int, budget_ms: float, *, fidelity: bool = False) -> dict[str, list[float]]:
         """Samples per op, interleaved round by round (the starting op rotates); an op whose
@@ -595,12 +694,14 @@ class CaseRun:
 
 @dataclass
 class CaseTiming:
-    """What :func:`time_case` learned: Timings (candidate first), and how many of the
-    candidate's timed outputs were checked and why one was wrong ("" when none was)."""
+    """What :func:`time_case` learned: Timings (candidate first), how many of the candidate's
+    timed outputs were checked and why one was wrong ("" when none was), and the baselines asked
+    for that could not time the case, with why."""
 
     timings: list[Timing]
     outputs_checked: int = 0
     output_failure: str = ""
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -635,6 +736,7 @@ def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], s
     attempts: list[Attempt] = []
     for _ in range(remeasure + 1):
         run = CaseRun(ops, shape, optional=optional, seed=seed, warmup=warmup)
+        result.unavailable.update(run.unavailable)
         try:
             samples = run.sample(rounds, reps, budget_ms, fidelity=fidelity)
             if check is not None and EVO in run.timers:
@@ -667,10 +769,10 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
               budget_ms: float = CASE_BUDGET_MS, recheck: Callable[[Shape], str] | None = None,
               known: Sequence[Timing] = (), check: GreenSettings | None = None,
               fidelity: bool = False, remeasure: int = REMEASURE) -> CaseTiming:
-    """Time ``candidate`` (if any) and each SDPA backend on ``shape``, interleaved.
+    """Time ``candidate`` (if any) and each baseline backend on ``shape``, interleaved.
 
     The candidate's Timing comes first (backend "evo"), then one per backend that can run
-    the shape (a backend that cannot is left out). ``check`` (GREEN's settings) turns on the
+    the shape (one that cannot is left out, and :attr:`CaseTiming.unavailable` says why). ``check`` (GREEN's settings) turns on the
     checks of the candidate's timed outputs; ``fidelity`` profiles every op right after its
     samples in the last round; a case with a wide spread, or one the profiler does not confirm,
     is measured again up to ``remeasure`` times. ``known`` are baseline Timings measured earlier
@@ -678,8 +780,13 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     ``recheck`` runs the correctness checks for a shape and returns "" or why it failed.
     """
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
-    ops |= {b: sdpa_op(b, shape) for b in backends}
     result = CaseTiming([])
+    for b in backends:
+        why = baseline_unavailable(b, shape)
+        if why:
+            result.unavailable[b] = why
+        else:
+            ops[b] = baseline_op(b, shape)
     kw = dict(optional=backends, rounds=rounds, reps=reps, warmup=warmup, budget_ms=budget_ms,
               check=check, remeasure=remeasure, result=result)
     attempt, tries = _attempts(ops, shape, seed=seed, fidelity=fidelity, **kw)  # type: ignore[arg-type]
