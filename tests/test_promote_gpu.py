@@ -70,6 +70,9 @@ def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatc
     ("long_only", (F1, F5)),   # wrong past L = 8192: the top bucket is checked up to 16384, its top
     ("many_heads", (F1,)),     # wrong past 2048 batch x heads: the bucket's heads check (65535 at L = 1)
     ("flat", (F1, F5)),        # wrong on a flat softmax over > 1024 keys: checked at each bucket's top
+    ("wrong_kv_head", (F1,)),  # kernel ABI v2: grouped heads, checked at every bucket length (llm_bucket_cases)
+    ("ignore_lk", (F1,)),      # a query chunk on a longer key cache
+    ("top_left_only", (F1,)),  # the causal mask at the bottom right with Lq != Lk
 ])
 def test_promote_refuses_a_kernel_wrong_only_outside_what_was_measured(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, wins: tuple[Shape, ...]) -> None:
