@@ -33,10 +33,10 @@ _SCORES_BYTES = 1 << 30     # the reference goes through the heads in chunks of 
 
 
 def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
-            dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False, *,
-            causal_align: str = "top_left") -> str:
+            dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+            *, causal_align: str = "top_left") -> str:
     """One line: the kernel (candidate, entry) that serves this call and what its route serves, or
-    why SDPA does. Takes ``attention``'s arguments (but ``scale``, which does not change the path)."""
+    why SDPA does. Takes ``attention``'s arguments as they are (``scale`` does not change the path)."""
     _fallback.bottom_right(causal_align)
     reason = _not_served(query, key, value, attn_mask, dropout_p, enable_gqa)
     if reason:
