@@ -62,7 +62,7 @@ def _of_kind(kind: int, seeds: range = range(30)) -> list:
 def test_scales_spreads_and_batches_vary_over_seeds() -> None:
     cases = [c for seed in range(30) for c in drawn_cases(SETTINGS, ALL_KEYS, seed)]
     assert 0.6 < sum(c.scale is not None for c in cases) / len(cases) < 0.9   # 3 in 4 non-default
-    others = [c for i, k in enumerate(KINDS) if k not in ("long", "flat", "mixed") for c in _of_kind(i)]
+    others = [c for i, k in enumerate(KINDS) if k not in ("long", "flat", "mixed", "long_kv") for c in _of_kind(i)]
     factors = [c.scale * math.sqrt(c.shape.D) for c in others if c.scale is not None]
     assert all(f <= 0.51 or f >= 1.99 for f in factors)                # far from the default
     assert min(factors) < 0.2 and max(factors) > 2.5
@@ -177,3 +177,18 @@ def test_the_input_axes_each_have_a_kind_of_their_own() -> None:
     assert all(lo - 64 < c.shape.B * c.shape.H <= hi for c in many)
     assert max(c.shape.L for c in many) <= SETTINGS.tile
     assert all(c.shape.case.split()[-1] == {"flat": "flat", "mixed": "mix"}[c.inputs] for c in flat + mixed)
+
+
+def test_the_abi_v2_kinds_draw_grouped_heads_unequal_lengths_and_both_corners() -> None:
+    """Each of issue 33's kinds draws the problem it names, over 30 seeds; together they put the
+    causal mask at both corners, with rows that see no key among them."""
+    kind = {k: [c.shape for c in _of_kind(KINDS.index(k))] for k in ("gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")}
+    assert all(s.H % s.Hkv == 0 and s.H > s.Hkv for s in kind["gqa"]) and len({s.group for s in kind["gqa"]}) >= 4
+    assert all(s.Hkv == 1 and s.H >= 2 for s in kind["mqa"])
+    assert all(s.Lk > s.L for s in kind["chunk"]) and all(s.L > s.Lk for s in kind["q_longer"])
+    assert any(s.Lk > s.L for s in kind["cross"]) and any(s.Lk < s.L for s in kind["cross"])
+    assert all(SETTINGS.long[0] <= s.Lk <= SETTINGS.long[1] and s.L <= 2 * SETTINGS.tile for s in kind["long_kv"])
+    every = [s for shapes in kind.values() for s in shapes]
+    assert {s.align for s in every if s.causal} == {"top_left", "bottom_right"}
+    assert any(s.causal and s.shift < 0 for s in every)              # q_longer at the bottom right
+    assert all(len(s.case) <= 32 for s in every)
