@@ -4,8 +4,14 @@ The kernel's producer and consumer warpgroups synchronise through mbarriers (a f
 barrier per K and V stage, a full and an empty barrier for Q) and, with ping-pong, two named
 barriers that hand the GEMM turn back and forth (three consumers: round a ring). CAUSAL_TRIM lets
 a consumer stop at its own last KV tile and only wait for and release the CTA's later ones, with an
-empty turn each; a consumer whose rows all lie past L (idle) does that for every tile, releasing Q
-unread and taking one more empty turn where the overlap gives a computing consumer n + 1. A
+empty turn each; a consumer whose rows all lie past Lq or (causal) see no key (idle) does that for
+every tile, releasing Q unread and taking one more empty turn where the overlap gives a computing
+consumer n + 1. A causal tile whose rows all precede key 0's diagonal (shift < 0) has no KV tile
+at all: the producer loads its Q alone, and every consumer is idle. With PACK_GQA the producer
+thread issues only K and V, and Q comes from loaders of their own (warps 1-3 of the producer
+warpgroup: one agent here, as each of them waits for the same phase and arrives once a tile).
+Tiles come from random query
+and key lengths and shifts (kernel ABI v2: query i sees key j <= i + shift). A
 mistake there does not show as a wrong number but as a hang or a race, so this model plays the
 protocol as the template writes it (the order of waits, turns and releases per warpgroup), picks
 which agent moves next at random, and checks, over many schedules and tile sequences:
@@ -62,6 +68,7 @@ class World:
     pingpong: bool
     overlap: bool
     tiles: list[tuple[int, list[int], list[bool]]]   # per CTA tile: n_tiles, n_mine and idle per consumer
+    pack: bool = False                                 # PACK_GQA: Q from the loaders, not the TMA thread
     full_k: list[MBarrier] = field(default_factory=list)
     full_v: list[MBarrier] = field(default_factory=list)
     empty_k: list[MBarrier] = field(default_factory=list)
@@ -94,9 +101,16 @@ def wait(cond) -> Step:
         yield
 
 
-def producer(w: World) -> Step:
+def producer(w: World, mutant: str = "") -> Step:
+    """``mutant`` ``no_lone_q``: a tile without KV tiles gets no Q either (its consumers would
+    wait for it forever)."""
     it = 0
     for tc, (n_tiles, _, _) in enumerate(w.tiles):
+        if n_tiles == 0 and mutant != "no_lone_q" and not w.pack:   # no row sees a key: Q alone
+            if tc > 0:
+                yield from wait(lambda tc=tc: w.empty_q.done(tc - 1))
+            w.full_q.arrive()
+            yield
         for j in range(n_tiles):
             s, use = it % w.stages, it // w.stages
             if use > 0:
@@ -104,7 +118,7 @@ def producer(w: World) -> Step:
             if w.reading.get(("K", s)):
                 raise Violation(f"K stage {s} refilled while consumers {w.reading[('K', s)]} read it")
             w.full_k[s].arrive()
-            if j == 0:
+            if j == 0 and not w.pack:
                 if tc > 0:
                     yield from wait(lambda tc=tc: w.empty_q.done(tc - 1))
                 w.full_q.arrive()
@@ -115,6 +129,15 @@ def producer(w: World) -> Step:
             w.full_v[s].arrive()
             it += 1
             yield
+
+
+def loader(w: World) -> Step:
+    """PACK_GQA's Q loaders: each tile's Q once the consumers released the last one."""
+    for tc in range(len(w.tiles)):
+        if tc > 0:
+            yield from wait(lambda tc=tc: w.empty_q.done(tc - 1))
+        yield                                   # the cp.async copies, their wait and the proxy fence
+        w.full_q.arrive()
 
 
 def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
@@ -201,20 +224,48 @@ def consumer(w: World, c: int, trim: bool, mutant: str = "") -> Step:
         w.turn_tokens[0] -= 1
 
 
+def cta_tiles(lq: int, lk: int, shift: int, causal: bool, wgs: int, block_n: int,
+              m0s: list[int], group: int = 0) -> list[tuple[int, list[int], list[bool]]]:
+    """(n_tiles, n_mine and idle per consumer) of the query tiles at ``m0s``, as the template
+    computes them (kv_end, kv_tiles, wg_keys, idle, n_mine); ``group`` > 0: PACK_GQA's packed
+    rows (row p at position p // group, group * lq rows)."""
+    rows = lq * group if group else lq
+
+    def kv_end(r: int) -> int:                  # keys [0, kv_end(r)) the rows below r (and Lq) see
+        if not causal:
+            return lk
+        return max(0, min(lk, (min(rows, r) - 1) // group + 1 + shift if group else min(lq, r) + shift))
+
+    out = []
+    for m0 in m0s:
+        n_tiles = (kv_end(m0 + 64 * wgs) + block_n - 1) // block_n
+        keys = [kv_end(m0 + 64 * c + 64) for c in range(wgs)]
+        idle = [m0 + 64 * c >= rows or (causal and keys[c] <= 0) for c in range(wgs)]
+        mine = [0 if idle[c] else min(n_tiles, (keys[c] + block_n - 1) // block_n) for c in range(wgs)]
+        assert all(idle[c] or mine[c] >= 1 for c in range(wgs)) and (n_tiles > 0 or all(idle))
+        out.append((n_tiles, mine, idle))
+    return out
+
+
 def play(rng: random.Random, trim: bool, mutant: str = "") -> None:
     wgs = rng.choice([1, 2, 3])
     block_n = rng.choice([64, 96, 128])
-    block_m, L = 64 * wgs, rng.choice([1, 100, 700, 2048])
-    tiles = []
-    for m0 in rng.sample(range(0, L, block_m), k=min(6, len(range(0, L, block_m)))):
-        n_tiles = (min(L, m0 + block_m) + block_n - 1) // block_n
-        idle = [m0 + 64 * c >= L for c in range(wgs)]
-        mine = [0 if idle[c] else min(n_tiles, (min(L, m0 + 64 * c + 64) + block_n - 1) // block_n)
-                for c in range(wgs)]
-        tiles.append((n_tiles, mine, idle))
+    block_m = 64 * wgs
+    lq, lk = rng.choice([1, 100, 700, 2048]), rng.choice([1, 100, 700, 2048])
+    shift = rng.choice([0, lk - lq, rng.randint(-lq, lk)])   # top left, bottom right, anywhere
+    causal = rng.random() < 0.8
+    pack = mutant != "no_lone_q" and rng.random() < 0.3
+    group = rng.choice([1, 2, 3, 4, 8]) if pack else 0
+    rows = lq * group if pack else lq
+    m0s = rng.sample(range(0, rows, block_m), k=min(6, len(range(0, rows, block_m))))
+    if mutant == "no_lone_q":                  # a query length with tiles that see no key
+        lq, lk, shift, m0s = 2048, 100, -1948, [0, 1024, 1920]
+    tiles = cta_tiles(lq, lk, shift, causal or mutant == "no_lone_q", wgs, block_n, m0s, group)
     w = World(stages=rng.choice([2, 3, 4]), wgs=wgs, pingpong=rng.random() < 0.7, overlap=rng.random() < 0.7,
-              tiles=tiles)
-    agents = {"producer": producer(w)} | {f"consumer {c}": consumer(w, c, trim, mutant) for c in range(wgs)}
+              tiles=tiles, pack=pack)
+    agents = {"producer": producer(w, mutant)} | {f"consumer {c}": consumer(w, c, trim, mutant) for c in range(wgs)}
+    if w.pack:
+        agents["loader"] = loader(w)
     stalled = 0
     while agents:
         name = rng.choice(sorted(agents))
@@ -228,7 +279,8 @@ def play(rng: random.Random, trim: bool, mutant: str = "") -> None:
         after = w.snapshot()
         stalled = 0 if after != before else stalled + 1
         if stalled > 20000:
-            raise Violation(f"deadlock: {sorted(agents)} wait forever (wgs {wgs}, tiles {tiles})")
+            raise Violation(f"deadlock: {sorted(agents)} wait forever (wgs {wgs}, Lq {lq}, Lk {lk}, "
+                            f"shift {shift}, tiles {tiles})")
 
 
 def main(schedules: int) -> int:
@@ -241,7 +293,8 @@ def main(schedules: int) -> int:
                 print(f"CAUSAL_TRIM={trim}: schedule {k}: {err}")
                 return 1
         print(f"CAUSAL_TRIM={trim}: {schedules} random schedules, no deadlock, every release in its phase")
-    for mutant in ("no_wait", "no_turns", "idle_turn"):   # the checks must catch a broken trim or idle path
+    # the checks must catch a broken trim or idle path, or a tile without KV tiles left without Q
+    for mutant in ("no_wait", "no_turns", "idle_turn", "no_lone_q"):
         caught = []
         for _ in range(schedules):
             try:

@@ -3,7 +3,8 @@
 The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line:
 `at` maps a tile index to (query tile, head) under the L2-section order, `nth_global` is ORDER 2
 (one back-and-forth snake over all sections' tiles), `nth_sections` ORDER 3 (each section dealt by
-a snake of its own). A tile's cost is its KV tiles plus one for its prologue and epilogue; the
+a snake of its own). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i +
+shift below Lk) plus one for its prologue and epilogue; the
 busiest CTA's cost over the mean is the schedule's slowdown against a perfect split, and a greedy
 list schedule in the same tile order (what an atomic tile counter would give) is the reference.
 
@@ -24,11 +25,15 @@ CASES = {"F4c": (8, 12, 2048, 64), "F5c": (1, 12, 8192, 64), "F6c": (1, 12, 4096
 class Tiles:
     """The template's tile walker for one causal launch (persistent, ORDER 2 or 3)."""
 
-    def __init__(self, length: int, bh: int, block_m: int, d: int) -> None:
+    def __init__(self, length: int, bh: int, block_m: int, d: int, lk: int | None = None,
+                 group: int = 1) -> None:
+        """``length`` is Lq, ``lk`` Lk (default Lq), ``bh`` B * Hq, ``group`` Hq / Hkv."""
+        lk = length if lk is None else lk
         self.n_m = -(-length // block_m)
         self.bh_count = bh
         self.total = self.n_m * bh
-        self.sec = int(max(1, min(bh, L2_SECTION // (4 * length * d))))
+        # the template's L2_SECTION * Hq / (4 Lk D Hkv), Hq = group * Hkv
+        self.sec = int(max(1, min(bh, L2_SECTION * group // (4 * lk * d))))
 
     def at(self, tile: int) -> tuple[int, int]:
         """(query tile index, batch*head) of ``tile``: within a section, longest first."""
@@ -67,9 +72,14 @@ class Tiles:
         return out
 
 
-def cost(tiles: Tiles, tile: int, length: int, block_m: int, block_n: int) -> float:
+def cost(tiles: Tiles, tile: int, length: int, block_m: int, block_n: int, lk: int | None = None,
+         shift: int = 0) -> float:
+    """KV tiles of a causal query tile (the keys its rows below Lq = ``length`` see, ``lk`` keys,
+    j <= i + ``shift``) plus one."""
     mi, _ = tiles.at(tile)
-    return -(-min(length, (mi + 1) * block_m) // block_n) + 1.0
+    lk = length if lk is None else lk
+    keys = max(0, min(lk, min(length, (mi + 1) * block_m) + shift))
+    return -(-keys // block_n) + 1.0
 
 
 def imbalance(case: tuple[int, int, int, int], block_m: int = 128, block_n: int = 128,

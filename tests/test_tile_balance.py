@@ -38,3 +38,16 @@ def test_the_section_snake_evens_out_the_long_causal_cases() -> None:
         got = MODEL.imbalance(MODEL.CASES[case])
         assert got["global"] > before and got["sections"] < 1.02 and got["greedy"] < 1.02, case
     assert MODEL.imbalance(MODEL.CASES["F4c"])["sections"] < MODEL.imbalance(MODEL.CASES["F4c"])["global"] - 0.05
+
+
+@pytest.mark.parametrize("lq, lk, group, shift", [
+    (4096, 4096, 4, 0), (1024, 8192, 8, 7168), (8192, 1024, 1, -7168), (300, 5000, 2, 4700)])
+def test_every_tile_is_taken_once_with_gqa_and_two_lengths(lq: int, lk: int, group: int, shift: int) -> None:
+    tiles = MODEL.Tiles(lq, 64, 128, 128, lk, group)
+    for nth in (tiles.nth_global, tiles.nth_sections):
+        taken = sorted(t for a in tiles.assignment(nth, 132) for t in a)
+        assert taken == list(range(tiles.total)), nth.__name__
+    # longest first within a section whatever the shift: a tile's work never grows along the order
+    per = tiles.sec * tiles.n_m
+    work = [MODEL.cost(tiles, t, lq, 128, 128, lk, shift) for t in range(tiles.total)]
+    assert all(work[t] >= work[t + 1] for t in range(tiles.total - 1) if (t + 1) % per)

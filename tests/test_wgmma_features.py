@@ -252,3 +252,32 @@ def test_branches_on_the_consumer_index_are_warp_uniform(genes: dict[str, object
     for name, n in bssy.items():
         if "_causal" in name:
             assert n <= bssy[name.replace("_causal", "_full")] + 1, bssy
+
+
+def test_pack_gqa_needs_producer_registers_where_they_are_reallocated() -> None:
+    assert not is_valid(FAMILY, point(PACK_GQA=True))                       # PRODUCER_REGS 24, two consumers
+    assert is_valid(FAMILY, point(PACK_GQA=True, PRODUCER_REGS=32))
+    assert is_valid(FAMILY, point(PACK_GQA=True, WGS_D64=1, WGS_D128=1, PINGPONG=False))
+    assert FAMILY.defaults()["PACK_GQA"] is False
+
+
+@pytest.mark.parametrize("genes", [{}, {"CAUSAL_TRIM": True, "Q_IN_REGS": True}])
+def test_pack_gqa_is_rendered_only_where_it_is_on(genes: dict[str, object]) -> None:
+    # the other candidates render the text they had before the gene (no cp.async, TMA both ways)
+    plain = render(make_candidate(FAMILY, point(**genes))).source
+    packed = render(make_candidate(FAMILY, point(**genes, PACK_GQA=True, PRODUCER_REGS=32))).source
+    assert "cp_async_16" not in plain and "Q_LOADERS" not in plain
+    assert "cp_async_16" in packed and "tma_store_3d(&tm_o" not in packed.split("flash_wgmma_cta", 1)[1]
+
+
+def test_pack_gqa_loads_q_by_cp_async_and_stores_o_itself(build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PACK_GQA: a tile's rows come from several query heads, no TMA box: Q by cp.async (LDGSTS,
+    zero-filled past the rows), O by 16-byte stores (STG.E.128), K and V still by TMA; no spill
+    (sass_by_function checks) and the GEMMs are those of the unpacked kernel."""
+    plain = sass_by_function({"PRODUCER_REGS": 32}, build_cache, monkeypatch)
+    packed = sass_by_function({"PACK_GQA": True, "PRODUCER_REGS": 32}, build_cache, monkeypatch)
+    assert plain.keys() == packed.keys() and len(packed) == 8
+    for name, body in packed.items():
+        assert "LDGSTS" in body and "STG.E.128" in body and "UTMALDG" in body, name
+        assert "UTMASTG" not in body and "UTMASTG" in plain[name] and "LDGSTS" not in plain[name], name
+        assert body.count("HGMMA.") == plain[name].count("HGMMA."), name
