@@ -12,6 +12,7 @@ dtypes on the GPU (``pytest -m gpu``, tests/test_seed_families_gpu.py).
 from __future__ import annotations
 
 import importlib.util
+import math
 from functools import cache
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 from evo.toolchain.build import build_batch
 from evo.gpu.gate import check_case
-from evo.gpu.pykernels import ModuleKernels
+from evo.gpu.pykernels import ModuleKernels, import_module
 from evo.family.render import render
 from evo.results import Shape
 from evo.family.space import make_candidate
@@ -100,3 +101,56 @@ def test_triton_flash_is_green(params: dict) -> None:
                          ids=["default", "fp16-scores"])
 def test_seed_pipeline_is_green(params: dict) -> None:
     assert green("seed_pipeline", ("fp16",), ROWS, **params) == []
+
+
+# Kernel ABI v2 beyond GREEN's square shapes: grouped-query heads (Hq / Hkv = 1, 2, 4), Lq != Lk
+# both ways, the causal mask at the top left (shift 0), the bottom right (Lk - Lq, negative when
+# Lq > Lk) and a negative shift, so rows that see no key (written as zeros) occur.
+ABI_CASES = [(1, 2, 1, 17, 40, 64), (2, 4, 2, 33, 9, 64), (1, 4, 1, 5, 130, 128), (1, 2, 2, 70, 23, 128)]
+ABI_ROWS = [(1, 4, 2, 9, 20, 64), (1, 2, 1, 12, 5, 128)]   # seed_pipeline: one program per row
+
+
+def reference(q, k, v, causal: bool, scale: float, shift: int):  # type: ignore[no-untyped-def]
+    """fp32 attention with grouped-query heads and key j seen by query i when j <= i + shift;
+    a row that sees no key is zeros."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.float().repeat_interleave(group, 1) for t in (k, v))
+    s = (q.float() @ k.transpose(-1, -2)) * scale
+    if causal:
+        i = torch.arange(q.shape[2])[:, None]
+        j = torch.arange(k.shape[2])[None, :]
+        s = s.masked_fill(j > i + shift, float("-inf"))
+    return (torch.softmax(s, -1) @ v).nan_to_num(0.0)
+
+
+def abi_failures(family: str, cases=ABI_CASES, **params: object) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every v2 case the rendered module's launch(q, k, v, o, causal, scale, shift) gets wrong (fp16)."""
+    import torch
+
+    rendered = render(make_candidate(family, params))
+    (result,) = build_batch([rendered], arch="sm_90a")
+    module = import_module(result.cubin_path or "")
+    gen = torch.Generator().manual_seed(0)
+    failed = []
+    for B, Hq, Hkv, Lq, Lk, D in cases:
+        q = torch.randn(B, Hq, Lq, D, generator=gen).half()
+        k, v = (torch.randn(B, Hkv, Lk, D, generator=gen).half() for _ in range(2))
+        for causal, shift in ((False, 0), (True, 0), (True, Lk - Lq), (True, -3)):
+            o = torch.full_like(q, float("nan"))
+            module.launch(q, k, v, o, causal, 1 / math.sqrt(D), shift)
+            err = (o.float() - reference(q, k, v, causal, 1 / math.sqrt(D), shift)).abs().max().item()
+            if not err < 2e-2:   # NaN fails too
+                failed.append(f"B={B} Hq={Hq} Hkv={Hkv} Lq={Lq} Lk={Lk} D={D} causal={causal} shift={shift}: {err}")
+    return failed
+
+
+@pytest.mark.parametrize("params", [{}, {"TMA": True, "BLOCK_N": 32, "MASK_SPLIT": False}],
+                         ids=["default", "tma-masked"])
+def test_triton_flash_takes_gqa_lengths_and_shift(params: dict) -> None:
+    assert abi_failures("triton_flash", **params) == []
+
+
+def test_seed_pipeline_takes_gqa_lengths_and_shift() -> None:
+    assert abi_failures("seed_pipeline", ABI_ROWS, CHUNK=256) == []

@@ -5,7 +5,7 @@ A family's manifest names its backend (``[family] backend``, default ``cuda``):
 - ``cuda``: the template renders CUDA C++; nvcc compiles it to a cubin (:mod:`evo.toolchain.build`),
   :class:`evo.gpu.runtime.CandidateKernels` loads it with cuda-python.
 - ``triton``: the template renders a Python module that defines
-  ``launch(q, k, v, o, causal, scale)`` (Triton kernels, and torch calls where a family wants
+  ``launch(q, k, v, o, causal, scale, shift)`` (Triton kernels, and torch calls where a family wants
   them, e.g. cuBLAS GEMMs). "Building" checks that it parses and caches it under its build id
   like a cubin; Triton compiles each kernel on first use in the worker and keeps its own
   on-disk cache keyed by the source. :class:`evo.gpu.pykernels.ModuleKernels` loads it.
@@ -67,5 +67,5 @@ def module_problem(source: str, filename: str = "kernel.py") -> str:
     except SyntaxError as exc:
         return f"python: {filename}:{exc.lineno}: {exc.msg}"
     if not any(isinstance(n, ast.FunctionDef) and n.name == "launch" for n in tree.body):
-        return f"python: {filename} defines no top-level launch(q, k, v, o, causal, scale)"
+        return f"python: {filename} defines no top-level launch(q, k, v, o, causal, scale, shift)"
     return ""

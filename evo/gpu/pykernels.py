@@ -1,7 +1,9 @@
 """Load a Triton-backend candidate (a rendered Python module) and launch it like a cubin.
 
 The module (:mod:`evo.family.backends`, backend ``triton``) defines
-``launch(q, k, v, o, causal, scale)``; :class:`ModuleKernels` gives it the interface of
+``launch(q, k, v, o, causal, scale, shift)`` (kernel ABI v2, docs/kernel-abi.md: q and o
+``(B, Hq, Lq, D)``, k and v ``(B, Hkv, Lk, D)``, causal key ``j <= i + shift``);
+:class:`ModuleKernels` gives it the interface of
 :class:`evo.gpu.runtime.CandidateKernels` (``launch``, ``__call__``, ``supports``), so GREEN and
 FAST run it unchanged: same tensor checks, same entries (head dim x dtype x causal) from the
 renderer. Triton compiles a kernel the first time it is launched for a new specialization, so
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import math
 import sys
 from collections.abc import Sequence
@@ -32,6 +35,26 @@ from evo.gpu.runtime import DTYPE_NAMES, check_tensors
 # Triton raises these (by class name, so this module needs no triton import) before any
 # kernel runs when a compiled kernel does not fit the device.
 REFUSALS = ("OutOfResources",)
+LAUNCH = "launch(q, k, v, o, causal, scale, shift)"   # the module ABI (v2)
+
+
+def launch_problem(launch: Any) -> str:
+    """Why ``launch`` cannot be called as the module ABI's ``launch(q, k, v, o, causal, scale,
+    shift)`` ("" when it can): e.g. a module of the first ABI, without ``shift``."""
+    try:
+        inspect.signature(launch).bind(*range(7))
+    except TypeError as exc:
+        return f"its launch{_signature(launch)} cannot be called as {LAUNCH} ({exc})"
+    except ValueError:      # no signature to inspect (a builtin): let the call tell
+        return ""
+    return ""
+
+
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
 
 
 def import_module(path: str | Path) -> ModuleType:
@@ -57,7 +80,10 @@ def import_module(path: str | Path) -> ModuleType:
         raise
     if not callable(getattr(module, "launch", None)):
         del sys.modules[name]
-        raise EvoError(f"{path.name} defines no launch(q, k, v, o, causal, scale)")
+        raise EvoError(f"{path.name} defines no {LAUNCH}")
+    if problem := launch_problem(module.launch):
+        del sys.modules[name]
+        raise EvoError(f"{path.name}: {problem}")
     return module
 
 
@@ -78,8 +104,9 @@ class ModuleKernels:
         return (q.shape[-1], DTYPE_NAMES.get(q.dtype), causal) in self._keys
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, *,
-               causal: bool, scale: float | None = None) -> None:
-        """o = softmax(scale * q k^T [causal mask]) v for contiguous (B, H, L, D) tensors."""
+               causal: bool, scale: float | None = None, shift: int = 0) -> None:
+        """o = softmax(scale * q k^T [causal: key j <= query i + shift]) v for contiguous q, o
+        (B, Hq, Lq, D) and k, v (B, Hkv, Lk, D); full (non-causal) launches ignore ``shift``."""
         check_tensors(q, k, v, o, self._torch_device)
         if not self.supports(q, causal):
             have = ", ".join(e.name for e in self.entries)
@@ -87,16 +114,16 @@ class ModuleKernels:
                            f"{'causal' if causal else 'full'}; have {have}")
         s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         try:
-            self.module.launch(q, k, v, o, causal, s)
+            self.module.launch(q, k, v, o, causal, s, int(shift) if causal else 0)
         except Exception as exc:
             if type(exc).__name__ in REFUSALS:
                 raise LaunchRejected(f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
             raise
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                 causal: bool, scale: float) -> None:
-        """The gate's and timer's launch signature: ``launch(q, k, v, o, causal, scale)``."""
-        self.launch(q, k, v, o, causal=causal, scale=scale)
+                 causal: bool, scale: float, shift: int = 0) -> None:
+        """The gate's and timer's launch signature: ``launch(q, k, v, o, causal, scale, shift)``."""
+        self.launch(q, k, v, o, causal=causal, scale=scale, shift=shift)
 
     def kernel_attributes(self) -> dict[str, dict[str, Any]]:
         """Nothing before Triton has compiled (a cubin's driver attributes have no equivalent)."""
