@@ -50,12 +50,12 @@ def test_a_built_module_is_hashed_loaded_and_launched_as_the_fast_op(pytiny: Eva
     q, k, v = qkv()
     o = torch.empty_like(q)
     with pytest.raises(EvoError, match="q is on cpu; the kernels are loaded on cuda:0"):
-        op(q, k, v, o, causal=True)  # loaded for GPU 0: the ABI checks reach the op
+        op(q, k, v, o, causal=True, shift=0)  # loaded for GPU 0: the ABI checks reach the op
     kernels._torch_device = torch.device("cpu")
-    op(q, k, v, o, causal=True)
+    op(q, k, v, o, causal=True, shift=0)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
     assert torch.allclose(o.float(), ref, atol=2e-3)
-    kernels(q, k, v, o, False, 0.125)  # the gate's launch signature, scale as given
+    kernels(q, k, v, o, False, 0.125, 0)  # the gate's launch signature, scale as given
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.125)
     assert torch.allclose(o.float(), ref, atol=2e-3)
 
