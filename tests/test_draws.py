@@ -192,3 +192,17 @@ def test_the_abi_v2_kinds_draw_grouped_heads_unequal_lengths_and_both_corners() 
     assert {s.align for s in every if s.causal} == {"top_left", "bottom_right"}
     assert any(s.causal and s.shift < 0 for s in every)              # q_longer at the bottom right
     assert all(len(s.case) <= 32 for s in every)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_every_evaluation_draws_what_catches_each_abi_v2_fault(seed: int) -> None:
+    """Not by chance: each dtype gets a case with two or more K/V heads of two or more query heads
+    each (wrong_kv_head), and a causal bottom-right one with Lk > Lq (top_left_only,
+    causal_off_by_one, ignore_lk), whatever the seed (the GPU run of b53ddde met a salt whose
+    grouped draws all had one K/V head: the planted wrong_kv_head passed)."""
+    for keys in (ALL_KEYS, [(128, "bf16", True), (64, "fp16", False), (64, "fp16", True)]):
+        cases = [c.shape for c in drawn_cases(SETTINGS, keys, seed)]
+        for dt in ("fp16", "bf16"):
+            mine = [s for s in cases if s.dtype == dt]
+            assert any(s.Hkv >= 2 and s.group >= 2 for s in mine)
+            assert any(s.causal and s.align == "bottom_right" and s.Lk > s.L for s in mine)

@@ -123,7 +123,8 @@ def test_supports_only_what_was_built(kernels: CandidateKernels) -> None:
 
 def _bad_inputs() -> list[tuple[str, str]]:
     return [("float32", "float16 or bfloat16"), ("cpu", "is on cpu"), ("transposed", "not contiguous"),
-            ("short_k", "need \\(B, H, L, D\\)"), ("three_d", "need \\(B, H, L, D\\)"),
+            ("short_k", "k and v \\(B, Hkv, Lk, D\\), k and v alike"), ("three_d", "need q and o \\(B, Hq, Lq, D\\)"),
+            ("groups", "3 query heads are not a multiple of 2 key/value heads"),
             ("mixed", "the same for q, k, v, o"), ("d96", "no kernel for D=96"),
             ("misaligned", "16-byte aligned")]
 
@@ -138,8 +139,10 @@ def test_launch_rejects_bad_inputs(kernels: CandidateKernels, case: str, message
         o = o.cpu()
     elif case == "transposed":
         q = q.transpose(1, 2).contiguous().transpose(1, 2)
-    elif case == "short_k":
+    elif case == "short_k":                          # a shorter key cache is fine; v must match it
         k = k[:, :, :32].contiguous()
+    elif case == "groups":
+        q, o = (torch.zeros(1, 3, 64, 64, device="cuda", dtype=torch.float16) for _ in range(2))
     elif case == "three_d":
         q, k, v, o = (t[0] for t in (q, k, v, o))
     elif case == "mixed":

@@ -14,12 +14,15 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
   batch x heads, more query tiles than a GPU has SMs, so a persistent grid's CTAs each walk several
   tiles, the last of a head ragged (the fixed core's many-tile shapes G2 and G3 have aligned
   lengths, and every other kind has at most 8 heads: one tile per CTA).
-- the problems language models run (kernel ABI v2): ``gqa``: 2 to 8 query heads on each of 1 or 2
-  key/value heads; ``mqa``: up to 16 query heads on one; ``chunk``: a chunk of queries against a
+- the problems language models run (kernel ABI v2): ``gqa``: 2 to 8 query heads on each of 2 or 3
+  key/value heads (so that a kernel reading the wrong K/V head is always wrong here); ``mqa``: up to 16 query heads on one; ``chunk``: a chunk of queries against a
   longer key cache (prefill, the causal mask mostly at the bottom right); ``q_longer``: more queries
   than keys (a bottom-right mask then leaves the first rows seeing no key: they must be zeros);
   ``cross``: query and key lengths drawn apart; ``long_kv``: a few tiles of queries on a ``long``
-  key cache with grouped heads. Each draws its mask's alignment (top left or bottom right).
+  key cache with grouped heads. Each draws its mask's alignment (top left or bottom right) but
+  ``chunk``, always at the bottom right; ``chunk``, ``q_longer`` and ``long_kv`` take a causal
+  entry where the kernel has one. So every evaluation checks a wrong K/V head (``gqa``), a
+  mask ignoring or mis-placing the shift and keys past Lq ignored (``chunk``) in each dtype.
 - B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
   are drawn from the ones the kernel has.
 - Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
@@ -136,6 +139,8 @@ def case_name(prefix: str, index: int, scale: float | None, std: float, spike: f
 Attention = tuple[int, str, int]  # Hkv, align, Lk of a case (0, "top_left", 0: multi-head self-attention)
 SELF: Attention = (0, "top_left", 0)
 LLM_KINDS = ("gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")
+CAUSAL_KINDS = ("chunk", "q_longer", "long_kv")  # drawn causal wherever the kernel has a causal entry:
+# so every evaluation of such a kernel has a bottom-right chunk (Lk > Lq, shift > 0) per dtype
 GROUPS = (2, 3, 4, 7, 8)          # query heads per key/value head in ``gqa`` draws
 
 
@@ -146,17 +151,17 @@ def _alignment(rng: random.Random, bottom_right: float = 0.5) -> str:
 def _llm_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tuple[int, int, int, Attention]:
     """(B, Hq, Lq, (Hkv, align, Lk)) of one draw of an ABI v2 kind (:data:`LLM_KINDS`)."""
     tile = settings.tile
-    if kind == "gqa":
-        hkv, group = rng.randint(1, 2), rng.choice(GROUPS)
+    if kind == "gqa":   # at least 2 K/V heads: with one, any head-to-K/V map is right (mqa's case)
+        hkv, group = rng.randint(2, 3), rng.choice(GROUPS)
         L = min(rng.randint(tile + 1, 16 * tile) | 1, 16 * tile - 1)
         return rng.randint(1, 2), hkv * group, L, (hkv, _alignment(rng), L)
     if kind == "mqa":
         L = rng.randint(2, 8 * tile)
         return rng.randint(1, 2), rng.randint(2, 16), L, (1, _alignment(rng), L)
-    if kind == "chunk":
+    if kind == "chunk":  # chunked prefill: the mask at the bottom right, as FlashAttention aligns it
         Lq = rng.randint(1, 4 * tile)
         hkv = rng.randint(1, 2)
-        return 1, hkv * rng.choice((1, *GROUPS)), Lq, (hkv, _alignment(rng, 0.75), Lq + rng.randint(1, 32 * tile))
+        return 1, hkv * rng.choice((1, *GROUPS)), Lq, (hkv, "bottom_right", Lq + rng.randint(1, 32 * tile))
     if kind == "q_longer":
         Lk = rng.randint(1, 4 * tile)
         B, H = _batch_heads(False, settings, rng)
@@ -165,7 +170,7 @@ def _llm_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tuple
         B, H = _batch_heads(False, settings, rng)
         return B, H, rng.randint(1, 16 * tile), (H, _alignment(rng), rng.randint(1, 16 * tile))
     if kind == "long_kv":
-        return 1, 8, rng.randint(1, 2 * tile), (rng.choice((1, 2)), _alignment(rng, 0.75), rng.randint(*settings.long))
+        return 1, 8, rng.randint(1, 2 * tile), (rng.choice((2, 4)), _alignment(rng, 0.75), rng.randint(*settings.long))
     raise ValueError(f"unknown draw kind {kind!r}")
 
 
@@ -202,7 +207,10 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
     out: list[GreenCase] = []
     for kind in settings.kinds:
         for dt in dtypes:
-            D, _, causal = rng.choice([k for k in ordered if k[1] == dt])
+            mine = [k for k in ordered if k[1] == dt]
+            if kind in CAUSAL_KINDS and any(k[2] for k in mine):
+                mine = [k for k in mine if k[2]]
+            D, _, causal = rng.choice(mine)
             if kind in LLM_KINDS:
                 B, H, L, attention = _llm_problem(kind, settings, rng)
                 out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long_kv",
