@@ -194,6 +194,8 @@ def test_a_command_that_writes_creates_evo_home_and_its_db_folder(tmp_path: Path
 @pytest.mark.parametrize(("argv", "message"), [
     (["run", "--families", "nope"], "unknown family 'nope'"),
     (["run", "--families", "flash_mma", "--cases", "F99"], "F99"),
+    (["run", "--families", "flash_mma", "--cases", "L3-L5"], "no family of this search (flash_mma) has a kernel for "
+     "L4c-bf16, L5c-bf16 (head dim 256, 96): leave them out of --cases"),
     (["run", "--replay", str(RECORDING), "--cases", "F1-bf16"], "the recording does not cover F1-bf16"),
 ])
 def test_bad_run_input_creates_no_database(tmp_path: Path, argv: list[str], message: str) -> None:
