@@ -80,6 +80,9 @@ def test_a_promoted_package_is_timed_through_its_attention(monkeypatch: pytest.M
     (tmp_path / "evo_attn_cov.py").write_text(
         "import torch\n"
         "calls = []\n"
+        "def prepare():\n"
+        "    calls.append('prepare')\n"
+        "    return False\n"
         "def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,\n"
         "              enable_gqa=False, *, causal_align='top_left'):\n"
         "    calls.append((is_causal, enable_gqa, causal_align))\n"
@@ -90,12 +93,13 @@ def test_a_promoted_package_is_timed_through_its_attention(monkeypatch: pytest.M
     request = EvalRequest("package:evo_attn_cov", "", (), green=False, options={"package": "evo_attn_cov"})
     ev = Evaluation(request.build_id, Status.GREEN)
     launch, op, entries = evaluate._candidate(request, ev)
-    assert launch is None and entries is None and ev.device == {}  # nothing to gate, no cubin to name
+    # nothing to gate, no cubin to name; the launcher is prepared before any timing, and said so
+    assert launch is None and entries is None and ev.device == {"package_kernels": "False"}
     q, k, v = (t.float() for t in qkv())
     out = op(q, k, v, None, causal=True, shift=0)
     assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
     op(q, k[:, :1, :5].contiguous(), v[:, :1, :5].contiguous(), None, causal=True, shift=5 - q.shape[2])
-    assert sys.modules["evo_attn_cov"].calls == [(True, False, "top_left"), (True, True, "bottom_right")]
+    assert sys.modules["evo_attn_cov"].calls == ["prepare", (True, False, "top_left"), (True, True, "bottom_right")]
     with pytest.raises(EvoError, match="shift 3 is neither"):
         op(q, k, v, None, causal=True, shift=3)
 

@@ -183,7 +183,14 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
     timed, so its hash (in the device info) names the kernel every number belongs to."""
     package = request.options.get("package")
     if package:
-        attention = importlib.import_module(str(package)).attention
+        from evo.gpu.timing import heartbeat
+
+        module = importlib.import_module(str(package))
+        # the package's first call builds its C++ launcher (a minute without a cached build): done
+        # here, with progress, so the worker's stall limit does not take it for a hung kernel
+        with heartbeat(f"package {package}: building and loading its launcher"):
+            ev.device["package_kernels"] = str(bool(module.prepare()))
+        attention = module.attention
 
         def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int) -> Any:
             if causal and shift not in (0, k.shape[2] - q.shape[2]):
