@@ -156,15 +156,13 @@ def settle(opts: RunOptions, ev: Evaluator, rdb: optuna.storages.BaseStorage
                        f"{'the recording' if isinstance(ev, ReplayEvaluator) else 'the FAST suite'} no longer has")
     if not families or not settings["cases"]:
         raise EvoError("nothing to search: no families or no FAST cases")
-    cases = [pool[t] for t in settings["cases"]]
-    _check_served(families, cases)
-    return name, settings, families, cases
+    return name, settings, families, [pool[t] for t in settings["cases"]]
 
 
 def _check_served(families: Sequence[Family], cases: Sequence[Shape]) -> None:
     """Refuse FAST cases no family has a kernel for: every trial would lack their timings, and
     none could be scored (a run over acceptance/llm.toml's D=96 and D=256 cases scored nothing)."""
-    unserved = [s for s in cases if not any(s.D in f.head_dims and s.dtype in f.dtypes for f in families)]
+    unserved = [s for s in cases if not any(s.D in f.head_dims for f in families)]
     if unserved:
         raise EvoError(f"no family of this search ({', '.join(f.name for f in families)}) has a kernel for "
                        f"{', '.join(s.tag for s in unserved)} (head dim {', '.join(sorted({str(s.D) for s in unserved}))}): "
@@ -186,7 +184,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
     _families(opts.families)  # bad input is refused before any file is made (settle checks it again)
     if opts.cases:
         chosen = fast_cases(list(opts.cases))
-        if opts.families:  # before any file is made (settle checks it again with a study's stored families)
+        if opts.families:  # before any file is made
             _check_served([load_family(f) for f in _families(opts.families) or ()], chosen)
     url = normalize_url(opts.db or paths.default_db_url())
     ev = choose_evaluator(opts, note)
