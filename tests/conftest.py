@@ -5,6 +5,7 @@ from the installed wheel (imports, packaging, storage, the CLI end to end); the 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,18 @@ def has_gpu() -> bool:
 SMOKE = frozenset({  # test files: where a dependency's oldest or a wheel's packaging would show first
     "test_cli.py", "test_cli_errors.py", "test_api.py", "test_store.py", "test_doctor.py", "test_vocab.py",
 })
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one CPU thread for a module of tiny tensors: many times faster than several threads
+    on a loaded machine (use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

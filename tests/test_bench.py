@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import json
 import shutil
 from datetime import datetime, UTC
@@ -230,10 +231,9 @@ def test_benchmarks_md_shows_the_newest_run_of_each_gpu_and_suite_and_indexes_al
     assert history.index("fedcba9") < history.index("abc1234")       # newest first
 
 
-def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
-    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
-    sent: list[dict] = []
+
+def recording_worker(sent: list[dict], answer: Callable[[], Evaluation]) -> type:
+    """A stand-in for the GPU worker class: each request's options go to ``sent``, ``answer()`` back."""
 
     class Recorder:
         def __init__(self, device: int, target: str) -> None:
@@ -247,9 +247,17 @@ def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
         def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
             sent.append(dict(request.options))
-            return profiled_eval()
+            return answer()
 
-    monkeypatch.setattr("evo.products.bench.Worker", Recorder)
+    return Recorder
+
+
+def test_run_bench_asks_for_fidelity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
+    sent: list[dict] = []
+
+    monkeypatch.setattr("evo.products.bench.Worker", recording_worker(sent, profiled_eval))
     run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(F1,)))], out_dir=tmp_path / "b")
     assert sent and sent[0]["fidelity"] is True and sent[0]["interleave"] is True
 
@@ -341,21 +349,7 @@ def test_run_bench_asks_for_the_backends(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
     sent: list[dict] = []
 
-    class Recorder:
-        def __init__(self, device: int, target: str) -> None:
-            pass
-
-        def __enter__(self) -> Recorder:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
-            sent.append(dict(request.options))
-            return llm_eval()
-
-    monkeypatch.setattr("evo.products.bench.Worker", Recorder)
+    monkeypatch.setattr("evo.products.bench.Worker", recording_worker(sent, llm_eval))
     _, record, _ = run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(CHUNK,)))],
                              out_dir=tmp_path / "b", backends=("sdpa_cudnn", "sdpa_flash", "sdpa_default", "fa4"))
     assert sent[0]["backends"] == ["sdpa_cudnn", "sdpa_flash", "sdpa_default", "fa4"]

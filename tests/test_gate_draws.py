@@ -30,13 +30,7 @@ KEYS = [(16, dt, c) for dt in ("fp16", "bf16") for c in (False, True)]
 Tensor = torch.Tensor
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> object:
-    """Tiny tensors: one thread is many times faster than several on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def scores(q: Tensor, k: Tensor, scale: float, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:

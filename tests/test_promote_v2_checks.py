@@ -24,12 +24,7 @@ KEY = (16, "fp16", True)
 BUCKET = Bucket(KEY, 9, 40, (24,), heads=48)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> object:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, shift: int) -> Tensor:
