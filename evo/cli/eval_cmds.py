@@ -32,15 +32,6 @@ def _fmt_us(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}" if x < 100 else f"{x:.1f}"
 
 
-def _dims(case: dict[str, Any]) -> str:
-    """``B,H,L,D``, with ``H/Hkv`` and ``L/Lk`` where they differ and ``br`` for a causal mask at the
-    bottom right (as :attr:`evo.results.Shape.dims` prints a problem)."""
-    H, L = case["H"], case["L"]
-    Hkv, Lk = case.get("Hkv", H), case.get("Lk", L)
-    heads, length = (f"{H}/{Hkv}" if Hkv != H else f"{H}"), (f"{L}/{Lk}" if Lk != L else f"{L}")
-    return f"{case['B']},{heads},{length},{case['D']}" + (" br" if case.get("align") == "bottom_right" else "")
-
-
 def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = False) -> Table:
     """Per case: evo time (spread), TFLOP/s and speedup vs each baseline (n/a: it could not time
     the case; the record says why)."""
@@ -58,7 +49,7 @@ def speed_table(cases: list[dict[str, Any]], title: str, with_candidate: bool = 
             else:
                 ratio = base / evo
                 speed.append(f"[{'green' if ratio >= 1 else 'red'}]{ratio:.2f}x[/]")
-        row = [f"{c['case']}{'c' if c['causal'] else ''} {c['dtype']}", _dims(c),
+        row = [f"{c['case']}{'c' if c['causal'] else ''} {c['dtype']}", api.Shape.from_dict(c).dims,
                f"{_fmt_us(evo)} ({_fmt_us(c['spread_us'][api.EVO])})", f"{c['tflops_evo']:.1f}", *speed]
         out.add_row(*([(c["candidate_id"] or "—")[:12]] if with_candidate else []), *row)
     return out

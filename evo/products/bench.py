@@ -217,16 +217,6 @@ def _x(s: float | None) -> str:
     return "—" if s is None else f"{s:.2f}x"
 
 
-def case_dims(case: Mapping[str, Any]) -> str:
-    """``B,H,L,D`` of a case, ``H/Hkv`` and ``L/Lk`` where they differ, `` br`` for a causal mask
-    at the bottom right (as :attr:`evo.results.Shape.dims`)."""
-    H, L = case["H"], case["L"]
-    Hkv, Lk = case.get("Hkv", H), case.get("Lk", L)
-    heads = f"{H}/{Hkv}" if Hkv != H else f"{H}"
-    length = f"{L}/{Lk}" if Lk != L else f"{L}"
-    return f"{case['B']},{heads},{length},{case['D']}" + (" br" if case.get("align") == "bottom_right" else "")
-
-
 def _baselines(record: Mapping[str, Any]) -> list[str]:
     """The backends a record's table compares with: MD_BASELINES, and FA4 when it was asked for."""
     asked = record.get("backends") or []
@@ -265,7 +255,7 @@ def _table(record: Mapping[str, Any], name: str) -> str:
         cid = c.get("candidate_id")
         spread = c["spread_us"].get(EVO)
         lines.append("| " + " | ".join([
-            f"{c['case']}{'c' if c['causal'] else ''}", case_dims(c), c["dtype"],
+            f"{c['case']}{'c' if c['causal'] else ''}", Shape.from_dict(c).dims, c["dtype"],
             "SDPA (fallback)" if cid == "sdpa" else f"`{cid[:10]}`" if cid else "—",
             f"{_us(evo)} ({_us(spread)})", f"{c['tflops_evo']:.1f}" if c.get("tflops_evo") else "—",
             *(_versus(c, b, speed[b]) for b in baselines)]) + " |")
