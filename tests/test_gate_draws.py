@@ -33,12 +33,16 @@ Tensor = torch.Tensor
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def scores(q: Tensor, k: Tensor, scale: float, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
-    """Scaled q k^T with each query head on its key/value head (``heads(Hq, Hkv)``: the K/V head
+def on_query_heads(t: Tensor, Hq: int, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
+    """k or v (B, Hkv, Lk, D) in float32, one head per query head (``heads(Hq, Hkv)``: the K/V head
     index of each query head; default: the ABI's h // (Hq / Hkv))."""
-    Hq, Hkv = q.shape[1], k.shape[1]
-    index = heads(Hq, Hkv) if heads else torch.arange(Hq) // (Hq // Hkv)
-    return (q.float() @ k.float()[:, index].transpose(-1, -2)) * scale
+    Hkv = t.shape[1]
+    return t.float()[:, heads(Hq, Hkv) if heads else torch.arange(Hq) // (Hq // Hkv)]
+
+
+def scores(q: Tensor, k: Tensor, scale: float, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
+    """Scaled q k^T with each query head on its key/value head (:func:`on_query_heads`)."""
+    return (q.float() @ on_query_heads(k, q.shape[1], heads).transpose(-1, -2)) * scale
 
 
 def causal_fill(s: Tensor, causal: bool, shift: int = 0, value: float = -math.inf) -> Tensor:
@@ -50,10 +54,7 @@ def causal_fill(s: Tensor, causal: bool, shift: int = 0, value: float = -math.in
 
 def softmax_v(s: Tensor, v: Tensor, heads: Callable[[int, int], Tensor] | None = None) -> Tensor:
     """softmax(s) V on each query head's key/value head; rows that see no key are zeros."""
-    Hq, Hkv = s.shape[1], v.shape[1]
-    index = heads(Hq, Hkv) if heads else torch.arange(Hq) // (Hq // Hkv)
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return p @ v.float()[:, index]
+    return torch.softmax(s, -1).nan_to_num(0.0) @ on_query_heads(v, s.shape[1], heads)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, shift: int,
@@ -71,8 +72,7 @@ def ignore_scale(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale
 
 def no_max_sub(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
     p = torch.exp(causal_fill(scores(q, k, scale), causal, shift))     # overflows once a score passes 88
-    index = torch.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
-    o.copy_((p @ v.float()[:, index]) / p.sum(-1, keepdim=True))
+    o.copy_((p @ on_query_heads(v, q.shape[1])) / p.sum(-1, keepdim=True))
 
 
 def small_tail(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
@@ -83,8 +83,7 @@ def small_tail(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: 
     s = causal_fill(scores(q, k, scale), causal, shift)
     pad = torch.zeros(*s.shape[:-1], TILE - Lk)
     p = torch.softmax(torch.cat([s, pad], -1), -1)[..., :Lk]
-    index = torch.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
-    o.copy_(p @ v.float()[:, index])
+    o.copy_(p @ on_query_heads(v, q.shape[1]))
 
 
 def shape_keyed(q: Tensor, k: Tensor, v: Tensor, o: Tensor, causal: bool, scale: float, shift: int = 0) -> None:
