@@ -17,7 +17,7 @@ from evo.gpu.gate import make_inputs, reference, sdpa, zero_unseen
 from evo.gpu.suites import fast_cases, fast_cases_by_tag
 from evo.results import CheckResult, Shape
 from evo.store import open_store
-from tests.store_fixture import FIXTURES, built, evaluation, tiny
+from store_fixture import FIXTURES, built, evaluation, tiny
 
 
 def brute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, shift: int) -> torch.Tensor:
