@@ -5,6 +5,7 @@ from the installed wheel (imports, packaging, storage, the CLI end to end); the 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,5 +55,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One content-addressed build cache for the tests that only read what a build makes (SASS,
-    registers, ptxas reports): a candidate several of them need is compiled once per session."""
+    registers, ptxas reports): a candidate several of them need is compiled once per run. Under
+    pytest-xdist the workers share it (the folder beside their own): the cache installs a build
+    by an atomic rename, first writer wins, so two workers may compile one candidate at once but
+    never see half of one."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "candidates"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("candidates")
