@@ -35,7 +35,8 @@ from evo.toolchain.sass import cuobjdump, dump_sass
 FAMILY = load_family("flash_wgmma")
 NEW = (96, 256)
 SMEM_LIMIT = 232448          # 227 KB: what a Hopper CTA may have
-SAMPLE = 2                   # random valid points compiled besides the default (seeded; test_templates_cpu.py draws more)
+SAMPLE = 1                   # random valid points compiled besides the default and PADDED (seeded; test_templates_cpu.py draws more)
+PADDED = {"PAD_PV_D96": True, "ROWSUM_MMA": True, "PACK_GQA": True, "PRODUCER_REGS": 32}
 
 
 def test_the_family_serves_four_head_dims_with_valid_defaults() -> None:
@@ -121,9 +122,10 @@ def test_a_drifted_smem_formula_fails_to_compile_not_to_launch(tmp_path: Path, m
 # ---- builds ----------------------------------------------------------------------------------
 
 def _points() -> list[dict[str, object]]:
-    """The default and SAMPLE seeded valid points (what changes at D=96 and D=256 is drawn too)."""
+    """The default, P V over D=96's whole second box (with the row sums and packed GQA rows) and
+    SAMPLE seeded valid points (what changes at D=96 and D=256 is drawn too)."""
     drawn = random_candidates(FAMILY, SAMPLE, random.Random(1206))
-    return [FAMILY.defaults(), *(c.p for c in drawn)]
+    return [FAMILY.defaults(), FAMILY.defaults() | PADDED, *(c.p for c in drawn)]
 
 
 def _functions(params: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
@@ -155,7 +157,7 @@ def _head_dim(name: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(SAMPLE + 1), ids=["default", *(f"sample{i}" for i in range(SAMPLE))])
+@pytest.mark.parametrize("index", range(SAMPLE + 2), ids=["default", "padded", *(f"sample{i}" for i in range(SAMPLE))])
 def test_new_head_dims_compile_to_the_wgmma_and_tma_they_mean(index: int, build_cache: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     params = _points()[index]
@@ -164,13 +166,14 @@ def test_new_head_dims_compile_to_the_wgmma_and_tma_they_mean(index: int, build_
     for name, body in functions.items():
         d = _head_dim(name)
         block_n, wgs, producer = (int(str(params[g])) for g in (f"BLOCK_N_D{d}", f"WGS_D{d}", "PRODUCER_REGS"))
-        # S = Q K^T: N = BLOCK_N, K-major B (no transpose); O += P V: N = D, V MN-major (tnspB),
-        # beside it (ROWSUM_MMA) P against the ones, N = 8
+        # S = Q K^T: N = BLOCK_N, K-major B (no transpose); O += P V: N = D (PAD_PV_D96: 128 at
+        # D=96), V MN-major (tnspB), beside it (ROWSUM_MMA) P against the ones, N = 8
         rowsum = {"8"} if params["ROWSUM_MMA"] else set()
+        n_o = 128 if d == 96 and params["PAD_PV_D96"] else d
         shapes = set(re.findall(r"HGMMA\.64x(\d+)x16\.F32\S*", body))
         pv = set(re.findall(r"HGMMA\.64x(\d+)x16\.F32\S* R\d+, R\d+, gdesc\[\w+\]\.tnspB", body))
-        assert pv == {str(d)} | rowsum, name
-        assert shapes == {str(block_n), str(d)} | rowsum, name
+        assert pv == {str(n_o)} | rowsum, name
+        assert shapes == {str(block_n), str(n_o)} | rowsum, name
         # one TMA store per 64-column box of O's rows (D=96: two, the second clipped to 32 columns)
         if not params["PACK_GQA"]:
             assert len(re.findall(r"UTMASTG", body)) == (d + 63) // 64, name

@@ -32,6 +32,7 @@ POINTS = {
     "features": {"PACK_GQA": True, "PRODUCER_REGS": 32, "Q_IN_REGS": True, "LAZY_D96": True, "LAZY_D256": True,
                  "ROWSUM_MMA": True, "WGS_D96": 3, "BLOCK_N_D96": 80, "PINGPONG3": True, "WGS_D256": 1,
                  "BLOCK_N_D256": 96, "CAUSAL_TRIM": True},
+    "padded": {"PAD_PV_D96": True},   # D=96's P V over whole swizzle atoms: the fallback if N = 96 is red
 }
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 FLOOR = {"fp16": 5e-4, "bf16": 4e-3}       # acceptance/green.toml's [tolerance]
