@@ -1,12 +1,12 @@
-"""flash_wgmma at head dims 96 and 256 on a GPU (Hopper): the default and a point with the
-features that touch the new paths (packed GQA rows, Q in registers at D=96, conditional
-rescaling, row sums on the tensor cores, one consumer at D=256, three ping-ponging at D=96)
-against a float32 reference, on grouped-query heads, a query chunk on a longer key cache (the
-causal mask at the bottom right), cross-attention and more queries than keys (rows that see no
-key are zeros). The tolerance is the gate's: twice PyTorch's own error in the dtype plus a floor.
-Only the D=96 and D=256 kernels are built (the family restricted to them); the other head dims
-have tests of their own (tests/test_runtime_gpu.py, tests/test_gate_gpu.py).
-"""
+"""flash_wgmma at head dims 96 and 256 on a GPU (Hopper) against a float32 reference: the
+default; "features" (packed GQA rows, Q in registers at D=96, conditional rescaling, row sums on
+the tensor cores, one consumer at D=256); "three" (three consumers taking turns at D=96, three
+stages at D=256); "padded" (P V over D=96's whole second box). Problems: grouped-query heads, a
+query chunk on a longer key cache (the causal mask at the bottom right), cross-attention and more
+queries than keys (rows that see no key are zeros). The tolerance is the gate's: twice PyTorch's
+own error in the dtype plus a floor. Only the D=96 and D=256 kernels are built (the family
+restricted to them); the other head dims have tests of their own (tests/test_runtime_gpu.py,
+tests/test_gate_gpu.py)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ FAMILY = dataclasses.replace(load_family("flash_wgmma"), head_dims=(96, 256))
 POINTS = {
     "default": {},
     "features": {"PACK_GQA": True, "PRODUCER_REGS": 32, "Q_IN_REGS": True, "LAZY_D96": True, "LAZY_D256": True,
-                 "ROWSUM_MMA": True, "WGS_D96": 3, "BLOCK_N_D96": 80, "PINGPONG3": True, "WGS_D256": 1,
-                 "BLOCK_N_D256": 96, "CAUSAL_TRIM": True},
+                 "ROWSUM_MMA": True, "BLOCK_N_D96": 80, "WGS_D256": 1, "BLOCK_N_D256": 96, "CAUSAL_TRIM": True},
+    "three": {"WGS_D96": 3, "BLOCK_N_D96": 64, "PINGPONG3": True, "STAGES_D256": 3, "BLOCK_N_D256": 48},
     "padded": {"PAD_PV_D96": True},   # D=96's P V over whole swizzle atoms: the fallback if N = 96 is red
 }
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
