@@ -117,7 +117,7 @@ def test_launch_on_a_side_stream_and_in_a_cuda_graph(kernels: CandidateKernels) 
 
 @pytest.mark.gpu
 def test_supports_only_what_was_built(kernels: CandidateKernels) -> None:
-    assert not kernels.supports(torch.empty(1, 1, 8, 96, device="cuda", dtype=torch.float16), False)
+    assert not kernels.supports(torch.empty(1, 1, 8, 80, device="cuda", dtype=torch.float16), False)   # no family has D=80
     assert not kernels.supports(torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.float32), False)
 
 
@@ -125,7 +125,7 @@ def _bad_inputs() -> list[tuple[str, str]]:
     return [("float32", "float16 or bfloat16"), ("cpu", "is on cpu"), ("transposed", "not contiguous"),
             ("short_k", "k and v \\(B, Hkv, Lk, D\\), k and v alike"), ("three_d", "need q and o \\(B, Hq, Lq, D\\)"),
             ("groups", "3 query heads are not a multiple of 2 key/value heads"),
-            ("mixed", "the same for q, k, v, o"), ("d96", "no kernel for D=96"),
+            ("mixed", "the same for q, k, v, o"), ("d80", "no kernel for D=80"),
             ("misaligned", "16-byte aligned")]
 
 
@@ -147,8 +147,8 @@ def test_launch_rejects_bad_inputs(kernels: CandidateKernels, case: str, message
         q, k, v, o = (t[0] for t in (q, k, v, o))
     elif case == "mixed":
         v = v.to(torch.bfloat16)
-    elif case == "d96":
-        q, k, v, o = _qkvo(1, 2, 64, 96, "fp16")
+    elif case == "d80":
+        q, k, v, o = _qkvo(1, 2, 64, 80, "fp16")
     elif case == "misaligned":  # contiguous, but starts one element into its storage
         q = torch.randn(q.numel() + 1, device="cuda", dtype=q.dtype)[1:].view(q.shape)
     with pytest.raises(EvoError, match=message):

@@ -21,8 +21,14 @@ def test_map_geometry_is_one_head_per_plane_with_64_column_boxes() -> None:
     assert geo.box == (64, 176, 1)
 
 
+def test_map_geometry_of_a_head_dim_of_one_and_a_half_boxes() -> None:
+    # D=96: the second 64-column box reaches 32 columns past the tensor (TMA reads zeros there)
+    geo = MapGeometry.of((1, 4, 300, 96), rows=64)
+    assert (geo.dims, geo.strides_bytes, geo.box) == ((96, 300, 4), (192, 300 * 192), (64, 64, 1))
+
+
 @pytest.mark.parametrize(("shape", "rows", "message"), [
-    ((1, 1, 8, 96), 64, "multiple of 64"), ((1, 1, 8, 64), 0, "box rows"), ((1, 1, 8, 64), 257, "box rows")])
+    ((1, 1, 8, 100), 64, "multiple of 8"), ((1, 1, 8, 64), 0, "box rows"), ((1, 1, 8, 64), 257, "box rows")])
 def test_map_geometry_refuses_what_tma_cannot_do(shape: tuple[int, int, int, int], rows: int, message: str) -> None:
     with pytest.raises(EvoError, match=message):
         MapGeometry.of(shape, rows)

@@ -11,6 +11,7 @@ the amounts the SASS really asks for.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -21,6 +22,7 @@ from evo.toolchain.build import build_batch
 from evo.toolchain.sass import cuobjdump, dump_sass
 from evo.errors import EvoError
 from evo.toolchain.ptxas import parse_ptxas
+from evo.family.manifest import load_family
 from evo.family.render import render
 from evo.results import Status
 from evo.family.space import make_candidate
@@ -40,15 +42,20 @@ CASES = [
 ]
 
 
+HEAD_DIMS = (64, 128)   # the kernels whose genes CASES vary
+
+
 def pool_regs(wgs: int) -> int:
     """Registers a thread gets at launch under __launch_bounds__(128 * (wgs + 1), 1)."""
     return 65536 // (128 * (wgs + 1)) // 8 * 8
 
 
 def built(genes: dict[str, object], cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Build one candidate into ``cache`` (the session's, shared by both tests) and return its cubin."""
+    """Build the D=64 and D=128 kernels of one candidate into ``cache`` (the session's, shared by
+    both tests) and return its cubin (the other head dims: tests/test_wgmma_head_dims.py)."""
     monkeypatch.setenv("EVO_CANDIDATES", str(cache))
-    rendered = render(make_candidate("flash_wgmma", genes))
+    family = dataclasses.replace(load_family("flash_wgmma"), head_dims=HEAD_DIMS)
+    rendered = render(make_candidate(family, genes), family)
     try:
         (result,) = build_batch([rendered], arch="sm_90a")
     except EvoError as err:

@@ -8,7 +8,8 @@ pointers only, so these kernels are launched with the driver's ``cuLaunchKernel`
 
 Every tensor is a contiguous ``(B, H, L, D)`` array seen as a 3-D tensor ``(D, L, B*H)``: a box
 is 64 columns (128 bytes, the 128-byte swizzle span) by ``rows`` rows of one head, so rows past
-``L`` read as zeros and a store clips them, and no box ever crosses into another head.
+``L`` (and, where D is no multiple of 64, as D=96, columns past ``D``) read as zeros and a store
+clips them, and no box ever crosses into another head.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from evo.errors import EvoError
 
 MAP_BYTES = 128
 BOX_COLS = 64                      # 64 16-bit elements = 128 bytes = one swizzle row
+ROW_ALIGN = 8                      # a row of D 16-bit elements must be a multiple of 16 bytes
 _DTYPES = {"fp16": 6, "bf16": 9}   # CU_TENSOR_MAP_DATA_TYPE_FLOAT16 / _BFLOAT16
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
@@ -40,8 +42,8 @@ class MapGeometry:
     @classmethod
     def of(cls, shape: tuple[int, int, int, int], rows: int) -> MapGeometry:
         B, H, L, D = shape
-        if D % BOX_COLS:
-            raise EvoError(f"TMA kernels need the head dim to be a multiple of {BOX_COLS}; got {D}")
+        if D % ROW_ALIGN:   # the driver wants every stride a multiple of 16 bytes
+            raise EvoError(f"TMA kernels need the head dim to be a multiple of {ROW_ALIGN}; got {D}")
         if not 1 <= rows <= 256:
             raise EvoError(f"TMA box rows must be in 1..256; got {rows}")
         return cls(dims=(D, L, B * H), strides_bytes=(D * _ELEMENT_BYTES, L * D * _ELEMENT_BYTES),
