@@ -150,7 +150,7 @@ CAUSAL_KINDS = ("chunk", "q_longer", "long_kv", "decode_masked")  # drawn causal
 DECODE_KINDS = ("decode", "decode_spikes", "decode_masked")
 DECODE_GROUPS = (1, 2, 4, 8, 16, 32)   # query heads per key/value head in decode draws
 DECODE_SCORES = 1 << 25                # B * Hq * Lq * Lk of a decode draw: the reference's score matrix
-SPIKES_ROWS = 16                       # decode_spikes: at least this many query rows (Hq * Lq)
+SPIKES_ROWS = (16, 128)                 # decode_spikes: query rows per K/V head (Hq / Hkv * Lq), fewest and most
 GROUPS = (2, 3, 4, 7, 8)          # query heads per key/value head in ``gqa`` draws
 
 
@@ -192,7 +192,9 @@ def _decode_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tu
     thousands), the mask at the bottom right (a row may see no key when Lk < Lq); ``decode_spikes``:
     a long cache (the top eighth of the range) on one sequence and one or two key/value heads, so a
     split-KV kernel splits it, with two spiked keys far apart (inputs ``spikes``: the larger among
-    the last keys, in the last split) and at least :data:`SPIKES_ROWS` query rows; ``decode_masked``: a long cache under a mask at the top left, so
+    the last keys, in the last split) and 16 to 128 query rows per key/value head
+    (:data:`SPIKES_ROWS`: enough rows that some see the last spike far above every other score,
+    few enough tiles that a kernel splits the keys); ``decode_masked``: a long cache under a mask at the top left, so
     every split past the first holds only keys no row sees. B * Hq * Lq * Lk stays within
     :data:`DECODE_SCORES` (the reference's score matrix)."""
     lo, hi = settings.decode_keys
@@ -200,8 +202,9 @@ def _decode_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tu
     if kind == "decode":
         Lk, Lq, align = round(_log_uniform(rng, lo, hi)), rng.randint(1, 16), "bottom_right"
     elif kind == "decode_spikes":
-        Lk, Lq, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), rng.randint(-(-SPIKES_ROWS // group), 16), \
-            "bottom_right"
+        fewest = -(-SPIKES_ROWS[0] // group)
+        Lk, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), "bottom_right"
+        Lq = rng.randint(fewest, max(fewest, min(16, SPIKES_ROWS[1] // group)))
     elif kind == "decode_masked":
         Lk, Lq, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), rng.randint(2, 16), "top_left"
     else:
