@@ -7,9 +7,10 @@ one evaluation (:mod:`evo.gpu.draws`), and parses FAST selections such as ``F1``
 only), ``F3f`` (full only) and ``F1-F4`` (a range in suite order), each optionally in another
 dtype than the suite's (``F6-bf16``, ``F6c-bf16``, ``F6-F7-bf16``: the case tags' own spelling).
 
-The FAST cases come from two suites: ``fast.toml`` (multi-head self-attention, the default
-selection) and ``llm.toml`` (attention as language models run it: grouped key/value heads,
-a query chunk against a longer key cache, cross-attention; bf16 first). Their case names are
+The FAST cases come from three suites: ``fast.toml`` (multi-head self-attention, the default
+selection), ``llm.toml`` (attention as language models run it: grouped key/value heads,
+a query chunk against a longer key cache, cross-attention; bf16 first) and ``decode.toml`` (1-16
+query rows against a long K/V cache, docs/decode.md). Their case names are
 distinct, so a selection may mix them; a suite's name (``fast``, ``llm``) selects all of it.
 A case's ``shape`` is ``[B, H, L, D]`` or ``[B, Hq, Hkv, Lq, Lk, D]``; it may set its own
 ``causal`` modes and ``align = "bottom_right"`` (the causal mask's corner).
@@ -111,7 +112,7 @@ class GreenCase:
         return self.scale if self.scale is not None else self.shape.D ** -0.5
 
 
-FAST_SUITES = ("fast", "llm")
+FAST_SUITES = ("fast", "llm", "decode")
 """The FAST suites (acceptance/NAME.toml); the first is the default selection."""
 
 
