@@ -88,3 +88,10 @@ def test_a_split_kv_manifest_needs_its_split_formulas(tmp_path: Path) -> None:
     (folder / "manifest.toml").write_text(text.replace('waves = "WAVES"', 'waves = "WAVES * Lk"'))
     with pytest.raises(EvoError, match="reads 'Lk'"):
         load_family_dir(folder)
+
+
+def test_promote_leaves_split_kv_families_out() -> None:
+    """The package's launcher cannot pass a workspace and a split length yet (docs/decode.md)."""
+    from evo.products.promote import ships_cubin
+
+    assert not ships_cubin("flash_decode") and ships_cubin("flash_mma")
