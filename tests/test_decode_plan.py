@@ -95,3 +95,19 @@ def test_promote_leaves_split_kv_families_out() -> None:
     from evo.products.promote import ships_cubin
 
     assert not ships_cubin("flash_decode") and ships_cubin("flash_mma")
+
+
+def test_faulty_decode_is_flash_decode_with_one_combine_line_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controls' positive case is the family's own kernel; each fault differs from it in one line."""
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(Path(__file__).parent / "templates"))
+
+    def body(family: str, params: dict[str, str]) -> list[str]:
+        return render(make_candidate(family, params)).source.splitlines()[2:]   # past the header lines
+
+    honest = body("flash_decode", {})
+    assert body("faulty_decode", {"DECODE_FAULT": "none"}) == honest
+    for fault in ("one_max", "drop_last"):
+        planted = body("faulty_decode", {"DECODE_FAULT": fault})
+        assert len(planted) == len(honest)
+        changed = [line for a, line in zip(honest, planted, strict=True) if a != line]
+        assert len(changed) == 1 and "planted fault" in changed[0]
