@@ -20,7 +20,7 @@ from evo.results import CheckResult, Shape, Status
 from evo.gpu.suites import DrawSettings, GreenCase, GreenSettings
 
 TILE = 8
-DRAWS = DrawSettings(tile=TILE, long=(100, 140), max_heads=4)
+DRAWS = DrawSettings(tile=TILE, long=(100, 140), max_heads=4, decode_keys=(1, 1024))
 SETTINGS = GreenSettings(seeds=(0,), multiplier=2.0, floors={"fp16": 5e-4, "bf16": 4e-3},
                          guard_elements=64, draws=DRAWS)
 CORE_LENGTHS = (40, 27)

@@ -96,7 +96,7 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
 @click.option("--package", metavar="NAME", help="time an installed promoted package instead")
 @cases_option
 @click.option("--dtype", type=click.Choice(api.DTYPES), default=None,
-              help="element type of the FAST cases (default: each suite's own, fast fp16, llm bf16)")
+              help="element type of the FAST cases (default: each suite's own, fast fp16, llm and decode bf16)")
 @click.option("--backends", metavar="LIST", default=",".join(api.BASELINE_BACKENDS), show_default=True,
               help="baselines timed beside it, comma-separated: the SDPA backends and fa4 (FlashAttention-4, "
                    "where flash_attn.cute imports; a case it cannot run is recorded as unavailable, with why)")
@@ -110,9 +110,10 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
               backends: str, out: Path | None, db: str | None, timeout: float, seeds: bool, sweep: bool) -> None:
     """Time candidates or a package against every SDPA backend and FlashAttention-4.
 
-    The FAST suite (--cases llm: attention as language models run it), interleaved with each
-    baseline; writes benchmarks/*.json and BENCHMARKS.md. --seeds / --sweep time the seed
-    campaigns and SDPA's backends over the sweep grid instead.
+    The FAST suite (--cases llm: attention as language models run it; --cases decode: a few
+    query rows on a long K/V cache), interleaved with each baseline; writes benchmarks/*.json and
+    BENCHMARKS.md. --seeds / --sweep time the seed campaigns and SDPA's backends over the sweep
+    grid instead.
     """
     if seeds or sweep:
         fail_if(bool(package or ids or best or cases), "--seeds / --sweep measure their own shapes: leave out "

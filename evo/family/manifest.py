@@ -28,6 +28,8 @@ from evo.vocab import KERNEL_BACKENDS, value_text
 
 Value = int | str | bool
 LAUNCH_FORMULAS = ("threads", "rows_per_cta", "smem_bytes")  # [launch] entries every manifest gives
+SPLIT_FORMULAS = ("key_tile", "split_min", "waves")  # and those of abi = "split_kv" (docs/kernel-abi.md)
+LAUNCH_ABIS = ("ptr", "tma", "split_kv")
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,10 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
             or fam["name"] in successors:
         raise EvoError(f"{mf}: [family] successors must be a list of other families' names")
     abi = launch.get("abi", "ptr")
-    if abi not in ("ptr", "tma"):
-        raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: ptr, tma")
+    if abi not in LAUNCH_ABIS:
+        raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: {', '.join(LAUNCH_ABIS)}")
+    if abi == "split_kv" and any(key not in launch for key in SPLIT_FORMULAS):
+        raise EvoError(f"{mf}: [launch] abi = 'split_kv' needs {', '.join(SPLIT_FORMULAS)}")
     if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
         raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
     return Family(
@@ -160,7 +164,7 @@ def _check_expressions(fam: Family, mf: Path) -> None:
     """Every constraint parses and reads only parameters; every launch formula parses and reads
     only parameters and the head dim ``D`` (what :mod:`evo.family.space` binds)."""
     allowed = set(fam.params) | {"min", "max"}
-    formulas = [(f"[launch] {k}", fam.launch[k]) for k in LAUNCH_FORMULAS]
+    formulas = [(f"[launch] {k}", fam.launch[k]) for k in (*LAUNCH_FORMULAS, *SPLIT_FORMULAS) if k in fam.launch]
     formulas += [(f"[launch] tma_rows.{k}", v) for k, v in fam.launch.get("tma_rows", {}).items()]
     checks = [("constraint", c.expr, allowed) for c in fam.constraints]
     checks += [(what, text, allowed | {"D"}) for what, text in formulas]

@@ -78,8 +78,17 @@ def build_key(rendered: Rendered, flags: tuple[str, ...], arch: str, compiler: s
     outside the toolkit to its version or content hash (:mod:`evo.family.headers`).
     """
     return {"version": BUILD_KEY_VERSION, "source_hash": rendered.source_hash, "flags": list(flags),
-            "arch": arch, "entries": [asdict(e) for e in rendered.entries], "compiler": compiler,
+            "arch": arch, "entries": [_entry_key(e) for e in rendered.entries], "compiler": compiler,
             "headers": dict(headers)}
+
+
+def _entry_key(entry: Entry) -> dict[str, Any]:
+    """``entry`` as :func:`dataclasses.asdict` gives it, less a launch's ``split`` where it has none
+    (only split-KV families have one: the keys of every other build stay as they were)."""
+    key = asdict(entry)
+    if key["launch"]["split"] is None:
+        del key["launch"]["split"]
+    return key
 
 
 def build_id(key: Mapping[str, Any]) -> str:

@@ -44,15 +44,70 @@ class Candidate:
 
 
 TMA_TENSORS = ("q", "k", "v", "o")
+WORKSPACE_ALIGN = 256    # bytes: the split-KV workspace's counters are padded to this (docs/kernel-abi.md)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How a split-KV kernel (``[launch] abi = "split_kv"``) divides the keys: every split is a
+    whole number of ``key_tile`` keys and at least ``split_min`` long (but where the cache is shorter),
+    and the split count aims at ``waves`` CTAs per SM over the whole grid."""
+
+    key_tile: int
+    split_min: int
+    waves: int
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """One split-KV launch: ``m_tiles`` query tiles of each (batch, K/V head), the keys in ``splits``
+    parts of ``split_len`` keys (the last one ragged), ``groups`` = B * Hkv * m_tiles tiles in all."""
+
+    m_tiles: int
+    splits: int
+    split_len: int
+    groups: int
+
+    def grid(self, B: int, Hkv: int) -> tuple[int, int, int]:
+        """(m_tiles x splits, B * Hkv, 1): blockIdx.x is m_tile * splits + split."""
+        return (self.m_tiles * self.splits, B * Hkv, 1)
+
+    def workspace_bytes(self, rows_per_cta: int, head_dim: int) -> int:
+        """Scratch the launch needs (0 with one split): a counter per tile, padded to
+        WORKSPACE_ALIGN bytes, then each split's fp32 O and log-sum-exp per packed row."""
+        if self.splits == 1:
+            return 0
+        counters = -(-4 * self.groups // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+        return counters + 4 * self.groups * self.splits * rows_per_cta * (head_dim + 1)
+
+
+def split_plan(split: SplitConfig, rows_per_cta: int, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
+               sms: int) -> SplitPlan:
+    """The split-KV launch of one problem on a GPU of ``sms`` SMs (docs/kernel-abi.md): the packed
+    rows of a (batch, K/V head) are the query rows of its Hq / Hkv query heads; the keys are split
+    so that the grid holds about ``waves x sms`` CTAs, no split shorter than ``split_min`` keys (one
+    split where Lk is below twice that) and every split a whole number of key tiles."""
+    if min(B, Hq, Hkv, Lq, Lk, sms) < 1 or Hq % Hkv:
+        raise EvoError(f"no split-KV plan for B={B} Hq={Hq} Hkv={Hkv} Lq={Lq} Lk={Lk} on {sms} SMs")
+    m_tiles = -(-(Hq // Hkv) * Lq // rows_per_cta)
+    groups = B * Hkv * m_tiles
+    tiles = -(-Lk // split.key_tile)
+    wanted = -(-split.waves * sms // groups)
+    most = max(1, Lk // split.split_min)
+    count = max(1, min(wanted, most, tiles))
+    split_len = -(-tiles // count) * split.key_tile
+    return SplitPlan(m_tiles, -(-Lk // split_len), split_len, groups)
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
     """How to launch one kernel entry of a candidate for head dim ``D``.
 
-    ``abi`` is ``"ptr"`` (pointers and sizes only) or ``"tma"`` (four 3-D tensor maps first, see
-    docs/kernel-abi.md); ``tma_rows`` are then the box rows of the q, k, v and o tensor maps.
-    A ``persistent`` kernel gets one CTA per SM (at most one per tile) and walks the tiles.
+    ``abi`` is ``"ptr"`` (pointers and sizes only), ``"tma"`` (four 3-D tensor maps first, see
+    docs/kernel-abi.md; ``tma_rows`` are then the box rows of the q, k, v and o tensor maps) or
+    ``"split_kv"`` (a workspace pointer and the split length last; ``split`` says how the keys are
+    split, :func:`split_plan`). A ``persistent`` kernel gets one CTA per SM (at most one per tile)
+    and walks the tiles.
     """
 
     threads: int
@@ -61,6 +116,7 @@ class LaunchConfig:
     abi: str = "ptr"
     tma_rows: tuple[int, ...] = ()
     persistent: bool = False
+    split: SplitConfig | None = None      # abi "split_kv" only (left out of the build key when None)
 
     def grid(self, B: int, H: int, L: int, sms: int = 0) -> tuple[int, int, int]:
         """Grid of the forward kernel: (query tiles, batch*heads, 1), or (min(tiles, sms), 1, 1)."""
@@ -134,7 +190,10 @@ def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfi
         boxes = launch["tma_rows"]
         rows = tuple(int(evaluate(str(boxes[t]), names)) for t in TMA_TENSORS)
     persistent = bool(evaluate(str(launch.get("persistent", "False")), names))
-    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent)
+    split = None
+    if abi == "split_kv":
+        split = SplitConfig(*(int(evaluate(str(launch[k]), names)) for k in ("key_tile", "split_min", "waves")))
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:

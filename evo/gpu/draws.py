@@ -23,6 +23,12 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
   ``chunk``, always at the bottom right; ``chunk``, ``q_longer`` and ``long_kv`` take a causal
   entry where the kernel has one. So every evaluation checks a wrong K/V head (``gqa``), a
   mask ignoring or mis-placing the shift and keys past Lq ignored (``chunk``) in each dtype.
+- decode (docs/decode.md): ``decode``: 1-16 query rows per head, 1-32 query heads per key/value head,
+  against a cache of 1 to tens of thousands of keys (``[draws] decode_keys``), the mask at the bottom
+  right; ``decode_spikes``: a long cache with two spiked keys far apart, the larger in the last split
+  of a split-KV kernel (a combine that ignores a split's maximum overflows, one that drops the last
+  split is wrong); ``decode_masked``: a long cache under a top-left mask, every split past the first
+  holding only keys no row sees (causal wherever the kernel has a causal entry).
 - B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
   are drawn from the ones the kernel has.
 - Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
@@ -139,8 +145,12 @@ def case_name(prefix: str, index: int, scale: float | None, std: float, spike: f
 Attention = tuple[int, str, int]  # Hkv, align, Lk of a case (0, "top_left", 0: multi-head self-attention)
 SELF: Attention = (0, "top_left", 0)
 LLM_KINDS = ("gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")
-CAUSAL_KINDS = ("chunk", "q_longer", "long_kv")  # drawn causal wherever the kernel has a causal entry:
-# so every evaluation of such a kernel has a bottom-right chunk (Lk > Lq, shift > 0) per dtype
+CAUSAL_KINDS = ("chunk", "q_longer", "long_kv", "decode_masked")  # drawn causal wherever the kernel has a
+# causal entry: so every evaluation of such a kernel has a bottom-right chunk (Lk > Lq, shift > 0) per dtype
+DECODE_KINDS = ("decode", "decode_spikes", "decode_masked")
+DECODE_GROUPS = (1, 2, 4, 8, 16, 32)   # query heads per key/value head in decode draws
+DECODE_SCORES = 1 << 25                # B * Hq * Lq * Lk of a decode draw: the reference's score matrix
+SPIKES_ROWS = (16, 128)                 # decode_spikes: query rows per K/V head (Hq / Hkv * Lq), fewest and most
 GROUPS = (2, 3, 4, 7, 8)          # query heads per key/value head in ``gqa`` draws
 
 
@@ -172,6 +182,37 @@ def _llm_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tuple
     if kind == "long_kv":
         return 1, 8, rng.randint(1, 2 * tile), (rng.choice((2, 4)), _alignment(rng, 0.75), rng.randint(*settings.long))
     raise ValueError(f"unknown draw kind {kind!r}")
+
+
+def _decode_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tuple[int, int, int, Attention]:
+    """(B, Hq, Lq, (Hkv, align, Lk)) of one decode draw (:data:`DECODE_KINDS`): 1-16 query rows per
+    head against a key cache of ``settings.decode_keys`` keys, 1-32 query heads per key/value head.
+
+    ``decode``: any cache length from the range (log-uniform: 1 and a few keys as often as tens of
+    thousands), the mask at the bottom right (a row may see no key when Lk < Lq); ``decode_spikes``:
+    a long cache (the top eighth of the range) on one sequence and one or two key/value heads, so a
+    split-KV kernel splits it, with two spiked keys far apart (inputs ``spikes``: the larger among
+    the last keys, in the last split) and 16 to 128 query rows per key/value head
+    (:data:`SPIKES_ROWS`: enough rows that some see the last spike far above every other score,
+    few enough tiles that a kernel splits the keys); ``decode_masked``: a long cache under a mask at the top left, so
+    every split past the first holds only keys no row sees. B * Hq * Lq * Lk stays within
+    :data:`DECODE_SCORES` (the reference's score matrix)."""
+    lo, hi = settings.decode_keys
+    group = rng.choice(DECODE_GROUPS)
+    if kind == "decode":
+        Lk, Lq, align = round(_log_uniform(rng, lo, hi)), rng.randint(1, 16), "bottom_right"
+    elif kind == "decode_spikes":
+        fewest = -(-SPIKES_ROWS[0] // group)
+        Lk, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), "bottom_right"
+        Lq = rng.randint(fewest, max(fewest, min(16, SPIKES_ROWS[1] // group)))
+    elif kind == "decode_masked":
+        Lk, Lq, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), rng.randint(2, 16), "top_left"
+    else:
+        raise ValueError(f"unknown draw kind {kind!r}")
+    heads = max(1, DECODE_SCORES // (group * Lq * Lk))   # B * Hkv within the budget
+    B = 1 if kind == "decode_spikes" else rng.randint(1, max(1, min(4, heads)))   # few tiles: many splits
+    hkv = rng.randint(1, max(1, min(2 if kind == "decode_spikes" else 4, heads // B)))
+    return B, hkv * group, Lq, (hkv, align, Lk)
 
 
 def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool, str], long: bool,
@@ -211,6 +252,12 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
             if kind in CAUSAL_KINDS and any(k[2] for k in mine):
                 mine = [k for k in mine if k[2]]
             D, _, causal = rng.choice(mine)
+            if kind in DECODE_KINDS:
+                B, H, L, attention = _decode_problem(kind, settings, rng)
+                spikes = kind == "decode_spikes"
+                out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), False, spikes or rng.random() < SPIKED,
+                                     settings, rng, "spikes" if spikes else "normal", attention))
+                continue
             if kind in LLM_KINDS:
                 B, H, L, attention = _llm_problem(kind, settings, rng)
                 out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), kind == "long_kv",

@@ -52,6 +52,7 @@ def input_seed(shape: Shape, seed: int, salt: int) -> int:
 FLAT = 1e-4          # "flat" queries: this fraction of the drawn spread, so every score is near zero
 HEAVY_CLIP = 30.0    # "heavy" entries stay within 30 standard deviations (fp16's range, with the spike's room)
 PLACED_GAP = 256     # bytes between the "placed" tensors inside their one allocation
+SPIKES_TAIL = 32     # "spikes": the larger spiked key lies among the last this many keys (the last split)
 
 
 def _normal(dims: tuple[int, ...], gen: torch.Generator, device: str | torch.device, heavy: bool) -> torch.Tensor:
@@ -85,8 +86,9 @@ def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, 
     """q, k, v of ``shape`` in its dtype (never zeros, never equal), of standard deviation ``std``,
     drawn as ``inputs`` says (:data:`evo.gpu.suites.INPUTS`): independent normal entries by default;
     ``spike`` > 0 multiplies one key row per key/value head, drawn from the first half of the keys
-    (so that under a causal mask most rows see it), by ``spike``. q is (B, H, L, D), k and v
-    (B, Hkv, Lk, D)."""
+    (so that under a causal mask most rows see it), by ``spike``; with ``inputs="spikes"`` two: one
+    in the first eighth by ``spike / 2`` and one among the last :data:`SPIKES_TAIL` keys by ``spike``.
+    q is (B, H, L, D), k and v (B, Hkv, Lk, D)."""
     if inputs not in INPUTS:
         raise EvoError(f"unknown GREEN inputs {inputs!r}; one of {', '.join(INPUTS)}")
     gen = torch.Generator(device=device).manual_seed(input_seed(shape, seed, salt))
@@ -99,10 +101,17 @@ def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, 
     elif inputs == "equal_keys":
         k = k[:, :, :1].expand(kv_dims).clone()
     if spike:
-        rows = torch.randint(0, (shape.Lk + 1) // 2, (shape.B, shape.Hkv), generator=gen, device=device)
         b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.Hkv, device=device),
                               indexing="ij")
-        k[b, h, rows] *= spike
+        if inputs == "spikes":    # far apart, so a split-KV kernel holds them in different splits
+            first = torch.randint(0, max(1, shape.Lk // 8), (shape.B, shape.Hkv), generator=gen, device=device)
+            last = torch.randint(max(0, shape.Lk - SPIKES_TAIL), shape.Lk, (shape.B, shape.Hkv), generator=gen,
+                                 device=device)
+            k[b, h, first] *= spike / 2
+            k[b, h, last] *= spike
+        else:
+            rows = torch.randint(0, (shape.Lk + 1) // 2, (shape.B, shape.Hkv), generator=gen, device=device)
+            k[b, h, rows] *= spike
     dt = TORCH_DTYPES[shape.dtype]
     typed = (q.to(dt), k.to(dt), v.to(dt))
     if inputs == "placed":

@@ -26,6 +26,7 @@ import torch
 from evo.gpu import tma
 from evo.errors import EvoError, LaunchRejected
 from evo.family.render import Entry
+from evo.family.space import split_plan
 
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the kernel's limit raised
@@ -116,6 +117,7 @@ class CandidateKernels:
             "shared memory per block (opt-in)")
         self._functions: dict[str, int] = {}   # CUfunction handles, for raw (TMA ABI) launches
         self._sms = torch.cuda.get_device_properties(device).multi_processor_count  # persistent grids
+        self._scratch: list[torch.Tensor] = []   # split-KV workspaces, newest (largest) last
         for e in self.entries:
             try:
                 kernel = self._code.get_kernel(e.name)
@@ -157,6 +159,9 @@ class CandidateKernels:
         if entry.launch.abi == "tma":
             self._launch_tma(entry, (q, k, v, o), dims, s)
             return
+        if entry.launch.abi == "split_kv":
+            self._launch_split(entry, kernel, (q, k, v, o), dims, s)
+            return
         config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L, self._sms),
                                          block=(entry.launch.threads, 1, 1),
                                          shmem_size=entry.launch.smem_bytes)
@@ -174,6 +179,36 @@ class CandidateKernels:
                 *(ctypes.c_int(int(d)) for d in dims), ctypes.c_float(scale)]
         tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
                    entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
+
+    def _launch_split(self, entry: Entry, kernel: Any, qkvo: tuple[torch.Tensor, ...],
+                      dims: tuple[np.int32, ...], scale: float) -> None:
+        """Split-KV ABI (docs/kernel-abi.md): the grid and split length of
+        :func:`evo.family.space.split_plan`, then the workspace pointer and the split length."""
+        assert entry.launch.split is not None
+        B, Hq, Hkv, Lq, Lk = (int(d) for d in dims[:5])
+        plan = split_plan(entry.launch.split, entry.launch.rows_per_cta, B, Hq, Hkv, Lq, Lk, self._sms)
+        ws = self._workspace(plan.workspace_bytes(entry.launch.rows_per_cta, entry.head_dim))
+        config = self._core.LaunchConfig(grid=plan.grid(B, Hkv), block=(entry.launch.threads, 1, 1),
+                                         shmem_size=entry.launch.smem_bytes)
+        self._core.launch(self._stream(), config, kernel, *(t.data_ptr() for t in qkvo), *dims, np.float32(scale),
+                          ws, np.int32(plan.split_len))
+
+    def _workspace(self, nbytes: int) -> int:
+        """A zeroed device buffer of at least ``nbytes`` (0: none needed), kept for the life of these
+        kernels: the split-KV kernels leave its counters at zero, so it is zeroed once. A larger one
+        is allocated beside the old ones, never in their place, so a CUDA graph captured with an
+        older one stays valid; none may be allocated while a graph is being captured (the timer's
+        eager warm-up launches come first)."""
+        if nbytes == 0:
+            return 0
+        if not self._scratch or self._scratch[-1].numel() < nbytes:
+            if torch.cuda.is_current_stream_capturing():
+                raise EvoError(f"a split-KV launch needs a {nbytes}-byte workspace, and none may be allocated "
+                               "during CUDA graph capture: launch the same problem once before capturing")
+            size = max(nbytes, 2 * self._scratch[-1].numel() if self._scratch else 0)
+            self._scratch.append(torch.zeros(size, dtype=torch.uint8, device=self._torch_device))
+            torch.cuda.synchronize(self._torch_device)   # zeroed before a launch on any stream
+        return int(self._scratch[-1].data_ptr())
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  causal: bool, scale: float, shift: int = 0) -> None:

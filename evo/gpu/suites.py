@@ -7,9 +7,10 @@ one evaluation (:mod:`evo.gpu.draws`), and parses FAST selections such as ``F1``
 only), ``F3f`` (full only) and ``F1-F4`` (a range in suite order), each optionally in another
 dtype than the suite's (``F6-bf16``, ``F6c-bf16``, ``F6-F7-bf16``: the case tags' own spelling).
 
-The FAST cases come from two suites: ``fast.toml`` (multi-head self-attention, the default
-selection) and ``llm.toml`` (attention as language models run it: grouped key/value heads,
-a query chunk against a longer key cache, cross-attention; bf16 first). Their case names are
+The FAST cases come from three suites: ``fast.toml`` (multi-head self-attention, the default
+selection), ``llm.toml`` (attention as language models run it: grouped key/value heads,
+a query chunk against a longer key cache, cross-attention; bf16 first) and ``decode.toml`` (1-16
+query rows against a long K/V cache, docs/decode.md). Their case names are
 distinct, so a selection may mix them; a suite's name (``fast``, ``llm``) selects all of it.
 A case's ``shape`` is ``[B, H, L, D]`` or ``[B, Hq, Hkv, Lq, Lk, D]``; it may set its own
 ``causal`` modes and ``align = "bottom_right"`` (the causal mask's corner).
@@ -35,7 +36,8 @@ _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 
 DRAW_KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide",
               "flat", "mixed", "heavy", "equal_keys", "placed", "many_heads",
-              "gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")
+              "gqa", "mqa", "chunk", "q_longer", "cross", "long_kv",
+              "decode", "decode_spikes", "decode_masked")
 """The kinds of check GREEN draws (:mod:`evo.gpu.draws`). New kinds go last: a stored salt then still
 draws the same cases for the kinds it had."""
 
@@ -53,6 +55,7 @@ class DrawSettings:
     scale: tuple[float, float] = (0.1, 3.0)  # drawn scales, in units of 1/sqrt(D)
     std: tuple[float, float] = (1.0, 4.0)    # input standard deviations
     spike: float = 200.0                     # score size a spiked key reaches
+    decode_keys: tuple[int, int] = (1, 32768)  # key lengths of the decode kinds (docs/decode.md)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ INPUTS = {  # GreenCase.inputs -> the tag its drawn case's name carries (evo.gpu
     "heavy": "t3",       # Student-t (3 degrees of freedom) entries, scaled to std: rare huge values
     "equal_keys": "eqk",  # every key of a head the same row: scores tie, softmax exactly uniform
     "placed": "ofs",     # q, k, v as views into one allocation at 256-byte offsets, in reverse order
+    "spikes": "2spk",    # two spiked keys per K/V head far apart: one in the first eighth, a larger one among the last 32
 }
 
 
@@ -108,7 +112,7 @@ class GreenCase:
         return self.scale if self.scale is not None else self.shape.D ** -0.5
 
 
-FAST_SUITES = ("fast", "llm")
+FAST_SUITES = ("fast", "llm", "decode")
 """The FAST suites (acceptance/NAME.toml); the first is the default selection."""
 
 
@@ -229,14 +233,18 @@ def _draw_settings(d: Mapping[str, Any], where: Path) -> DrawSettings:
     long = _pair(d.get("long", list(default.long)), "long", where)
     wide = _pair(d.get("wide_heads", list(default.wide_heads)), "wide_heads", where)
     many = _pair(d.get("many_heads", list(default.many_heads)), "many_heads", where)
+    decode = _pair(d.get("decode_keys", list(default.decode_keys)), "decode_keys", where)
     tile, heads = int(d.get("tile", default.tile)), int(d.get("max_heads", default.max_heads))
     if tile < 4 or heads < 2 or long[0] < 2:
         raise EvoError(f"{where}: [draws] needs tile >= 4, max_heads >= 2 and long lengths >= 2")
+    if decode[1] < 64:
+        raise EvoError(f"{where}: [draws] decode_keys must reach at least 64 keys")
     return DrawSettings(kinds=kinds, tile=tile, long=(int(long[0]), int(long[1])), max_heads=heads,
                         wide_heads=(int(wide[0]), int(wide[1])), many_heads=(int(many[0]), int(many[1])),
                         scale=_pair(d.get("scale", list(default.scale)), "scale", where),
                         std=_pair(d.get("std", list(default.std)), "std", where),
-                        spike=float(d.get("spike", default.spike)))
+                        spike=float(d.get("spike", default.spike)),
+                        decode_keys=(int(decode[0]), int(decode[1])))
 
 
 def green_cases(dtypes: Sequence[str] | None = None, path: Path | None = None) -> list[Shape]:

@@ -137,12 +137,14 @@ def _check_green_evidence(store: Store, view: CandidateView) -> None:
 
 
 def ships_cubin(family: str) -> bool:
-    """The package launches cubins, so Triton-backend candidates (evo/family/backends.py) are not
-    promoted (yet); a family the templates no longer have is left for _ship to report."""
+    """The package launches cubins of the plain and TMA ABIs, so Triton-backend candidates
+    (evo/family/backends.py) and split-KV ones (docs/decode.md) are not promoted (yet); a family the
+    templates no longer have is left for _ship to report."""
     try:
-        return load_family(family).backend == "cuda"
+        fam = load_family(family)
     except EvoError:
         return True
+    return fam.backend == "cuda" and fam.launch.get("abi", "ptr") != "split_kv"
 
 
 def choose_device(store: Store, ids: Sequence[str], device: str | None, here: str | None = None) -> str:
