@@ -104,6 +104,20 @@ def test_a_broken_combine_is_red_on_the_decode_draws(built: Built, fault: str, r
         assert status is Status.RED and any(r in reason for r in reasons), f"{reason} (salt {salt})"
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_a_plan_with_more_tiles_after_one_with_fewer(built: Built, dtype: str) -> None:
+    """The workspace is shared: a plan of few tiles (8: its parts begin right after 256 bytes of
+    counters) lays its parts where the next plan's 108 tiles keep their counters. The first H100
+    run found those tiles never combined (o left unwritten) until the host zeroed the counters
+    before each launch."""
+    kernels = built["default"][0]
+    few = Shape("few", 1, 32, 1, 128, False, dtype, 8, 32768, "bottom_right")
+    many = Shape("many", 3, 64, 9, 128, True, dtype, 2, 11276, "top_left")
+    for shape in (few, many, few, many):
+        r = check_case(kernels, GreenCase(shape, std=1.5), 0, green_settings())
+        assert r.passed, f"{shape.case}: {r.reason}"
+
+
 def test_the_workspace_is_ready_again_after_launches_and_graph_replays(built: Built) -> None:
     kernels, entries = built["default"]
     shape = Shape("W", 1, 32, 1, 128, False, "bf16", 8, 32768)

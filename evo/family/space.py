@@ -77,8 +77,11 @@ class SplitPlan:
         WORKSPACE_ALIGN bytes, then each split's fp32 O and log-sum-exp per packed row."""
         if self.splits == 1:
             return 0
-        counters = -(-4 * self.groups // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
-        return counters + 4 * self.groups * self.splits * rows_per_cta * (head_dim + 1)
+        return self.counter_bytes() + 4 * self.groups * self.splits * rows_per_cta * (head_dim + 1)
+
+    def counter_bytes(self) -> int:
+        """The workspace's leading counters, a uint32 per tile padded to WORKSPACE_ALIGN bytes."""
+        return -(-4 * self.groups // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
 
 
 def split_plan(split: SplitConfig, rows_per_cta: int, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,

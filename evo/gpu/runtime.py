@@ -188,19 +188,23 @@ class CandidateKernels:
         B, Hq, Hkv, Lq, Lk = (int(d) for d in dims[:5])
         plan = split_plan(entry.launch.split, entry.launch.rows_per_cta, B, Hq, Hkv, Lq, Lk, self._sms)
         ws = self._workspace(plan.workspace_bytes(entry.launch.rows_per_cta, entry.head_dim))
+        if ws is not None:
+            # This launch's counters, zeroed on its stream before it (inside a captured graph too): the
+            # kernels set their own counters back to zero, but another problem's plan lays its parts
+            # over the bytes this one counts in (found on an H100: tiles never combined, o unwritten).
+            ws[: plan.counter_bytes()].zero_()
         config = self._core.LaunchConfig(grid=plan.grid(B, Hkv), block=(entry.launch.threads, 1, 1),
                                          shmem_size=entry.launch.smem_bytes)
         self._core.launch(self._stream(), config, kernel, *(t.data_ptr() for t in qkvo), *dims, np.float32(scale),
-                          ws, np.int32(plan.split_len))
+                          0 if ws is None else ws.data_ptr(), np.int32(plan.split_len))
 
-    def _workspace(self, nbytes: int) -> int:
-        """A zeroed device buffer of at least ``nbytes`` (0: none needed), kept for the life of these
-        kernels: the split-KV kernels leave its counters at zero, so it is zeroed once. A larger one
-        is allocated beside the old ones, never in their place, so a CUDA graph captured with an
-        older one stays valid; none may be allocated while a graph is being captured (the timer's
-        eager warm-up launches come first)."""
+    def _workspace(self, nbytes: int) -> torch.Tensor | None:
+        """A device buffer of at least ``nbytes`` (None: none needed), kept for the life of these
+        kernels. A larger one is allocated beside the old ones, never in their place, so a CUDA
+        graph captured with an older one stays valid; none may be allocated while a graph is being
+        captured (the timer's eager warm-up launches come first)."""
         if nbytes == 0:
-            return 0
+            return None
         if not self._scratch or self._scratch[-1].numel() < nbytes:
             if torch.cuda.is_current_stream_capturing():
                 raise EvoError(f"a split-KV launch needs a {nbytes}-byte workspace, and none may be allocated "
@@ -208,7 +212,7 @@ class CandidateKernels:
             size = max(nbytes, 2 * self._scratch[-1].numel() if self._scratch else 0)
             self._scratch.append(torch.zeros(size, dtype=torch.uint8, device=self._torch_device))
             torch.cuda.synchronize(self._torch_device)   # zeroed before a launch on any stream
-        return int(self._scratch[-1].data_ptr())
+        return self._scratch[-1]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  causal: bool, scale: float, shift: int = 0) -> None:
