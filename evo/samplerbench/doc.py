@@ -39,8 +39,9 @@ simulation mode on a cache converted from the recording (`evo.samplerbench.kt_ru
 space built by brute force so that its strategies walk the valid points in one order whatever
 the spelling of the constraint, and seeded (Python's and numpy's generators, and the Latin
 hypercube `bayes_opt` starts from). `bayes_opt`'s default acquisition (`multi-ultrafast`) still
-decides when to refit its model by wall-clock time, so its later steps can differ between two
-runs of one seed.
+decides when to refit its model by wall-clock time, and `diff_evo` proposed other points when
+one seed ran twice in one process, so neither is reproducible seed by seed after its first steps
+(the others are).
 """
 
 SCHEMA = "evo.sampler-benchmark/2"  # /1 was scripts/sampler_benchmark.py's single table with traces
