@@ -20,7 +20,9 @@ from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
 from evo.search.memo import TrialMemo
 from evo.search.prescreen import WINDOW_BEST, WINDOW_RECENT, TinyGp, window
-from evo.search.sampler_evo import EvoSampler
+from evo.search import sampler_evo
+from evo.search.params import suggest
+from evo.search.sampler_evo import EvoSampler, move_records
 from evo.store.engine import ProcessLock
 from synthetic_sweep import make_recording
 
@@ -70,6 +72,25 @@ def test_a_finished_trial_is_read_once() -> None:
     for _ in range(2):
         assert [memo(t) for t in study.get_trials(deepcopy=False)] == [0, 1, 2, running.number]
     assert calls == [0, 1, 2, 3, 3]  # the running trial is read every time
+
+
+def test_each_finished_trial_tells_the_sampler_its_moves_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: dict[int, int] = {}
+    real = sampler_evo.move_outcomes
+
+    def counted(t: optuna.trial.FrozenTrial, by_number: Any) -> Any:
+        if t.state.is_finished():
+            calls[t.number] = calls.get(t.number, 0) + 1
+        return real(t, by_number)
+
+    monkeypatch.setattr(sampler_evo, "move_outcomes", counted)
+    study = optuna.create_study(direction="maximize", sampler=EvoSampler([FAM], seed=0, warm=False))
+    for _ in range(30):
+        trial = study.ask()
+        _, p = suggest(trial, [FAM])
+        study.tell(trial, p["BLOCK_N"] / p["BLOCK_M"] + p["STAGES"] + (2 if p["EXP2"] else 0))
+    assert len(calls) >= 29 and set(calls.values()) == {1}
+    assert move_records(study.trials)  # mutations were bred and measured, so there were moves to tell
 
 
 class WatchedLock(ProcessLock):

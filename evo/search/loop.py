@@ -145,6 +145,7 @@ class Search:
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     k, why = self._next_batch_size(trials)
                     pending = [self._ask() for _ in range(k)]
+                self._describe(pending)  # rendering and lineage need no lock
                 if not pending and why:
                     s.stopped = why
                     break
@@ -288,16 +289,22 @@ class Search:
                 break
             except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
                 self.heartbeat.discard(tid)
-        p = Pending(trial, tid, fam, raw)
-        try:
-            p.candidate = make_candidate(fam, raw)
-        except InvalidCandidate as exc:
-            p.invalid = str(exc)
-            return p
-        p.rendered = render(p.candidate, fam)
-        p.build_id = self.evaluator.build_id(p.rendered)
-        p.parents = parents(trial.number, p.candidate, self.study.get_trials(deepcopy=False), self.families)
-        return p
+        return Pending(trial, tid, fam, raw)
+
+    def _describe(self, pending: Sequence[Pending]) -> None:
+        """Each asked trial's candidate, rendered source, build id and parents, after the ask lock
+        is released (the lock serializes every worker's asks; one read of the study serves the
+        whole batch's lineage)."""
+        trials = self.study.get_trials(deepcopy=False) if pending else []
+        for p in pending:
+            try:
+                p.candidate = make_candidate(p.family, p.raw)
+            except InvalidCandidate as exc:
+                p.invalid = str(exc)
+                continue
+            p.rendered = render(p.candidate, p.family)
+            p.build_id = self.evaluator.build_id(p.rendered)
+            p.parents = parents(p.trial.number, p.candidate, trials, self.families)
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
