@@ -126,3 +126,23 @@ def test_the_hyperparameter_fit_never_runs_under_the_ask_lock(monkeypatch: pytes
     run(opts, NullReporter())
     assert (True, False) in fits and (False, True) in fits   # fitted before the lock, conditioned under it
     assert (True, True) not in fits
+
+
+def test_a_proposal_samplers_parameters_are_written_after_the_ask_lock(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    rec = make_recording(tmp_path / "sweep.json.gz", seed=0)
+    writes: list[bool] = []   # per parameter written: under the lock
+    real = optuna.storages.RDBStorage._set_trial_param  # what Optuna's cached storage calls
+
+    def set_trial_param(self: Any, *args: Any, **kwargs: Any) -> None:
+        writes.append(WatchedLock.held)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "_set_trial_param", set_trial_param)
+    monkeypatch.setattr(driver, "ProcessLock", WatchedLock)
+    opts = RunOptions(replay=rec, db=f"sqlite:///{tmp_path / 'evo.sqlite'}", study="s", batch=4, seed=0,
+                      cases=["F1", "F6"], trials=12)
+    summary = run(opts, NullReporter())
+    assert summary.total == 12 and writes and not any(writes)
+    study = optuna.load_study(study_name="s", storage=opts.db)
+    assert all(t.params for t in study.trials)   # every trial still holds its parameters

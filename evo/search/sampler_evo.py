@@ -84,9 +84,8 @@ from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
 from evo.search.prescreen import DEFAULT_NOISE, PRIOR_LENGTH, TinyGp, expected_improvement, window
-from evo.search.internals import enqueued_params
 from evo.search.memo import TrialMemo
-from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler
+from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, drawn_params
 from evo.family.space import Candidate, make_candidate, mutations, switch
 
 Move = tuple[str, Value, Value]
@@ -265,7 +264,7 @@ class EvoSampler(ProposalSampler):
         for t in trials:
             if t.state not in (TrialState.RUNNING, TrialState.WAITING):
                 continue
-            got = from_trial_params(enqueued_params(t))
+            got = from_trial_params(drawn_params(t))
             if got is None or got[0] not in self._by_name:
                 continue
             try:
