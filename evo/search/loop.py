@@ -148,7 +148,7 @@ class Search:
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     k, why = self._next_batch_size(trials)
                     asked = [self._ask() for _ in range(k)]
-                pending = self._describe(asked)  # parameters written, rendering, lineage: no lock needed
+                pending = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
                 if not pending and why:
                     s.stopped = why
                     break
@@ -283,7 +283,7 @@ class Search:
         """One trial asked under the ask lock, with its family and parameters when the sampler
         draws them one by one; a :class:`ProposalSampler` stored its whole proposal on the trial in
         the ask (other workers' samplers see it there), so its parameters are written after the
-        lock (:meth:`_describe`): a dozen writes per trial the other workers need not wait for."""
+        lock (:func:`describe`): a dozen writes per trial the other workers need not wait for."""
         while True:
             with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
@@ -296,30 +296,6 @@ class Search:
                 return trial, tid, None if proposed else suggest(trial, list(self.families.values()))
             except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
                 self.heartbeat.discard(tid)
-
-    def _describe(self, asked: Sequence[Asked]) -> list[Pending]:
-        """The asked trials, after the ask lock is released: parameters not drawn yet written from
-        the proposal, then each candidate, its rendered source, build id and parents (one read of
-        the study serves the whole batch's lineage). A trial failed as stale meanwhile is dropped."""
-        pending = []
-        for trial, tid, drawn in asked:
-            try:
-                fam, raw = drawn or suggest(trial, list(self.families.values()))
-            except UpdateFinishedTrialError:
-                self.heartbeat.discard(tid)
-                continue
-            pending.append(Pending(trial, tid, fam, raw))
-        trials = self.study.get_trials(deepcopy=False) if pending else []
-        for p in pending:
-            try:
-                p.candidate = make_candidate(p.family, p.raw)
-            except InvalidCandidate as exc:
-                p.invalid = str(exc)
-                continue
-            p.rendered = render(p.candidate, p.family)
-            p.build_id = self.evaluator.build_id(p.rendered)
-            p.parents = parents(p.trial.number, p.candidate, trials, self.families)
-        return pending
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
@@ -390,3 +366,30 @@ class Search:
         what the liveness thread found meanwhile."""
         self.teller.finish(p, outcome, waited)
         self.liveness.report()
+
+
+def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
+    """The trials ``search`` asked, after the ask lock is released: parameters not drawn yet
+    written from the proposal, then each candidate, its rendered source, build id and parents
+    (one read of the study serves the whole batch's lineage). A trial failed as stale meanwhile
+    is dropped."""
+    families = list(search.families.values())
+    pending = []
+    for trial, tid, drawn in asked:
+        try:
+            fam, raw = drawn or suggest(trial, families)
+        except UpdateFinishedTrialError:
+            search.heartbeat.discard(tid)
+            continue
+        pending.append(Pending(trial, tid, fam, raw))
+    trials = search.study.get_trials(deepcopy=False) if pending else []
+    for p in pending:
+        try:
+            p.candidate = make_candidate(p.family, p.raw)
+        except InvalidCandidate as exc:
+            p.invalid = str(exc)
+            continue
+        p.rendered = render(p.candidate, p.family)
+        p.build_id = search.evaluator.build_id(p.rendered)
+        p.parents = parents(p.trial.number, p.candidate, trials, search.families)
+    return pending
