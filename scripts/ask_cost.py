@@ -2,11 +2,15 @@
 
 Replays a recorded sweep (``evo run --replay`` through :func:`evo.api.run`) into a fresh study up
 to ``--trials`` trials, once with one worker and once with ``--workers`` worker processes sharing
-the study, on SQLite and, when a URL is given (``--pg`` or ``$EVO_TEST_PG``), on PostgreSQL. Each
-worker times every ``Study.ask`` (the sampler's proposal included) and when each ask ended. The
-report, per backend and worker count: the median and 90th percentile of ms per ask over the last
-tenth of the study's trials (around trial ``--trials``), the study's trials per minute over that
-last tenth and over the whole run, and the wall time. It is written as JSON under
+the study, on SQLite and, when a URL is given (``--pg`` or ``$EVO_TEST_PG``), on PostgreSQL. The
+study's families (``--families``) include flash_wgmma, which the H200 recording lacks: its 780
+valid points of flash_mma and flash_scalar end a study there, and flash_wgmma's trials (answered
+``unmeasured``) carry it to trial 1000 and beyond. Each worker times every ``Study.ask`` (the
+sampler's proposal included) and when each ask ended, and how long it waited for the ask lock
+and held it. The report, per backend and worker count: the median and 90th percentile of ms per
+ask over the last tenth of the study's trials (around trial ``--trials``), the study's trials per
+minute over that last tenth and over the whole run, the share of the workers' time spent waiting
+for the ask lock and holding it, and the wall time. It is written as JSON under
 ``dev/ask-cost/`` (``ask-cost-cpu-<date>-<git sha>.json``; not benchmarks/, whose records are evo bench's) with the host's CPU count, since the
 numbers depend on what else the host runs.
 
@@ -32,12 +36,33 @@ ROOT = Path(__file__).resolve().parent.parent
 LATE = 0.9  # asks of trial numbers from this share of --trials on count as "at trial N"
 
 
-def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int, log: str) -> None:
+def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int, log: str,
+           families: list[str]) -> None:
     """One ``evo run --replay`` worker that appends ``[trial number, seconds in ask, end time]``
-    per ask to ``log`` (a JSON line each)."""
+    per ask to ``log`` and ``[seconds waiting for the ask lock, seconds holding it]`` per batch to
+    ``log + ".lock"`` (a JSON line each)."""
     import optuna
 
     from evo import api
+    from evo.store.engine import ProcessLock
+
+    real_enter, real_exit = ProcessLock.__enter__, ProcessLock.__exit__
+    since: dict[str, float] = {}
+
+    def timed_enter(self: ProcessLock) -> ProcessLock:
+        start = time.perf_counter()
+        out = real_enter(self)
+        since["wait"], since["held"] = time.perf_counter() - start, time.perf_counter()
+        return out
+
+    def timed_exit(self: ProcessLock, *exc: object) -> None:
+        real_exit(self, *exc)
+        if self.name == "ask":
+            with open(log + ".lock", "a") as f:
+                f.write(json.dumps([since["wait"], time.perf_counter() - since["held"]]) + "\n")
+
+    ProcessLock.__enter__ = timed_enter  # type: ignore[method-assign]
+    ProcessLock.__exit__ = timed_exit  # type: ignore[method-assign]
 
     real_ask = optuna.study.Study.ask
 
@@ -51,15 +76,16 @@ def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int
 
     optuna.study.Study.ask = timed_ask  # type: ignore[method-assign]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch)
+    api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch, families=families)
 
 
-def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, folder: Path) -> dict[str, Any]:
+def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, folder: Path,
+           families: list[str]) -> dict[str, Any]:
     """Run ``workers`` processes on a fresh study of ``url`` to ``trials`` trials; its numbers."""
     study = f"ask-cost-{uuid.uuid4().hex[:8]}"
     logs = [folder / f"{study}-{i}.jsonl" for i in range(workers)]
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log)))
+    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log), families))
              for i, log in enumerate(logs)]
     start = time.time()
     for p in procs:
@@ -70,7 +96,11 @@ def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, fo
     if any(p.exitcode for p in procs):
         raise SystemExit(f"a worker failed ({[p.exitcode for p in procs]})")
     asks = [json.loads(line) for log in logs if log.exists() for line in log.read_text().splitlines()]
-    return summarize(asks, trials, wall) | {"workers": workers, "study": study}
+    locks = [json.loads(line) for log in logs if (lf := Path(str(log) + ".lock")).exists()
+             for line in lf.read_text().splitlines()]
+    lock = {"ask_lock_wait_share": round(sum(w for w, _ in locks) / (workers * wall), 3),
+            "ask_lock_held_share": round(sum(h for _, h in locks) / (workers * wall), 3)}
+    return summarize(asks, trials, wall) | lock | {"workers": workers, "study": study}
 
 
 def summarize(asks: list[list[float]], trials: int, wall: float) -> dict[str, Any]:
@@ -110,24 +140,29 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--replay", default=str(ROOT / "data" / "sweep-h200.json.gz"))
+    ap.add_argument("--families", default="flash_mma,flash_scalar,flash_wgmma",
+                    help="the study's families, comma-separated (see the module docstring)")
     ap.add_argument("--pg", default=os.environ.get("EVO_TEST_PG"), help="a PostgreSQL URL (default $EVO_TEST_PG)")
     ap.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--out", type=Path, default=ROOT / "dev" / "ask-cost")
     args = ap.parse_args()
     runs = []
+    load_start = os.getloadavg()[0]  # the host is shared: what else ran shows in the numbers
     with tempfile.TemporaryDirectory(prefix="ask-cost-") as tmp:
         for backend in (["sqlite"] if args.sqlite else []) + (["postgresql"] if args.pg else []):
             for n in sorted({1, args.workers}):
                 url = (fresh_database(args.pg, f"ask_cost_{n}_{uuid.uuid4().hex[:8]}") if backend == "postgresql"
                        else f"sqlite:///{tmp}/{backend}-{n}.sqlite")
-                got = replay(url, n, args.trials, args.replay, args.batch, Path(tmp)) | {"backend": backend}
+                got = replay(url, n, args.trials, args.replay, args.batch, Path(tmp),
+                             args.families.split(",")) | {"backend": backend}
                 print(json.dumps(got), flush=True)
                 runs.append(got)
     day = datetime.date.today().strftime("%Y%m%d")
     sha = git_sha()
     report = {"what": "ms per Study.ask and trials per minute late in a replayed study (scripts/ask_cost.py)",
               "git": sha, "date": day, "cpus": os.cpu_count(), "trials": args.trials, "batch": args.batch,
-              "late_from_trial": int(LATE * args.trials), "replay": Path(args.replay).name, "runs": runs}
+              "late_from_trial": int(LATE * args.trials), "replay": Path(args.replay).name,
+              "families": args.families, "load_1min": [load_start, os.getloadavg()[0]], "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"ask-cost-cpu-{day}-{sha}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")

@@ -109,6 +109,28 @@ def test_kernel_tuner_runs_are_seeded_and_counted_by_the_same_rule(problem: Prob
 
 
 @kt
+def test_bayes_opt_draws_its_initial_sample_from_the_seed(problem: Problem, tmp_path: Path) -> None:
+    space = kt_runner.write_cache(problem, tmp_path / "c.json")
+    runs = [kt_runner.run_kt(space, tmp_path / "c.json", "bayes_opt", seed, False, budget=8) for seed in (3, 3, 4)]
+    assert runs[0].proposed == runs[1].proposed  # the Latin hypercube (its first points) is the seed's
+    assert runs[0].proposed != runs[2].proposed
+
+
+@kt
+def test_the_space_kernel_tuner_walks_is_in_one_order_whatever_the_constraint_spelling(recording: Path) -> None:
+    from kernel_tuner.searchspace import Searchspace
+
+    problem = Problem.load(recording, ["flash_mma"], cases=fast_cases(CASES))
+    space = kt_runner.Space(problem)
+    exprs = [c.expr for c in problem.families[0].constraints]  # over numeric genes: Kernel Tuner's values
+    assert exprs and not space.multi
+    lists = [Searchspace(space.tune_params, r, 1024, **kt_runner.SEARCHSPACE).list
+             for r in ([space.restriction], exprs)]
+    assert lists[0] == lists[1]
+    assert len(lists[0]) == problem.size
+
+
+@kt
 def test_a_warm_kernel_tuner_run_starts_at_the_default(problem: Problem, tmp_path: Path) -> None:
     space = kt_runner.write_cache(problem, tmp_path / "c.json")
     trace = kt_runner.run_kt(space, tmp_path / "c.json", "ordered_greedy_mls", 0, True, budget=5)

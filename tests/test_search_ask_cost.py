@@ -20,7 +20,9 @@ from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
 from evo.search.memo import TrialMemo
 from evo.search.prescreen import WINDOW_BEST, WINDOW_RECENT, TinyGp, window
-from evo.search.sampler_evo import EvoSampler
+from evo.search import sampler_evo
+from evo.search.params import suggest
+from evo.search.sampler_evo import EvoSampler, move_records
 from evo.store.engine import ProcessLock
 from synthetic_sweep import make_recording
 
@@ -72,6 +74,25 @@ def test_a_finished_trial_is_read_once() -> None:
     assert calls == [0, 1, 2, 3, 3]  # the running trial is read every time
 
 
+def test_each_finished_trial_tells_the_sampler_its_moves_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: dict[int, int] = {}
+    real = sampler_evo.move_outcomes
+
+    def counted(t: optuna.trial.FrozenTrial, by_number: Any) -> Any:
+        if t.state.is_finished():
+            calls[t.number] = calls.get(t.number, 0) + 1
+        return real(t, by_number)
+
+    monkeypatch.setattr(sampler_evo, "move_outcomes", counted)
+    study = optuna.create_study(direction="maximize", sampler=EvoSampler([FAM], seed=0, warm=False))
+    for _ in range(30):
+        trial = study.ask()
+        _, p = suggest(trial, [FAM])
+        study.tell(trial, p["BLOCK_N"] / p["BLOCK_M"] + p["STAGES"] + (2 if p["EXP2"] else 0))
+    assert len(calls) >= 29 and set(calls.values()) == {1}
+    assert move_records(study.trials)  # mutations were bred and measured, so there were moves to tell
+
+
 class WatchedLock(ProcessLock):
     """The ask lock, noting whether it is held."""
 
@@ -105,3 +126,23 @@ def test_the_hyperparameter_fit_never_runs_under_the_ask_lock(monkeypatch: pytes
     run(opts, NullReporter())
     assert (True, False) in fits and (False, True) in fits   # fitted before the lock, conditioned under it
     assert (True, True) not in fits
+
+
+def test_a_proposal_samplers_parameters_are_written_after_the_ask_lock(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    rec = make_recording(tmp_path / "sweep.json.gz", seed=0)
+    writes: list[bool] = []   # per parameter written: under the lock
+    real = optuna.storages.RDBStorage._set_trial_param  # what Optuna's cached storage calls
+
+    def set_trial_param(self: Any, *args: Any, **kwargs: Any) -> None:
+        writes.append(WatchedLock.held)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "_set_trial_param", set_trial_param)
+    monkeypatch.setattr(driver, "ProcessLock", WatchedLock)
+    opts = RunOptions(replay=rec, db=f"sqlite:///{tmp_path / 'evo.sqlite'}", study="s", batch=4, seed=0,
+                      cases=["F1", "F6"], trials=12)
+    summary = run(opts, NullReporter())
+    assert summary.total == 12 and writes and not any(writes)
+    study = optuna.load_study(study_name="s", storage=opts.db)
+    assert all(t.params for t in study.trials)   # every trial still holds its parameters

@@ -35,10 +35,13 @@ such runs), never interpolated, and counts as worse than every reached run in th
 as free. *Cold*: no defaults, each sampler's own random start from its seed; *warm*: the
 families' manifest defaults are evaluated first (evo proposes them itself, Optuna's samplers
 get them enqueued, Kernel Tuner's strategies get them as `x0`). Kernel Tuner runs in its own
-simulation mode on a cache converted from the recording (`evo.samplerbench.kt_runner`);
-its `bayes_opt` draws its initial Latin hypercube from fresh entropy, and its `diff_evo` gave
-other counts for every seed when the same command ran again, so neither is reproducible seed by
-seed (the others are).
+simulation mode on a cache converted from the recording (`evo.samplerbench.kt_runner`), its
+space built by brute force so that its strategies walk the valid points in one order whatever
+the spelling of the constraint, and seeded (Python's and numpy's generators, and the Latin
+hypercube `bayes_opt` starts from). `bayes_opt`'s default acquisition (`multi-ultrafast`) still
+decides when to refit its model by wall-clock time, and `diff_evo` proposed other points when
+one seed ran twice in one process, so neither is reproducible seed by seed after its first steps
+(the others are).
 """
 
 SCHEMA = "evo.sampler-benchmark/2"  # /1 was scripts/sampler_benchmark.py's single table with traces

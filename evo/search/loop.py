@@ -49,7 +49,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
-from evo.family.manifest import Family
+from evo.family.manifest import Family, Value
 from evo.family.render import render
 from evo.family.space import Candidate, all_candidates, combinations, listable, make_candidate
 from evo.results import Evaluation, Shape, Status
@@ -70,6 +70,9 @@ from evo.vocab import PASSED
 
 __all__ = ["Best", "NullReporter", "Outcome", "Pending", "Reporter", "RunSummary", "Search",
            "best_trial"]
+
+
+Asked = tuple[optuna.Trial, int, "tuple[Family, dict[str, Value]] | None"]  # trial, storage id, its draw if made
 
 
 class Search:
@@ -144,7 +147,8 @@ class Search:
                     sampler.prepare(self.study)  # its costly part (a model fit) before the lock, not under it
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     k, why = self._next_batch_size(trials)
-                    pending = [self._ask() for _ in range(k)]
+                    asked = [self._ask() for _ in range(k)]
+                pending = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
                 if not pending and why:
                     s.stopped = why
                     break
@@ -275,7 +279,11 @@ class Search:
         if todo:
             self._build_and_evaluate(todo, known)
 
-    def _ask(self) -> Pending:
+    def _ask(self) -> Asked:
+        """One trial asked under the ask lock, with its family and parameters when the sampler
+        draws them one by one; a :class:`ProposalSampler` stored its whole proposal on the trial in
+        the ask (other workers' samplers see it there), so its parameters are written after the
+        lock (:func:`describe`): a dozen writes per trial the other workers need not wait for."""
         while True:
             with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
@@ -284,20 +292,10 @@ class Search:
             self.heartbeat.add(tid)
             try:
                 self.rdb.set_trial_system_attr(tid, RUN, str(self.run_id))
-                fam, raw = suggest(trial, list(self.families.values()))
-                break
+                proposed = isinstance(self.study.sampler, ProposalSampler)
+                return trial, tid, None if proposed else suggest(trial, list(self.families.values()))
             except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
                 self.heartbeat.discard(tid)
-        p = Pending(trial, tid, fam, raw)
-        try:
-            p.candidate = make_candidate(fam, raw)
-        except InvalidCandidate as exc:
-            p.invalid = str(exc)
-            return p
-        p.rendered = render(p.candidate, fam)
-        p.build_id = self.evaluator.build_id(p.rendered)
-        p.parents = parents(trial.number, p.candidate, self.study.get_trials(deepcopy=False), self.families)
-        return p
 
     def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
         bids = list(groups)
@@ -368,3 +366,30 @@ class Search:
         what the liveness thread found meanwhile."""
         self.teller.finish(p, outcome, waited)
         self.liveness.report()
+
+
+def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
+    """The trials ``search`` asked, after the ask lock is released: parameters not drawn yet
+    written from the proposal, then each candidate, its rendered source, build id and parents
+    (one read of the study serves the whole batch's lineage). A trial failed as stale meanwhile
+    is dropped."""
+    families = list(search.families.values())
+    pending = []
+    for trial, tid, drawn in asked:
+        try:
+            fam, raw = drawn or suggest(trial, families)
+        except UpdateFinishedTrialError:
+            search.heartbeat.discard(tid)
+            continue
+        pending.append(Pending(trial, tid, fam, raw))
+    trials = search.study.get_trials(deepcopy=False) if pending else []
+    for p in pending:
+        try:
+            p.candidate = make_candidate(p.family, p.raw)
+        except InvalidCandidate as exc:
+            p.invalid = str(exc)
+            continue
+        p.rendered = render(p.candidate, p.family)
+        p.build_id = search.evaluator.build_id(p.rendered)
+        p.parents = parents(p.trial.number, p.candidate, trials, search.families)
+    return pending

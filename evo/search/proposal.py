@@ -45,9 +45,21 @@ class Proposal:
                 "parents": self.parents, "mutation": self.mutation}
 
 
-def trial_key(t: FrozenTrial) -> str | None:
-    """Record key of a trial's candidate (from its params, or its fixed params if waiting)."""
+def drawn_params(t: FrozenTrial) -> dict[str, Any]:
+    """The parameters a trial drew, else those it was enqueued with, else those of the proposal
+    stored on it (a trial asked under the ask lock has its parameters written after the lock is
+    released, :meth:`evo.search.loop.Search._ask`); empty when none of them is there."""
     params = enqueued_params(t)
+    prop = t.system_attrs.get(PROPOSAL)
+    if params or not prop:
+        return params
+    return {FAMILY: prop["family"]} | {param_name(prop["family"], n): v for n, v in prop["params"].items()}
+
+
+def trial_key(t: FrozenTrial) -> str | None:
+    """Record key of a trial's candidate (from its params, its fixed params if waiting, or its
+    stored proposal: :func:`drawn_params`)."""
+    params = drawn_params(t)
     got = from_trial_params(params)
     return record_key(*got) if got else None
 

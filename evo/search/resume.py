@@ -41,9 +41,9 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from evo.search.internals import enqueued_params, unbeaten
+from evo.search.internals import unbeaten
 from evo.search.params import IMPORTED_FROM
-from evo.search.proposal import RETRY_OF
+from evo.search.proposal import RETRY_OF, drawn_params
 
 log = logging.getLogger("evo")
 
@@ -72,10 +72,10 @@ def counted(trials: Sequence[FrozenTrial]) -> int:
 
 def requeue(study: optuna.Study, t: FrozenTrial, max_retry: int = MAX_RETRY) -> bool:
     """Enqueue a failed trial's candidate again: its params, or those it was enqueued with (a
-    retry that died before drawing them), and where an imported one came from (its lineage).
-    False when it had proposed nothing yet, or when its chain of retries is ``max_retry`` long
-    already."""
-    params = enqueued_params(t)
+    retry that died before drawing them), or those of its stored proposal (a trial that died
+    before writing them), and where an imported one came from (its lineage). False when it had
+    proposed nothing yet, or when its chain of retries is ``max_retry`` long already."""
+    params = drawn_params(t)
     chain = [*t.user_attrs.get(RETRIES, ()), t.number]
     if not params or len(chain) > max_retry:
         return False

@@ -56,7 +56,8 @@ the caller calls :meth:`EvoSampler.prepare` before asking (the search loop does,
 the ask lock that serializes the workers' asks), the hyperparameter search -- the fit, dozens
 of Cholesky factorizations -- happens there, once per new completed point, and an ask only
 conditions the GP on its window with those hyperparameters (one factorization); without
-``prepare`` each ask fits the model itself.
+``prepare`` each ask fits the model itself. What each finished trial says about its move
+(:func:`move_outcomes`) is worked out once, and crossover checks each mix of two elites once.
 
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
@@ -69,7 +70,7 @@ Nothing is learned from outside the study.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,9 +84,8 @@ from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
 from evo.search.prescreen import DEFAULT_NOISE, PRIOR_LENGTH, TinyGp, expected_improvement, window
-from evo.search.internals import enqueued_params
 from evo.search.memo import TrialMemo
-from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler
+from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, drawn_params
 from evo.family.space import Candidate, make_candidate, mutations, switch
 
 Move = tuple[str, Value, Value]
@@ -136,27 +136,41 @@ def proposal_of(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> dict | 
     return None
 
 
+def move_outcomes(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> list[tuple[Move, float | None]]:
+    """What one trial says about the moves that made it: ``(move, log effect child / parent)``
+    per move of a measured mutation child, ``(move, None)`` per move of a child that failed for a
+    reason of its own (not unmeasured, not abandoned); nothing for any other trial. Fixed once the
+    trial is finished (its parent, an elite, was complete when the child was bred)."""
+    prop = proposal_of(t, by_number)
+    if not prop or prop.get("op") != "mutation" or not prop.get("parents"):
+        return []
+    parent = by_number.get(prop["parents"][0])
+    child_fit, parent_fit = fitness(t), parent and fitness(parent)
+    failed = (t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES) or not shippable(t)
+    if not failed and (child_fit is None or parent_fit is None):
+        return []
+    effect = None if failed else child_fit - parent_fit  # type: ignore[operator]
+    return [((name, old, new), effect) for name, (old, new) in prop["mutation"].items()]
+
+
+def tally_moves(outcomes: Iterable[Sequence[tuple[Move, float | None]]]) -> dict[Move, MoveRecord]:
+    """Per move, the record of the :func:`move_outcomes` of some trials."""
+    out: dict[Move, MoveRecord] = {}
+    for per_trial in outcomes:
+        for move, effect in per_trial:
+            rec = out.setdefault(move, MoveRecord([]))
+            if effect is None:
+                rec.failures += 1
+            else:
+                rec.log_effects.append(effect)
+    return out
+
+
 def move_records(trials: Sequence[FrozenTrial]) -> dict[Move, MoveRecord]:
     """Per move, the log effect (child / parent) of every measured mutation child and the count
     of children that failed for a reason of their own (not unmeasured, not abandoned)."""
     by_number = {t.number: t for t in trials}
-    out: dict[Move, MoveRecord] = {}
-    for t in trials:
-        prop = proposal_of(t, by_number)
-        if not prop or prop.get("op") != "mutation" or not prop.get("parents"):
-            continue
-        parent = by_number.get(prop["parents"][0])
-        child_fit, parent_fit = fitness(t), parent and fitness(parent)
-        failed = (t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES) or not shippable(t)
-        if not failed and (child_fit is None or parent_fit is None):
-            continue
-        for name, (old, new) in prop["mutation"].items():
-            rec = out.setdefault((name, old, new), MoveRecord([]))
-            if failed:
-                rec.failures += 1
-            else:
-                rec.log_effects.append(child_fit - parent_fit)  # type: ignore[operator]
-    return out
+    return tally_moves(move_outcomes(t, by_number) for t in trials)
 
 
 def ok_share(prop: Proposal, records: Mapping[Move, MoveRecord]) -> float:
@@ -197,6 +211,9 @@ class EvoSampler(ProposalSampler):
         self._hyper: tuple[np.ndarray | float, float] | None = None  # (length, noise) prepare() fitted
         self._hyper_points = -1                     # how many timed points that fit saw
         self._point = TrialMemo(self._timed_point)
+        self._numbered: Mapping[int, FrozenTrial] = {}  # the trials of the current ask, by number
+        self._moves = TrialMemo(lambda t: move_outcomes(t, self._numbered))  # each finished trial once
+        self._made: dict[tuple[str, tuple[tuple[str, Value], ...]], Candidate | None] = {}  # crossover's checks
         self._mutations: dict[tuple[str, int], list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]] = {}
         self.population = population
         self.immigrant_rate = immigrant_rate
@@ -247,7 +264,7 @@ class EvoSampler(ProposalSampler):
         for t in trials:
             if t.state not in (TrialState.RUNNING, TrialState.WAITING):
                 continue
-            got = from_trial_params(enqueued_params(t))
+            got = from_trial_params(drawn_params(t))
             if got is None or got[0] not in self._by_name:
                 continue
             try:
@@ -260,7 +277,8 @@ class EvoSampler(ProposalSampler):
         seen = self.seen(trials)
         if self.warm and (seed := self.unseen_default(seen, self.roots)) is not None:
             return seed
-        records = move_records(trials)
+        self._numbered = {t.number: t for t in trials}
+        records = tally_moves(self._moves(t) for t in trials)
         weights = move_weights(records, self.insight_strength)
         done = self.completed(trials)
         ranked = self.ranked(done)
@@ -418,6 +436,17 @@ class EvoSampler(ProposalSampler):
             self._mutations[at] = [(c, m, record_key(c.family, c.p)) for c, m in mutations(fam, parent, genes)]
         return self._mutations[at]
 
+    def _checked(self, family: str, params: Mapping[str, Value]) -> Candidate | None:
+        """``make_candidate`` of ``params``, None when invalid; each point checked once per sampler
+        (crossover re-draws the same mixes of two elites many times over a study)."""
+        at = (family, tuple(sorted(params.items())))
+        if at not in self._made:
+            try:
+                self._made[at] = make_candidate(self._by_name[family], params)
+            except InvalidCandidate:
+                self._made[at] = None
+        return self._made[at]
+
     def switched(self, parent_trial: FrozenTrial, parent: Candidate, weights: Mapping[Move, float],
                  seen: set[str]) -> Proposal | None:
         """``parent`` switched to one of its family's selected successors (weighted by the
@@ -453,11 +482,8 @@ class EvoSampler(ProposalSampler):
             (ta, a), (tb, b) = self._rng.sample(group, 2)
             pa, pb = a.p, b.p
             mixed = {n: (pa[n] if self._rng.random() < 0.5 else pb[n]) for n in pa}
-            try:
-                child = make_candidate(self._by_name[a.family], mixed)
-            except InvalidCandidate:
-                continue
-            if child in (a, b) or record_key(child.family, child.p) in seen:
+            child = self._checked(a.family, mixed)
+            if child is None or child in (a, b) or record_key(child.family, child.p) in seen:
                 continue
             return Proposal(child, "crossover", [ta.number, tb.number])
         return None

@@ -45,7 +45,7 @@ from evo.family.manifest import Family
 from evo.store.recording import record_key
 from evo.search.encoding import Encoder
 from evo.search.params import from_trial_params
-from evo.search.proposal import Proposal, ProposalSampler, seen_keys
+from evo.search.proposal import Proposal, ProposalSampler, drawn_params, seen_keys
 from evo.search.resume import STATUS
 from evo.search import surrogate
 from evo.search.sampler_evo import FAILURES, fitness, shippable
@@ -73,7 +73,7 @@ class GpSampler(ProposalSampler):
         self._kernel_for: tuple[int, object] | None = None  # (finished trials, fitted kernel)
 
     def _candidate(self, t: FrozenTrial) -> Candidate | None:
-        got = from_trial_params(t.params or t.system_attrs.get("fixed_params", {}))
+        got = from_trial_params(drawn_params(t))
         if got is None or got[0] not in self._by_name:
             return None
         try:
