@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from evo.errors import EvoError, InvalidCandidate
 from evo.family.expr import evaluate, names_in
-from evo.family.manifest import Family, Value, load_family
+from evo.family.manifest import SPLIT_FORMULAS, Family, Value, load_family
 from evo.vocab import value_text
 
 
@@ -195,7 +195,7 @@ def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfi
     persistent = bool(evaluate(str(launch.get("persistent", "False")), names))
     split = None
     if abi == "split_kv":
-        split = SplitConfig(*(int(evaluate(str(launch[k]), names)) for k in ("key_tile", "split_min", "waves")))
+        split = SplitConfig(**{k: int(evaluate(str(launch[k]), names)) for k in SPLIT_FORMULAS})
     return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split)
 
 
