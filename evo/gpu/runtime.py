@@ -210,8 +210,9 @@ class CandidateKernels:
                 raise EvoError(f"a split-KV launch needs a {nbytes}-byte workspace, and none may be allocated "
                                "during CUDA graph capture: launch the same problem once before capturing")
             size = max(nbytes, 2 * self._scratch[-1].numel() if self._scratch else 0)
-            self._scratch.append(torch.zeros(size, dtype=torch.uint8, device=self._torch_device))
-            torch.cuda.synchronize(self._torch_device)   # zeroed before a launch on any stream
+            # uninitialized: each launch zeroes its counters first, and a split writes its part before
+            # the combine reads it
+            self._scratch.append(torch.empty(size, dtype=torch.uint8, device=self._torch_device))
         return self._scratch[-1]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
