@@ -218,17 +218,22 @@ def test_a_dead_workers_trials_and_run_are_failed_while_a_live_worker_is_inside_
         for t in (beaten, unbeaten):
             rdb.set_trial_system_attr(t._trial_id, RUN, str(dead_run))
         rdb.record_heartbeat(beaten._trial_id)  # ... and then the worker was killed
+        def rows() -> dict[int, tuple[str, int | None]]:
+            with store._read() as s:
+                return {r.trial_number: (r.state, r.run_id) for r in s.scalars(select(Trial).where(Trial.study == "b"))}
+
+        # until the sweep has mirrored both trials too: it fails them in Optuna first, and the run
+        # may be failed (its lease, or the first trial's mirror) before the second trial's row is written
         deadline = time.monotonic() + 20 * (grace_s + heartbeat_s)
         while time.monotonic() < deadline and not (
                 rdb.get_trial(beaten._trial_id).state == rdb.get_trial(unbeaten._trial_id).state == TrialState.FAIL
-                and store.get_run(dead_run).status == "failed"):
+                and store.get_run(dead_run).status == "failed" and {beaten.number, unbeaten.number} <= rows().keys()):
             time.sleep(0.1)
         assert ev.started == 1 and not ev.go.is_set()  # still inside the live worker's first evaluation
         assert rdb.get_trial(beaten._trial_id).state == rdb.get_trial(unbeaten._trial_id).state == TrialState.FAIL
         assert store.get_run(dead_run).status == "failed"
-        with store._read() as s:
-            rows = {r.trial_number: (r.state, r.run_id) for r in s.scalars(select(Trial).where(Trial.study == "b"))}
-        assert rows[beaten.number] == rows[unbeaten.number] == ("FAIL", dead_run)
+        mirrored = rows()
+        assert mirrored.get(beaten.number) == mirrored.get(unbeaten.number) == ("FAIL", dead_run)
         (own,) = [t for t in search.study.get_trials() if t.number not in (beaten.number, unbeaten.number)
                   and not t.state.is_finished()]
         assert own.state == TrialState.RUNNING  # the one being evaluated, beaten by its worker all along
