@@ -77,7 +77,7 @@ def test_nothing_benchmarked_is_an_error() -> None:
 
 def test_benchmarks_md_from_sample_json() -> None:
     md = render_benchmarks_md(load_records(SAMPLE.parent))
-    assert "## NVIDIA H100 80GB HBM3: candidates, fp16 — 2026-11-20, git abc1234" in md
+    assert "## NVIDIA H100 80GB HBM3: candidates, fast suite, fp16 — 2026-11-20, git abc1234" in md
     assert "torch 2.11.0+cu130 · CUDA 13.0 · cuDNN 91300 · driver 580.65.06 · dense fp16 GEMM 742 TFLOP/s" in md
     assert "| F1 | 1,8,512,64 | fp16 | `0123456789` | 5.00 (0.10) | 107.4 | 1.80x | 1.60x |" in md
     assert "| F7c | 2,16,8192,128 | fp16 | `0123456789` | 2000.0 (5.00) | 274.9 | 0.80x | 0.50x |" in md
@@ -225,7 +225,7 @@ def test_benchmarks_md_shows_the_newest_run_of_each_gpu_and_suite_and_indexes_al
     md = render_benchmarks_md([("old.json", old), ("newer.json", newer), ("pkg.json", package)])
     latest, history = md.split("\n## History\n")
     assert "git fedcba9" in latest and "git abc1234" not in latest      # the older candidates run: indexed only
-    assert "## NVIDIA H100 80GB HBM3: package `evoattn`, fp16" in latest
+    assert "## NVIDIA H100 80GB HBM3: package `evoattn`, fast suite, fp16" in latest
     for name in ("old.json", "newer.json", "pkg.json"):
         assert f"[{name}](benchmarks/{name})" in history
     assert history.index("fedcba9") < history.index("abc1234")       # newest first
@@ -376,3 +376,16 @@ def test_the_worker_hands_the_unavailable_baselines_to_the_record(monkeypatch: p
     assert json.loads(ev.device["unavailable"]) == {CHUNK.tag: {"fa4": "flash_attn.cute is not importable: nope"}}
     (case,) = make_record([("cid", ev)], gemm_tflops=None, sha="x", created=datetime.now(UTC))["cases"]
     assert case["notes"]["fa4"] == "unavailable (flash_attn.cute is not importable: nope)"
+
+
+def test_another_suites_record_does_not_replace_the_fast_ones(tmp_path: Path) -> None:
+    """The LLM suite's fp16 run of a package on the same day and sha is a file of its own (the H100
+    run of 762e355 wrote both suites' fp16 records to one name, the later replacing the earlier)."""
+    created = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
+    fast = {**make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created),
+            "package": "evoattn"}
+    llm = {**fast, "cases": [{**c, "case": "L1"} for c in fast["cases"]]}
+    llm_bf16 = {**llm, "cases": [{**c, "dtype": "bf16"} for c in llm["cases"]]}
+    paths = {write_record(r, tmp_path).name for r in (fast, llm, llm_bf16)}
+    assert paths == {"h200-20261127-deadbee-evoattn.json",
+                     "h200-20261127-deadbee-evoattn-llm.json", "h200-20261127-deadbee-evoattn-llm-bf16.json"}

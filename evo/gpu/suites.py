@@ -303,6 +303,15 @@ def fast_cases(select: Sequence[str] | None = None, dtype: str | None = None,
     return out
 
 
+def suite_of_case(case: str) -> str:
+    """The FAST suite that holds the case named ``case`` (``F4`` -> fast, ``L3`` -> llm); a name no
+    suite has is an error."""
+    for name, suite in _fast_suites(None):
+        if case in suite.names:
+            return name
+    raise EvoError(f"unknown FAST case {case!r}")
+
+
 def fast_cases_by_tag() -> dict[str, Shape]:
     """Every FAST case of every suite in every dtype, by tag (``F4c-fp16``): what a stored tag
     (a study's settings, a trial's speedups) names."""

@@ -32,6 +32,7 @@ from evo import paths
 from evo.errors import EvoError
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.scoring import geomean
+from evo.gpu.suites import FAST_SUITES, suite_of_case
 from evo.gpu.timing import FIDELITY_LIMIT, fidelity_ratio
 from evo.vocab import BASELINE_BACKENDS, EVO, FA4, gpu_slug, short_sha
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, Worker
@@ -183,10 +184,14 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
 
 
 def record_path(record: Mapping[str, Any], out_dir: Path) -> Path:
-    """``<gpu>-<day>-<sha>[-<package>][-<dtypes>].json``: the dtypes are named unless the record
-    is fp16 only, so a bf16 run of the same code on the same day does not replace the fp16 one."""
+    """``<gpu>-<day>-<sha>[-<package>][-<suites>][-<dtypes>].json``: the suites other than the
+    FAST one (llm, decode) and the dtypes unless fp16 only are named, so a bf16 run or another
+    suite's run of the same code on the same day does not replace the FAST fp16 one."""
     day = datetime.fromisoformat(record["created"]).strftime("%Y%m%d")
     suffix = f"-{record['package']}" if record.get("package") else ""  # a package next to candidates
+    suites = sorted(_suites(record) - {FAST_SUITES[0]})
+    if suites:
+        suffix += "-" + "-".join(suites)
     dtypes = sorted({c["dtype"] for c in record.get("cases", [])})
     if dtypes and dtypes != ["fp16"]:
         suffix += "-" + "-".join(dtypes)
@@ -303,7 +308,12 @@ def suite_of(record: Mapping[str, Any]) -> str:
         return "seed campaigns"
     dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])})) or "no cases"
     what = f"package `{record['package']}`" if record.get("package") else "candidates"
-    return f"{what}, {dtypes}"
+    return f"{what}, {'+'.join(sorted(_suites(record))) or 'fast'} suite, {dtypes}"
+
+
+def _suites(record: Mapping[str, Any]) -> set[str]:
+    """The FAST suites (fast, llm, decode) whose cases a record holds."""
+    return {suite_of_case(c["case"]) for c in record.get("cases", [])}
 
 
 def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
