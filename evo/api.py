@@ -58,24 +58,20 @@ from evo.errors import EvoError
 from evo.family.manifest import Family, Value, list_families, load_family
 from evo.family.render import Rendered, render
 from evo.family.space import Candidate, all_candidates, listable, make_candidate, parse_assignments, random_candidates
-from evo.gpu.suites import DTYPES
 from evo.products.bench import COLUMNS as BENCH_COLUMNS
 from evo.products.bench import case_records, fidelity_summary
 from evo.products.doctor import Finding
 from evo.products.promote import Promoted
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
-from evo.samplerbench.entrants import DEFAULT as BENCH_SAMPLERS
-from evo.samplerbench.run import MODES as START_MODES
 from evo.samplerbench.run import RunResult as SamplerRun
 from evo.search.loop import Best, Outcome, Reporter, RunSummary
-from evo.search.objective import BASELINES, OBJECTIVES
-from evo.search.samplers import SAMPLERS
-from evo.search.study import GRACE_S, HEARTBEAT_S
-from evo.search.warmstart import DEFAULT_TOP
 from evo.store import CandidateRecord, CandidateView, EvaluationView, RunView, Store, open_store, short_id
 from evo.store.engine import is_read_only, read_only_url, safe_url, writable
 from evo.version import __version__
-from evo.vocab import BASELINE_BACKENDS, DEFAULT_BASELINE, EVO, SDPA_BACKENDS, assignment_text, replayed_on, value_text
+from evo.vocab import (
+    BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, GRACE_S, HEARTBEAT_S,
+    OBJECTIVES, SAMPLERS, SDPA_BACKENDS, START_MODES, assignment_text, replayed_on, value_text,
+)
 
 __all__ = [
     # workflows, one per command (docs/api.md)

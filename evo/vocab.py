@@ -50,6 +50,23 @@ BASELINE_BACKENDS = (*SDPA_BACKENDS, FA4)  # every baseline a candidate can be t
 DEFAULT_BASELINE = "sdpa_default"  # what a plain F.scaled_dot_product_attention call does
 KERNEL_BACKENDS = ("cuda", "triton")  # how a family's rendered source becomes a runnable kernel
 
+# ----------------------------------------------------------------------------- choices the CLI offers
+# Defined here rather than beside the code that acts on them (evo.search, evo.samplerbench,
+# evo.gpu.suites), so that the CLI's options can list them without importing that code: `evo
+# --help` and a usage error then cost no optuna or SQLAlchemy import (a third of a second, not two).
+
+DTYPES = ("fp16", "bf16")                                            # element types of q, k, v, o
+SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")   # evo run --sampler (docs/search.md)
+BASELINES = ("sdpa_default", "sdpa_flash")   # the SDPA backends a search's scores can be against
+OBJECTIVES = ("geomean", "per-bucket")       # one geometric mean, or one per (head dim, causal) bucket
+HEARTBEAT_S = 20                             # seconds between a search worker's heartbeats
+GRACE_S = 60                                 # seconds without one before its trial is failed and retried
+DEFAULT_TOP = 8                              # --start-from: each source study's best taken
+BENCH_EVO_SAMPLERS = ("evo", "evo-gp", "random")        # evo bench-samplers entrants: evo's own
+BENCH_OPTUNA_SAMPLERS = ("tpe", "gp", "optuna-random")  # and Optuna's
+BENCH_SAMPLERS = BENCH_EVO_SAMPLERS + BENCH_OPTUNA_SAMPLERS
+START_MODES = ("cold", "warm")               # evo bench-samplers: from nothing, or from a prior study
+
 # ----------------------------------------------------------------------------- writing values
 
 

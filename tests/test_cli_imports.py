@@ -1,18 +1,22 @@
 """The CLI is a thin layer over the Python API (docs/design.md, "Python API and CLI"): of evo, every
-module of evo/cli imports only ``evo.api``, ``evo.errors`` and ``evo.cli`` itself, wherever the
-import sits (module level, inside a function, under TYPE_CHECKING, through importlib), so that
-everything a command does is a documented function of evo.api."""
+module of evo/cli imports only ``evo.api``, ``evo.errors``, ``evo.cli`` itself and the two leaf
+modules of names (``evo.vocab``, ``evo.version``: they import nothing of evo), wherever the import
+sits (module level, inside a function, under TYPE_CHECKING, through importlib), so that everything a
+command does is a documented function of evo.api. And help, the version and usage errors never load
+evo.api (nor optuna, SQLAlchemy or torch): the CLI starts in a fraction of the API's import time."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 CLI = Path(__file__).resolve().parent.parent / "evo" / "cli"
-ALLOWED = ("evo.api", "evo.errors", "evo.cli")
+ALLOWED = ("evo.api", "evo.errors", "evo.cli", "evo.vocab", "evo.version")
 
 
 def _absolute(node: ast.ImportFrom, package: str) -> str:
@@ -81,3 +85,25 @@ def test_every_cli_module_imports_only_the_api_the_errors_and_itself() -> None:
 ])
 def test_the_checker_finds_imports_wherever_they_sit(source: str, expected: list[str]) -> None:
     assert violations(source) == expected
+
+
+HEAVY = ("optuna", "sqlalchemy", "torch")   # what evo.api imports: loaded, it would show
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"], ["run", "--bogus"],
+                                  ["run", "--trials", "0"], ["bench", "--dtype", "fp8"]])
+def test_help_version_and_usage_errors_load_no_api(argv: list[str]) -> None:
+    """In a fresh interpreter: after the command, none of the modules evo.api imports is loaded."""
+    code = f"import sys\nfrom evo.cli import main\nrc = main({argv!r})\nprint(rc, [m for m in {HEAVY!r} if m in sys.modules])\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    rc, ran = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert ran == "[]", out.stdout + out.stderr
+    assert int(rc) in (0, 2)
+
+
+def test_a_command_that_runs_loads_the_api() -> None:
+    """The lazy module is the real one once a command uses it (the help test is not vacuous)."""
+    code = ("import sys\nfrom evo.cli import main\nrc = main(['render', 'flash_mma'])\n"
+            "import evo.api\nprint(rc, hasattr(evo.api, 'render'), 'sqlalchemy' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stderr.strip().splitlines()[-1] == "0 True True", out.stderr

@@ -224,6 +224,28 @@ def test_no_gpu_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
         require_gpu()
 
 
+def test_without_a_driver_the_count_is_zero_and_nothing_is_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No nvidia-smi answer and no driver device node: 0 at once, without the torch probe (a
+    subprocess that took 3-6 s of each CPU-only `evo run`)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr("evo.gpu.worker.smi.query", lambda *a, **k: None)
+    monkeypatch.setattr("evo.gpu.worker.DRIVER_NODES", ("/nonexistent/nvidiactl",))
+    probes: list[object] = []
+    monkeypatch.setattr("evo.gpu.worker.subprocess.run", lambda *a, **k: probes.append(a))
+    assert gpu_count() == 0 and probes == []
+
+
+def test_with_a_driver_node_but_no_smi_answer_torch_is_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr("evo.gpu.worker.smi.query", lambda *a, **k: None)
+    monkeypatch.setattr("evo.gpu.worker.DRIVER_NODES", (str(node),))
+    monkeypatch.setattr("evo.gpu.worker.subprocess.run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="3\n", stderr=""))
+    assert gpu_count() == 3
+
+
 def test_parent_side_does_not_import_torch() -> None:
     code = "import sys, evo.gpu.worker; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from evo import api
-from evo.cli.app import cli, split_list
+from evo.cli.app import api, cli, split_list
+from evo.vocab import BASELINES, BENCH_SAMPLERS, START_MODES
 
 
 def _progress(r: api.SamplerRun) -> None:
@@ -23,15 +23,15 @@ def _progress(r: api.SamplerRun) -> None:
 @click.option("--seeds", type=click.IntRange(min=1), default=50, show_default=True, metavar="N",
               help="seeded runs per sampler and start mode")
 @click.option("--samplers", multiple=True, metavar="LIST",
-              help=f"evo's and Optuna's samplers, comma-separated (default: {','.join(api.BENCH_SAMPLERS)})")
+              help=f"evo's and Optuna's samplers, comma-separated (default: {','.join(BENCH_SAMPLERS)})")
 @click.option("--kt", multiple=True, metavar="LIST|none",
               help="Kernel Tuner strategies, comma-separated (default: its built-in ones but hybrid_vndx; "
                    "none: no Kernel Tuner)")
-@click.option("--modes", multiple=True, metavar="LIST", help=f"start modes: {' and/or '.join(api.START_MODES)} "
+@click.option("--modes", multiple=True, metavar="LIST", help=f"start modes: {' and/or '.join(START_MODES)} "
               f"(default: both)")
 @click.option("--cases", multiple=True, metavar="LIST",
               help="FAST cases scored: F1, F3c, F1-F4, comma-separated (default: those every timed record covers)")
-@click.option("--baseline", type=click.Choice(api.BASELINES), default=api.BASELINES[0], show_default=True,
+@click.option("--baseline", type=click.Choice(BASELINES), default=BASELINES[0], show_default=True,
               help="the SDPA backend scores are against")
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               metavar="FRACTION", help="target: any point within this fraction of the best (0: the best point)")

@@ -13,14 +13,14 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evo import api
-from evo.cli.app import cli, db_option
+from evo.cli.app import api, cli, db_option
 from evo.cli.output import console, err_console, table
 from evo.errors import EvoError
+from evo.vocab import Status
 
 param_option = click.option("-p", "--param", "param", multiple=True, metavar="KEY=VALUE",
                             help="a parameter (repeatable); the manifest's defaults fill the rest")
-STATUS_STYLE = {api.Status.BUILT: "green", api.Status.COMPILE_FAILED: "red", api.Status.RESOURCE_REJECTED: "yellow"}
+STATUS_STYLE = {Status.BUILT: "green", Status.COMPILE_FAILED: "red", Status.RESOURCE_REJECTED: "yellow"}
 
 
 @cli.command("render")

@@ -8,13 +8,13 @@ import sys
 import click
 from rich.markup import escape
 
-from evo import api
-from evo.cli.app import cli, db_option
+from evo.cli.app import api, cli, db_option
 from evo.cli.output import console, print_json, table
 from evo.errors import EvoError
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 FORMATS = ("tree", "dot", "json")
-baseline_option = click.option("--baseline", type=click.Choice(api.SDPA_BACKENDS), default=api.DEFAULT_BASELINE,
+baseline_option = click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE,
                                show_default=True, help="the SDPA backend speedups are measured against")
 
 

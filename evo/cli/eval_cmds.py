@@ -14,14 +14,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from evo import api
-from evo.cli.app import cli, db_option, fail_if, split_list
+from evo.cli.app import api, cli, db_option, fail_if, split_list
 from evo.cli.build_cmds import param_option
 from evo.cli.output import console, table
+from evo.vocab import BASELINE_BACKENDS, DTYPES
 
 cases_option = click.option("--cases", metavar="LIST",
                             help="FAST cases, e.g. F1,F3c,F5-F8 (default: the whole FAST suite)")
-dtype_option = click.option("--dtype", type=click.Choice(api.DTYPES), default="fp16", show_default=True,
+dtype_option = click.option("--dtype", type=click.Choice(DTYPES), default="fp16", show_default=True,
                             help="element type of the FAST cases")
 timeout_option = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=1800.0,
                               show_default=True, metavar="SECONDS",
@@ -95,9 +95,9 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
               "(default 1)")
 @click.option("--package", metavar="NAME", help="time an installed promoted package instead")
 @cases_option
-@click.option("--dtype", type=click.Choice(api.DTYPES), default=None,
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="element type of the FAST cases (default: each suite's own, fast fp16, llm and decode bf16)")
-@click.option("--backends", metavar="LIST", default=",".join(api.BASELINE_BACKENDS), show_default=True,
+@click.option("--backends", metavar="LIST", default=",".join(BASELINE_BACKENDS), show_default=True,
               help="baselines timed beside it, comma-separated: the SDPA backends and fa4 (FlashAttention-4, "
                    "where flash_attn.cute imports; a case it cannot run is recorded as unavailable, with why)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",

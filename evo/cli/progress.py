@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
-from evo import api
+from evo.cli.app import api
 
 BAR_WIDTH = 20
 RATE_WINDOW = 20  # trials the rate is measured over

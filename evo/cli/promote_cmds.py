@@ -12,9 +12,9 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from evo import api
-from evo.cli.app import cli, db_option
+from evo.cli.app import api, cli, db_option
 from evo.cli.output import console, table
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 
 @cli.command("promote")
@@ -24,7 +24,7 @@ from evo.cli.output import console, table
 @click.option("--study", metavar="NAME", help="promote from this study's green candidates")
 @click.option("--candidate", multiple=True, metavar="ID", help="candidate id or unique prefix (repeatable)")
 @db_option()
-@click.option("--baseline", type=click.Choice(api.SDPA_BACKENDS), default=api.DEFAULT_BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend to beat")
 @click.option("--device", metavar="GPU", help="compare timings taken on this GPU (default: the GPU it verifies "
               "on, if any candidate was timed there, else the one most candidates were last timed on)")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from evo import api
-from evo.cli.app import cli, db_option
+from evo.cli.app import api, cli, db_option
 from evo.cli.output import console
 from evo.errors import EvoError
+from evo.vocab import DEFAULT_BASELINE, SDPA_BACKENDS
 
 
 @cli.command("report")
@@ -17,7 +17,7 @@ from evo.errors import EvoError
               show_default=True, metavar="FILE", help="the HTML file to write")
 @click.option("--study", metavar="NAME", help="one study (default: every study and candidate)")
 @db_option()
-@click.option("--baseline", type=click.Choice(api.SDPA_BACKENDS), default=api.DEFAULT_BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="the SDPA backend scores are against")
 @click.option("--bench", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
               help="evo bench records, files or folders, repeatable (default: <EVO_HOME>/benchmarks, "

@@ -14,10 +14,10 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from evo import api
-from evo.cli.app import cli, db_option, split_list
+from evo.cli.app import api, cli, db_option, split_list
 from evo.cli.output import console, print_json, speedup_words, table
 from evo.cli.progress import TrialProgress
+from evo.vocab import BASELINES, DEFAULT_BASELINE, DEFAULT_TOP, GRACE_S, HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS
 
 REFUSED = {"cmaes": "cmaes is not offered: every evo parameter is categorical, which Optuna's CMA-ES "
                     "does not model (it would draw each one at random); use random for a random baseline"}
@@ -42,7 +42,7 @@ class SamplerChoice(click.Choice):
 @click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: all)")
 @click.option("--cases", multiple=True, metavar="LIST",
               help="FAST cases scored: F1, F3c, F3f, F1-F4, F6-bf16 (a dtype suffix), comma-separated (default: all, fp16)")
-@click.option("--sampler", type=SamplerChoice([s for s in api.SAMPLERS if s not in REFUSED]), default="evo",
+@click.option("--sampler", type=SamplerChoice([s for s in SAMPLERS if s not in REFUSED]), default="evo",
               show_default=True, help="how trials are proposed (docs/search.md)")
 @click.option("--seed", type=click.IntRange(0, SEED_MAX), metavar="N", help="sampler seed")
 @db_option()
@@ -52,22 +52,22 @@ class SamplerChoice(click.Choice):
 @click.option("--batch", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
               help="trials asked, built and evaluated together")
 @click.option("--arch", metavar="ARCH", help="nvcc arch: sm_90a or sm_80 (default: the GPU's, else sm_90a)")
-@click.option("--baseline", type=click.Choice(api.BASELINES), help="the SDPA backend scores are against "
+@click.option("--baseline", type=click.Choice(BASELINES), help="the SDPA backend scores are against "
               "(default: sdpa_default, or the study's)")
-@click.option("--objective", "objective_", type=click.Choice(api.OBJECTIVES),
+@click.option("--objective", "objective_", type=click.Choice(OBJECTIVES),
               help="one geometric mean, or one per bucket (head dim x causal) (default: geomean, or the study's)")
 @click.option("--jobs", type=click.IntRange(min=1), metavar="N", help="parallel nvcc processes (default: CPU count)")
 @click.option("--gpus", metavar="all|LIST", help="GPUs to measure on, one worker process each: all, or indices "
               "like 0,1 (0,0: two workers on GPU 0) (default: every visible GPU)")
-@click.option("--heartbeat", type=click.IntRange(min=1), default=api.HEARTBEAT_S, show_default=True, metavar="SECONDS",
+@click.option("--heartbeat", type=click.IntRange(min=1), default=HEARTBEAT_S, show_default=True, metavar="SECONDS",
               help="seconds between a worker's heartbeats")
-@click.option("--grace", type=click.IntRange(min=2), default=api.GRACE_S, show_default=True, metavar="SECONDS",
+@click.option("--grace", type=click.IntRange(min=2), default=GRACE_S, show_default=True, metavar="SECONDS",
               help="seconds without a heartbeat before a worker's trial is failed and retried by another; "
               "its run is marked failed once its lease (the same grace) has passed")
 @click.option("--start-from", multiple=True, metavar="LIST",
               help="a new study's first trials: the best candidates of these studies, comma-separated, read "
               "through today's manifests (docs/search.md)")
-@click.option("--start-top", type=click.IntRange(min=1), default=api.DEFAULT_TOP, show_default=True, metavar="N",
+@click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
               help="with --start-from: how many of each study's best (each bucket's leader comes too)")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
@@ -154,7 +154,7 @@ def _print_next(steps: list[api.NextStep]) -> None:
 @cli.command("insights")
 @click.option("--study", metavar="NAME", help="one study (default: every edge in the database)")
 @db_option()
-@click.option("--baseline", type=click.Choice(api.SDPA_BACKENDS), default=api.DEFAULT_BASELINE, show_default=True,
+@click.option("--baseline", type=click.Choice(SDPA_BACKENDS), default=DEFAULT_BASELINE, show_default=True,
               help="speedups against this SDPA backend")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N", help="rows per table")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout (every row, not --top)")

@@ -27,9 +27,9 @@ from typing import Any
 
 from evo import paths
 from evo.errors import EvoError
+from evo.vocab import DTYPES
 from evo.results import ALIGNS, Shape
 
-DTYPES = ("fp16", "bf16")
 _SELECT = re.compile(r"^(?P<first>[^-\s]+?)(?:-(?P<last>[^-\s]+?))?(?P<mode>[cf])?$")
 _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 

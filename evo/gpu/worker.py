@@ -46,6 +46,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from evo.toolchain import smi
@@ -150,6 +151,11 @@ def _bootstrap(target: str, conn: multiprocessing.connection.Connection, env: di
         conn.send((_FAILED, traceback.format_exc(limit=3)))
 
 
+# Device nodes of an NVIDIA driver (Linux; WSL's GPU is /dev/dxg): where none exists, CUDA can see
+# no GPU, and a CPU machine's `evo run` skips the probe (a subprocess importing torch, 3-6 s each).
+DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
 def gpu_count() -> int:
     """Visible CUDA GPUs, counted without initialising CUDA in this process."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -159,6 +165,8 @@ def gpu_count() -> int:
     if found:
         ids = [v for v in (visible or "").split(",") if v.strip()]
         return min(found, len(ids)) if visible is not None else found
+    if not any(Path(node).exists() for node in DRIVER_NODES):
+        return 0   # no driver to talk to: the torch probe below would spend seconds to say so
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

@@ -20,7 +20,8 @@ from evo.samplerbench import plot as plot_mod
 from evo.samplerbench.entrants import DEFAULT, resolve
 from evo.samplerbench.problem import Problem
 from evo.samplerbench.report import section
-from evo.samplerbench.run import MODES, RunResult, Spec, benchmark
+from evo.samplerbench.run import RunResult, Spec, benchmark
+from evo.vocab import START_MODES as MODES
 
 COUNTING = """\
 How to read it. An *evaluation* is the first proposal of a distinct valid point of the

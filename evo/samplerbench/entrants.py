@@ -20,17 +20,17 @@ from dataclasses import dataclass
 import optuna
 
 from evo.errors import EvoError
+from evo.vocab import BENCH_EVO_SAMPLERS as EVO_SAMPLERS
+from evo.vocab import BENCH_OPTUNA_SAMPLERS as OPTUNA
+from evo.vocab import BENCH_SAMPLERS as DEFAULT
 from evo.search import surrogate
 from evo.samplerbench import kt_runner
 from evo.samplerbench.problem import Problem
 from evo.search.samplers import make_sampler
 
-EVO_SAMPLERS = ("evo", "evo-gp", "random")
-OPTUNA = ("tpe", "gp", "optuna-random")
 # trial caps, as multiples of the number of valid points (None: a fixed number of trials)
 TRIAL_CAP_FACTOR = {"tpe": 2, "optuna-random": 4}
 GP_TRIALS = 48
-DEFAULT = EVO_SAMPLERS + OPTUNA
 KT_PREFIX = "kt:"
 
 

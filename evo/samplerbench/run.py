@@ -26,7 +26,6 @@ from evo.samplerbench.entrants import Entrant
 from evo.samplerbench.optuna_runner import Trace, run_optuna
 from evo.samplerbench.problem import Problem
 
-MODES = ("cold", "warm")
 
 
 @dataclass(frozen=True)

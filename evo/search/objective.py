@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evo.errors import EvoError
+from evo.vocab import BASELINES, OBJECTIVES
 from evo.results import Shape, Timing
 from evo.scoring import score
 
-BASELINES = ("sdpa_default", "sdpa_flash")
-OBJECTIVES = ("geomean", "per-bucket")
 
 Bucket = tuple[int, bool]
 

@@ -26,13 +26,13 @@ from collections.abc import Sequence
 import optuna
 
 from evo.errors import EvoError
+from evo.vocab import SAMPLERS
 from evo.family.manifest import Family
 from evo.search import surrogate
 from evo.search.proposal import SweepSampler
 from evo.search.sampler_evo import EvoSampler
 from evo.search.sampler_gp import GpSampler
 
-SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")
 PROPOSING = ("evo", "evo-gp", "random", "grid")  # samplers that never propose an invalid or tried point
 
 

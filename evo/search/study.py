@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from evo.errors import EvoError
+from evo.vocab import GRACE_S, HEARTBEAT_S
 from evo.results import Shape
 from evo.search.resume import Retry
 from evo.paths import sqlite_file
@@ -30,8 +31,6 @@ from evo.store.engine import BUSY_TIMEOUT_MS, describe, is_sqlite, safe_url
 from evo.gpu.suites import fast_cases_by_tag
 
 SETTINGS = "evo:settings"
-HEARTBEAT_S = 20
-GRACE_S = 60
 KEYS = ("source", "families", "cases", "baseline", "objective")
 
 

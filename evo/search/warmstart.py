@@ -33,6 +33,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from evo.errors import EvoError, InvalidCandidate
+from evo.vocab import DEFAULT_TOP
 from evo.family.manifest import Family, Value
 from evo.store.recording import record_key
 from evo.search import objective
@@ -45,7 +46,6 @@ from evo.scoring import geomean
 from evo.gpu.suites import fast_cases_by_tag
 
 STARTED_FROM = "evo:started_from"
-DEFAULT_TOP = 8
 
 
 @dataclass
