@@ -308,7 +308,8 @@ def suite_of(record: Mapping[str, Any]) -> str:
         return "seed campaigns"
     dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])})) or "no cases"
     what = f"package `{record['package']}`" if record.get("package") else "candidates"
-    return f"{what}, {'+'.join(sorted(_suites(record))) or 'fast'} suite, {dtypes}"
+    suites = "+".join(sorted(_suites(record)))
+    return f"{what}, {suites} suite, {dtypes}" if suites else f"{what}, {dtypes}"
 
 
 def _suites(record: Mapping[str, Any]) -> set[str]:
