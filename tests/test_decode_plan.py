@@ -90,11 +90,11 @@ def test_a_split_kv_manifest_needs_its_split_formulas(tmp_path: Path) -> None:
         load_family_dir(folder)
 
 
-def test_promote_leaves_split_kv_families_out() -> None:
-    """The package's launcher cannot pass a workspace and a split length yet (docs/decode.md)."""
+def test_promote_ships_split_kv_families() -> None:
+    """The package's launcher passes a workspace and a split length (docs/decode.md)."""
     from evo.products.promote import ships_cubin
 
-    assert not ships_cubin("flash_decode") and ships_cubin("flash_mma")
+    assert ships_cubin("flash_decode") and ships_cubin("flash_mma")
 
 
 def test_faulty_decode_is_flash_decode_with_one_combine_line_changed(monkeypatch: pytest.MonkeyPatch) -> None:

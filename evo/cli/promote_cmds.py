@@ -83,6 +83,7 @@ def _routes_table(result: api.Promoted) -> Table:
                 title="dispatch table")
     for r in result.routes:
         d, dt, causal = r.key
-        out.add_row(str(d), dt, "yes" if causal else "no", r.bucket.label(),
+        rows = f"Lq <= {r.max_lq}, " if r.max_lq is not None else ""   # a decode route
+        out.add_row(str(d), dt, "yes" if causal else "no", rows + r.bucket.label(),
                     r.winner[:12] if r.winner else "SDPA", f"x{r.speedup:.2f}" if r.speedup is not None else "—")
     return out

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 
 from evo.errors import EvoError, InvalidCandidate
 from evo.family.expr import evaluate, names_in
+from evo.family import splitkv
 from evo.family.manifest import SPLIT_FORMULAS, Family, Value, load_family
+from evo.family.splitkv import WORKSPACE_ALIGN as WORKSPACE_ALIGN  # re-exported: the workspace's padding
+from evo.family.splitkv import SplitConfig, SplitPlan
 from evo.vocab import value_text
 
 
@@ -44,62 +47,16 @@ class Candidate:
 
 
 TMA_TENSORS = ("q", "k", "v", "o")
-WORKSPACE_ALIGN = 256    # bytes: the split-KV workspace's counters are padded to this (docs/kernel-abi.md)
-
-
-@dataclass(frozen=True)
-class SplitConfig:
-    """How a split-KV kernel (``[launch] abi = "split_kv"``) divides the keys: every split is a
-    whole number of ``key_tile`` keys and at least ``split_min`` long (but where the cache is shorter),
-    and the split count aims at ``waves`` CTAs per SM over the whole grid."""
-
-    key_tile: int
-    split_min: int
-    waves: int
-
-
-@dataclass(frozen=True)
-class SplitPlan:
-    """One split-KV launch: ``m_tiles`` query tiles of each (batch, K/V head), the keys in ``splits``
-    parts of ``split_len`` keys (the last one ragged), ``groups`` = B * Hkv * m_tiles tiles in all."""
-
-    m_tiles: int
-    splits: int
-    split_len: int
-    groups: int
-
-    def grid(self, B: int, Hkv: int) -> tuple[int, int, int]:
-        """(m_tiles x splits, B * Hkv, 1): blockIdx.x is m_tile * splits + split."""
-        return (self.m_tiles * self.splits, B * Hkv, 1)
-
-    def workspace_bytes(self, rows_per_cta: int, head_dim: int) -> int:
-        """Scratch the launch needs (0 with one split): a counter per tile, padded to
-        WORKSPACE_ALIGN bytes, then each split's fp32 O and log-sum-exp per packed row."""
-        if self.splits == 1:
-            return 0
-        return self.counter_bytes() + 4 * self.groups * self.splits * rows_per_cta * (head_dim + 1)
-
-    def counter_bytes(self) -> int:
-        """The workspace's leading counters, a uint32 per tile padded to WORKSPACE_ALIGN bytes."""
-        return -(-4 * self.groups // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
 
 
 def split_plan(split: SplitConfig, rows_per_cta: int, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
                sms: int) -> SplitPlan:
-    """The split-KV launch of one problem on a GPU of ``sms`` SMs (docs/kernel-abi.md): the packed
-    rows of a (batch, K/V head) are the query rows of its Hq / Hkv query heads; the keys are split
-    so that the grid holds about ``waves x sms`` CTAs, no split shorter than ``split_min`` keys (one
-    split where Lk is below twice that) and every split a whole number of key tiles."""
+    """The split-KV launch of one problem on a GPU of ``sms`` SMs (docs/kernel-abi.md), as
+    :func:`evo.family.splitkv.plan` computes it (the one spelling, which promoted packages copy),
+    after refusing a problem it has no plan for."""
     if min(B, Hq, Hkv, Lq, Lk, sms) < 1 or Hq % Hkv:
         raise EvoError(f"no split-KV plan for B={B} Hq={Hq} Hkv={Hkv} Lq={Lq} Lk={Lk} on {sms} SMs")
-    m_tiles = -(-(Hq // Hkv) * Lq // rows_per_cta)
-    groups = B * Hkv * m_tiles
-    tiles = -(-Lk // split.key_tile)
-    wanted = -(-split.waves * sms // groups)
-    most = max(1, Lk // split.split_min)
-    count = max(1, min(wanted, most, tiles))
-    split_len = -(-tiles // count) * split.key_tile
-    return SplitPlan(m_tiles, -(-Lk // split_len), split_len, groups)
+    return splitkv.plan(split, rows_per_cta, B, Hq, Hkv, Lq, Lk, sms)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,7 @@ CAUSAL_KINDS = ("chunk", "q_longer", "long_kv", "decode_masked")  # drawn causal
 # causal entry: so every evaluation of such a kernel has a bottom-right chunk (Lk > Lq, shift > 0) per dtype
 DECODE_KINDS = ("decode", "decode_spikes", "decode_masked")
 DECODE_GROUPS = (1, 2, 4, 8, 16, 32)   # query heads per key/value head in decode draws
+DECODE_ROWS = 16                       # the most query rows per head of a decode draw (and of a decode route)
 DECODE_SCORES = 1 << 25                # B * Hq * Lq * Lk of a decode draw: the reference's score matrix
 SPIKES_ROWS = (16, 128)                 # decode_spikes: query rows per K/V head (Hq / Hkv * Lq), fewest and most
 GROUPS = (2, 3, 4, 7, 8)          # query heads per key/value head in ``gqa`` draws
@@ -200,13 +201,13 @@ def _decode_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tu
     lo, hi = settings.decode_keys
     group = rng.choice(DECODE_GROUPS)
     if kind == "decode":
-        Lk, Lq, align = round(_log_uniform(rng, lo, hi)), rng.randint(1, 16), "bottom_right"
+        Lk, Lq, align = round(_log_uniform(rng, lo, hi)), rng.randint(1, DECODE_ROWS), "bottom_right"
     elif kind == "decode_spikes":
         fewest = -(-SPIKES_ROWS[0] // group)
         Lk, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), "bottom_right"
-        Lq = rng.randint(fewest, max(fewest, min(16, SPIKES_ROWS[1] // group)))
+        Lq = rng.randint(fewest, max(fewest, min(DECODE_ROWS, SPIKES_ROWS[1] // group)))
     elif kind == "decode_masked":
-        Lk, Lq, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), rng.randint(2, 16), "top_left"
+        Lk, Lq, align = round(_log_uniform(rng, max(lo, hi // 8), hi)), rng.randint(2, DECODE_ROWS), "top_left"
     else:
         raise ValueError(f"unknown draw kind {kind!r}")
     heads = max(1, DECODE_SCORES // (group * Lq * Lk))   # B * Hkv within the budget

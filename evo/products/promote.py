@@ -6,7 +6,10 @@ bucket of lengths nearest to it on a log scale. A route serves only what promote
 its bucket, B * Hq up to ``max_bh``, Hq / Hkv up to ``max_group``, Lq != Lk with a causal mask at
 either corner (:mod:`evo.products.routes` states the rule). In each bucket of each key the kernel is the green candidate
 with the best measured speedup over SDPA on that bucket's FAST cases, if it beats SDPA at all;
-a bucket without one is served by SDPA. Only candidates whose status in the database is
+a bucket without one is served by SDPA. Decode cases (few query rows against a longer cache,
+:func:`evo.products.routes.is_decode`) are bucketed apart: their routes serve at most that many query
+rows, and the package tries them before a key's other routes, so a split-KV decode kernel
+(``templates/flash_decode``, docs/decode.md) serves decode and the prefill routes keep theirs. Only candidates whose status in the database is
 green or fast, with passing GREEN checks, are considered, and only cubins of the arch the
 timings were taken on ship. Everything the package needs (cubins, sources, the table, the
 GREEN suite for its tests, provenance) is written next to Python sources rendered from
@@ -29,6 +32,7 @@ PROVENANCE.json says whether it was verified.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import keyword
@@ -48,6 +52,7 @@ from sqlalchemy.exc import ArgumentError
 
 from evo import paths
 from evo.errors import EvoError
+from evo.family import splitkv
 from evo.family.manifest import load_family
 from evo.family.render import Rendered, entries_for, entry_name, render
 from evo.family.space import make_candidate
@@ -137,14 +142,14 @@ def _check_green_evidence(store: Store, view: CandidateView) -> None:
 
 
 def ships_cubin(family: str) -> bool:
-    """The package launches cubins of the plain and TMA ABIs, so Triton-backend candidates
-    (evo/family/backends.py) and split-KV ones (docs/decode.md) are not promoted (yet); a family the
-    templates no longer have is left for _ship to report."""
+    """The package launches cubins (of the plain, TMA and split-KV ABIs), so Triton-backend
+    candidates (evo/family/backends.py) are not promoted (yet); a family the templates no longer
+    have is left for _ship to report."""
     try:
         fam = load_family(family)
     except EvoError:
         return True
-    return fam.backend == "cuda" and fam.launch.get("abi", "ptr") != "split_kv"
+    return fam.backend == "cuda"
 
 
 def choose_device(store: Store, ids: Sequence[str], device: str | None, here: str | None = None) -> str:
@@ -483,13 +488,14 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
             kernels.append({"id": s.view.id, "entry": e.name, "threads": e.launch.threads,
                             "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes,
                             "abi": e.launch.abi, "tma_rows": list(e.launch.tma_rows),
-                            "persistent": e.launch.persistent})
+                            "persistent": e.launch.persistent, "head_dim": e.head_dim,
+                            "split": dataclasses.asdict(e.launch.split) if e.launch.split else None})
     table = []
     for r in routes:
         d, dt, causal = r.key
         table.append({"head_dim": d, "dtype": dt, "causal": causal, "min_len": r.bucket.lo,
                       "max_len": r.top, "max_bh": r.max_bh, "max_group": r.max_group, "cross": r.cross,
-                      "aligns": list(r.aligns),
+                      "aligns": list(r.aligns), "max_lq": r.max_lq,
                       "kernel": index[(r.winner, r.key)] if r.winner else None,
                       "candidate": r.winner, "entry": entry_name(*r.key) if r.winner else None,
                       "speedup": r.speedup, "lengths": sorted({length_of(s) for s in r.shapes}),
@@ -578,6 +584,8 @@ def _write(target: Path, ctx: dict[str, Any], shipped: Sequence[Shipped], run_te
         for s in shipped:
             shutil.copyfile(s.cubin, kernels / f"{s.view.id}.cubin")
             (kernels / f"{s.view.id}.cu").write_text(s.source)
+        # the split-KV plan, verbatim: the launcher's one spelling of evo's math (evo.family.splitkv)
+        shutil.copyfile(Path(splitkv.__file__), pkg / "_splitkv.py")
         _dump(pkg / "dispatch.json", _dispatch_json(ctx))
         _dump(pkg / MARKER, _provenance_json(ctx))
         _dump(pkg / "tests" / "green_suite.json", _green_suite())

@@ -13,6 +13,13 @@ checks, multi-head and multi-query, at its shortest length; a FAST case of the b
 outputs checked) widens the heads and group limits to its own. Past any limit the package calls
 SDPA.
 
+Decode problems (:func:`is_decode`: at most :data:`~evo.gpu.draws.DECODE_ROWS` query rows per head
+against a longer cache, the shape of the decode suite's cases, ``acceptance/decode.toml``) have routes
+of their own: their FAST cases are bucketed apart from the others, and each such route serves only
+problems of at most ``max_lq`` query rows. The package tries a key's decode routes first and its
+other routes after them, so a decode kernel serves the decode buckets it won and the prefill routes
+keep theirs.
+
 Promote (:mod:`evo.products.promote`) feeds it the database's timings; the confirmation
 (:mod:`evo.products.confirm`) and the verification (:mod:`evo.products.verify`) read its records.
 """
@@ -28,7 +35,7 @@ from typing import Any
 
 from evo.errors import EvoError
 from evo.family.render import Entry
-from evo.gpu.draws import ROUTE_ALIGNS, bucket_top, route_length, verified_group, verified_heads
+from evo.gpu.draws import DECODE_ROWS, ROUTE_ALIGNS, bucket_top, route_length, verified_group, verified_heads
 from evo.gpu.timing import recheck_failed
 from evo.results import Shape, Timing
 from evo.scoring import geomean, latest
@@ -98,6 +105,7 @@ class Route:
     best: tuple[str, float] | None = None      # best contender when none beat SDPA
     max_bh: int = 0                            # the most B * Hq the kernel is verified for here
     max_group: int = 1                         # the most Hq / Hkv the kernel is verified for here
+    max_lq: int | None = None                  # a decode route: the most query rows it serves (None: any)
 
     @property
     def top(self) -> int:
@@ -118,7 +126,8 @@ class Route:
 
     def limits(self) -> str:
         """What the route serves, in words (the package's explain() says the same)."""
-        text = (f"max(Lq, Lk) {self.bucket.lo}..{self.top}, B*Hq <= {self.max_bh}, "
+        rows = f"Lq <= {self.max_lq}, " if self.max_lq is not None else ""
+        text = (f"{rows}max(Lq, Lk) {self.bucket.lo}..{self.top}, B*Hq <= {self.max_bh}, "
                 f"Hq/Hkv <= {self.max_group}")
         return text + (", Lq != Lk with the causal mask at either corner" if self.aligns else
                        ", Lq != Lk" if self.cross else ", Lq == Lk only")
@@ -150,15 +159,31 @@ def measurements(timings: Iterable[Timing], baseline: str = DEFAULT_BASELINE) ->
     return tuple(out)
 
 
+def is_decode(s: Shape) -> bool:
+    """Whether a FAST case is a decode problem: at most DECODE_ROWS query rows per head against a
+    longer key cache (every case of ``acceptance/decode.toml``, none of the other suites)."""
+    return s.L <= DECODE_ROWS < s.Lk
+
+
 def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
-    """The dispatch table: every bucket of every key that has at least one winner, each closed at
-    the longest length promote verifies in it (the top bucket at twice its longest
-    measured length, :func:`evo.gpu.draws.bucket_top`).
+    """The dispatch table: the decode routes (planned on the decode cases alone, each serving at
+    most DECODE_ROWS query rows) and then the others (planned on every other case), as
+    :func:`_plan_part` plans each."""
+    measured = [(c.view.id, m) for c in contenders for m in c.cases]
+    decode = [(cid, m) for cid, m in measured if is_decode(m.shape)]
+    rest = [(cid, m) for cid, m in measured if not is_decode(m.shape)]
+    return _plan_part(contenders, decode, min_speedup, DECODE_ROWS) + _plan_part(contenders, rest, min_speedup, None)
+
+
+def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Measured]], min_speedup: float,
+               max_lq: int | None) -> list[Route]:
+    """The routes of ``measured`` (a part of the contenders' cases): every bucket of every key that
+    has at least one winner, each closed at the longest length promote verifies in it (the top
+    bucket at twice its longest measured length, :func:`evo.gpu.draws.bucket_top`).
 
     A bucket's winner covers the most of its cases (scores over different case sets are not
     comparable), then has the highest geometric-mean speedup, which must exceed ``min_speedup``.
     """
-    measured = [(c.view.id, m) for c in contenders for m in c.cases]
     if not measured:
         return []
     buckets = length_buckets(length_of(m.shape) for _, m in measured)
@@ -179,10 +204,11 @@ def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> li
             heads = served_heads(key, closed, ordered)
             group = served_group(heads, ordered)
             if ranked and -ranked[0][1] > min_speedup:
-                rows.append(Route(key, closed, ordered, ranked[0][2], -ranked[0][1], max_bh=heads, max_group=group))
+                rows.append(Route(key, closed, ordered, ranked[0][2], -ranked[0][1], max_bh=heads, max_group=group,
+                                  max_lq=max_lq))
             else:
                 best = (ranked[0][2], -ranked[0][1]) if ranked else None
-                rows.append(Route(key, closed, ordered, best=best, max_bh=heads, max_group=group))
+                rows.append(Route(key, closed, ordered, best=best, max_bh=heads, max_group=group, max_lq=max_lq))
         if any(r.winner for r in rows):
             routes += rows
     return routes

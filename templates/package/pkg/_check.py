@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import _fallback, _launcher
-from ._routes import Problem, key_text, limits, route_for
+from ._routes import Problem, route_for, served
 
 _SUITE = Path(__file__).resolve().parent / "tests" / "green_suite.json"
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -47,8 +47,7 @@ def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
     lib = _launcher.get()
     if lib is None or not lib.supports(query, key, value, is_causal, causal_align == "bottom_right"):
         return "SDPA: the kernels do not run here (no launcher, or another GPU arch)"
-    return (f"kernel {route['entry']} of candidate {route['candidate'][:12]} (its route {key_text(route)} "
-            f"serves {limits(route)}: what promote verified it on)")
+    return served(route)
 
 
 def problem_of(query: torch.Tensor, key: torch.Tensor, is_causal: bool, causal_align: str) -> Problem:

@@ -8,7 +8,10 @@ bucket ``min_len..max_len`` of the *longer* of the query and key lengths; it ser
 - when Lq != Lk: the route serves uneven lengths (``cross``) and, for a causal mask, its alignment
   is one of the route's ``aligns``;
 
-and its kernel is not None (None: no kernel beat SDPA there). Each limit is what promote ran the
+and its kernel is not None (None: no kernel beat SDPA there). A decode route (``max_lq`` set: promote
+planned it on the decode cases, a few query rows against a long cache) serves only problems of at
+most ``max_lq`` query rows; a key's decode routes are tried before its other routes, so a decode
+problem goes to the decode route of its bucket when there is one, and to the other routes otherwise. Each limit is what promote ran the
 route's kernel on before it wrote the package (the bucket's edges and ragged lengths, with the other
 length drawn shorter both ways, grouped heads, both corners of a causal mask, the many-heads checks
 with one key/value head per query head and one per batch). Past it, SDPA serves the call.
@@ -55,9 +58,16 @@ def key_text(route: Route) -> str:
     return f"D={route['head_dim']} {route['dtype']} {'causal' if route['causal'] else 'full'}"
 
 
+def is_decode(route: Route) -> bool:
+    """Whether ``route`` is a decode route (serving at most ``max_lq`` query rows)."""
+    return bool(route.get("max_lq"))
+
+
 def limits(route: Route) -> str:
-    """What a route serves, in words: its bucket of max(Lq, Lk), heads, group and uneven lengths."""
-    text = (f"max(Lq, Lk) {route['min_len']}..{route['max_len']}, B*Hq <= {route['max_bh']}, "
+    """What a route serves, in words: its query rows (a decode route), its bucket of max(Lq, Lk),
+    heads, group and uneven lengths."""
+    rows = f"Lq <= {route['max_lq']}, " if is_decode(route) else ""
+    text = (f"{rows}max(Lq, Lk) {route['min_len']}..{route['max_len']}, B*Hq <= {route['max_bh']}, "
             f"Hq/Hkv <= {route.get('max_group', 1)}")
     if not route.get("cross"):
         return text + ", Lq == Lk only"
@@ -68,19 +78,43 @@ def limits(route: Route) -> str:
     return text + ", Lq != Lk"
 
 
+def served(route: Route) -> str:
+    """Why ``route``'s kernel serves a problem, in words (explain() says it)."""
+    kind = "decode route" if is_decode(route) else "route"
+    return (f"kernel {route['entry']} of candidate {route['candidate'][:12]} (its {kind} {key_text(route)} "
+            f"serves {limits(route)}: what promote verified it on)")
+
+
+def ordered(routes: Sequence[Route]) -> list[Route]:
+    """The routes in the order the dispatch tries them: decode routes first, then the others, each
+    by increasing ``max_len`` (the C++ launcher takes them in this order)."""
+    return sorted(routes, key=lambda r: (not is_decode(r), r["max_len"]))
+
+
 def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
-    """The route that serves ``p`` and "", or None and why SDPA serves it (one clause)."""
-    mine = sorted((r for r in routes if (r["head_dim"], r["dtype"], bool(r["causal"])) == (p.D, p.dtype, p.causal)),
-                  key=lambda r: r["max_len"])
+    """The route that serves ``p`` and "", or None and why SDPA serves it (one clause): the first of
+    its key's routes (in :func:`ordered` order) whose query rows and bucket take it."""
     key = f"D={p.D} {p.dtype} {'causal' if p.causal else 'full'}"
+    mine = [r for r in ordered(routes) if (r["head_dim"], r["dtype"], bool(r["causal"])) == (p.D, p.dtype, p.causal)]
     if not mine:
         return None, f"no kernel was promoted for {key}"
-    route = next((r for r in mine if p.length <= r["max_len"]), None)
+    fits = [r for r in mine if not is_decode(r) or p.Lq <= r["max_lq"]]
+    if not fits:
+        return None, (f"Lq={p.Lq} is past {max(r['max_lq'] for r in mine)}, the most query rows of the decode "
+                      f"routes promoted for {key} (and it has no other route)")
+    route = next((r for r in fits if p.length <= r["max_len"]), None)
     if route is None:
-        return None, (f"max(Lq, Lk)={p.length} is past {mine[-1]['max_len']}, the longest length promote "
-                      f"verified for {key}")
-    where = f"the route {key} max(Lq, Lk) {route['min_len']}..{route['max_len']}"
-    return (None, why) if (why := _outside(route, p, where)) else (route, "")
+        return None, (f"max(Lq, Lk)={p.length} is past {max(r['max_len'] for r in fits)}, the longest length "
+                      f"promote verified for {key}")
+    return (None, why) if (why := _outside(route, p, _where(route))) else (route, "")
+
+
+def _where(route: Route) -> str:
+    """``the route D=64 fp16 full max(Lq, Lk) 1..256`` (a decode route: with its query rows)."""
+    if is_decode(route):
+        return (f"the decode route {key_text(route)} Lq <= {route['max_lq']}, "
+                f"max(Lq, Lk) {route['min_len']}..{route['max_len']}")
+    return f"the route {key_text(route)} max(Lq, Lk) {route['min_len']}..{route['max_len']}"
 
 
 def _outside(route: Route, p: Problem, where: str) -> str:

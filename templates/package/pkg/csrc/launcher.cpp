@@ -2,8 +2,12 @@
 // bucket of max(Lq, Lk)) within the limits promote verified (B * Hq, Hq / Hkv, uneven lengths and
 // the causal alignment), loads its cubin on each device with the CUDA driver API, and launches it
 // with cuLaunchKernel on torch's current stream (kernel ABI v2: q, o (B, Hq, Lq, D), k, v
-// (B, Hkv, Lk, D), causal mask j <= i + shift). No host sync and no allocation outside
-// torch's caching allocator, so calls can be captured in a CUDA graph once the kernels are loaded.
+// (B, Hkv, Lk, D), causal mask j <= i + shift), and its split-KV variant (docs/kernel-abi.md): the
+// grid, split length and workspace of _splitkv.launch_numbers (evo's own split-plan module, copied
+// into the package), a workspace per device and stream kept and reused, its counters zeroed on the
+// stream before every launch. No host sync and no allocation outside torch's caching allocator, so
+// calls can be captured in a CUDA graph once the kernels are loaded (and, for a split-KV kernel, once
+// the problem has run, so that its workspace exists).
 //
 // Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
 // microseconds of host time, or returns None when the kernels do not cover it (the caller then
@@ -26,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -102,6 +107,8 @@ struct Kernel {
   bool tma;            // TMA ABI: tensor maps of q, k, v, o come first (docs/kernel-abi.md)
   std::vector<int> tma_rows;  // box rows of those four tensor maps
   bool persistent;     // grid = min(tiles, SMs) x 1 x 1
+  int head_dim;
+  std::vector<int> split;  // split-KV ABI: key_tile, split_min, waves (empty: another ABI)
 };
 
 // (head_dim, dtype, causal, max(Lq, Lk) <= max_len) -> kernel, serving B*Hq <= max_bh, Hq/Hkv <=
@@ -117,6 +124,7 @@ struct Route {
   bool cross;
   bool top_left;       // a causal mask aligned at the top left (shift 0) with Lq != Lk
   bool bottom_right;   // ... at the bottom right (shift Lk - Lq)
+  int64_t max_lq;      // a decode route: the most query rows it serves (0: any)
   int kernel;
 };
 
@@ -126,7 +134,10 @@ struct DeviceState {
   std::mutex mutex;                 // guards loading
   CUcontext context = nullptr;      // the device's primary context (torch's)
   std::vector<CUfunction> functions;
-  int sms = 0;                      // multiprocessors, for persistent grids
+  int sms = 0;                      // multiprocessors, for persistent grids and split plans
+  // split-KV workspaces per stream, newest (largest) last: one per stream, so that launches on two
+  // streams never count in each other's tiles; the GIL (held by run) guards the map
+  std::unordered_map<CUstream, std::vector<at::Tensor>> scratch;
 };
 
 std::string g_package;
@@ -136,6 +147,7 @@ std::vector<Route> g_routes;
 int g_major = -1, g_minor = -1;
 std::vector<std::unique_ptr<DeviceState>> g_devices;
 std::once_flag g_configured;
+py::object* g_planner = nullptr;  // _splitkv.launch_numbers; leaked, so never destroyed after Python is
 
 at::ScalarType dtype_of(const std::string& name) {
   if (name == "fp16") return at::kHalf;
@@ -211,6 +223,39 @@ CUtensorMap tensor_map(const at::Tensor& t, int rows) {
   return map;
 }
 
+// One split-KV launch: _splitkv.launch_numbers of the kernel's split config and the problem.
+struct SplitLaunch {
+  unsigned grid_x, grid_y;
+  int split_len;
+  int64_t workspace_bytes, counter_bytes;
+};
+
+SplitLaunch split_launch(const Kernel& kern, int B, int Hq, int Hkv, int Lq, int Lk, int sms) {
+  const py::tuple t = (*g_planner)(kern.split[0], kern.split[1], kern.split[2], kern.rows_per_cta, kern.head_dim,
+                                   B, Hq, Hkv, Lq, Lk, sms);
+  return {t[0].cast<unsigned>(), t[1].cast<unsigned>(), t[2].cast<int>(), t[3].cast<int64_t>(),
+          t[4].cast<int64_t>()};
+}
+
+// The split-KV workspace of at least `bytes` for launches on `stream` of the device: kept for the
+// life of the process and reused; a larger one is allocated beside the old ones, never in their place,
+// so a CUDA graph captured with an older one stays valid. Uninitialized: each launch zeroes its
+// counters first, and a split writes its part before the combine reads it. None may be allocated
+// while the stream is being captured (the allocation would belong to the graph).
+at::Tensor& workspace(DeviceState& st, int device, CUstream stream, int64_t bytes) {
+  std::vector<at::Tensor>& held = st.scratch[stream];
+  if (held.empty() || held.back().numel() < bytes) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(driver().stream_is_capturing(stream, &capture), "cuStreamIsCapturing");
+    TORCH_CHECK(capture == CU_STREAM_CAPTURE_STATUS_NONE, g_package, ": a split-KV launch needs a ", bytes,
+                "-byte workspace, and none may be allocated during CUDA graph capture: run the same problem "
+                "once before capturing");
+    const int64_t size = std::max(bytes, held.empty() ? int64_t{0} : 2 * held.back().numel());
+    held.push_back(at::empty({size}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device)));
+  }
+  return held.back();
+}
+
 // Whether the kernels are loaded on the device, loading them on first use. Loading is not a
 // stream operation, so it is refused while the current stream is being captured. A device where
 // loading fails (say, a driver too old for the cubins) is marked unusable: SDPA serves it.
@@ -279,7 +324,8 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
   const int64_t Hkv = k.size(1), Lk = k.size(2);
   const int64_t length = std::max(Lq, Lk);
   for (const Route& r : g_routes) {
-    if (r.head_dim == D && r.dtype == dt && r.causal == causal && length <= r.max_len) {
+    if (r.head_dim == D && r.dtype == dt && r.causal == causal && (r.max_lq == 0 || Lq <= r.max_lq) &&
+        length <= r.max_len) {
       if (!within(r, B * Hq, Hq / Hkv, Lq != Lk, causal, bottom_right)) return -1;
       DeviceState* st = state(q.get_device());
       return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
@@ -291,39 +337,46 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
 // ---- the Python-facing functions -------------------------------------------------------------
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
-// persistent);
-// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, kernel) in increasing
-// max_len per key; past the last max_len of a key, and past any other limit of a route, SDPA serves
-// the call (promote verified no further).
+// persistent, head_dim, split);
+// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel), the
+// decode routes (max_lq > 0) first, each kind in increasing max_len per key (_routes.ordered); past
+// the last max_len of a key, and past any other limit of a route, SDPA serves the call (promote
+// verified no further); planner: _splitkv.launch_numbers.
+using KernelArgs = std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool, int, std::vector<int>>;
 using RouteArgs = std::tuple<int64_t, std::string, bool, int64_t, int64_t, int64_t, bool,
-                             std::vector<std::string>, int>;
+                             std::vector<std::string>, int64_t, int>;
 
 void configure(const std::string& package, const std::vector<py::bytes>& images,
-               const std::vector<std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool>>& kernels,
-               const std::vector<RouteArgs>& routes, int arch_major, int arch_minor) {
+               const std::vector<KernelArgs>& kernels, const std::vector<RouteArgs>& routes, int arch_major,
+               int arch_minor, const py::function& planner) {
   bool first = false;
   std::call_once(g_configured, [&] {
     first = true;
     g_package = package;
     for (const py::bytes& b : images) g_images.emplace_back(b);
-    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent] : kernels) {
+    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split] : kernels) {
       TORCH_CHECK(image >= 0 && image < static_cast<int>(g_images.size()), "bad image index");
       TORCH_CHECK(threads > 0 && rows > 0 && smem >= 0, "bad launch config for ", entry);
       TORCH_CHECK(!tma || (tma_rows.size() == 4 && *std::min_element(tma_rows.begin(), tma_rows.end()) > 0),
                   "bad tensor-map box rows for ", entry);
-      g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent});
+      TORCH_CHECK(split.empty() || (split.size() == 3 && *std::min_element(split.begin(), split.end()) > 0 &&
+                                    head_dim > 0 && !tma && !persistent),
+                  "bad split-KV launch config for ", entry);
+      g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split});
     }
-    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, kernel] : routes) {
+    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel] : routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
       TORCH_CHECK(max_len >= 1 && max_bh >= 1 && max_group >= 1, "a route needs finite length, heads and group limits");
+      TORCH_CHECK(max_lq >= 0, "a route's max_lq is 0 (any) or the most query rows it serves");
       bool top_left = false, bottom_right = false;
       for (const std::string& a : aligns) {
         TORCH_CHECK(a == "top_left" || a == "bottom_right", "unknown causal alignment ", a);
         (a == "top_left" ? top_left : bottom_right) = true;
       }
       g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, max_bh, max_group, cross, top_left,
-                          bottom_right, kernel});
+                          bottom_right, max_lq, kernel});
     }
+    g_planner = new py::object(planner);
     g_major = arch_major;
     g_minor = arch_minor;
     const int n = c10::cuda::device_count();
@@ -363,6 +416,9 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   void* vp = vc.data_ptr();
   void* op = o.data_ptr();
   void* plain[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s};
+  void* wsp = nullptr;
+  int split_len = 0;
+  void* with_workspace[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len};
   alignas(64) CUtensorMap maps[4];
   void* with_maps[] = {&maps[0], &maps[1], &maps[2], &maps[3], &qp, &kp, &vp, &op,
                        &B, &H, &Hkv, &L, &Lk, &shift, &s};
@@ -370,12 +426,26 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
     const at::Tensor* tensors[] = {&qc, &kc, &vc, &o};
     for (int i = 0; i < 4; ++i) maps[i] = tensor_map(*tensors[i], kern.tma_rows[i]);
   }
-  void** args = kern.tma ? with_maps : plain;
+  void** args = kern.tma ? with_maps : kern.split.empty() ? plain : with_workspace;
   const unsigned m_tiles = static_cast<unsigned>((L + kern.rows_per_cta - 1) / kern.rows_per_cta);
   const unsigned tiles = m_tiles * static_cast<unsigned>(B * H);
-  const unsigned grid_x = kern.persistent ? std::min(tiles, static_cast<unsigned>(st.sms)) : m_tiles;
-  const unsigned grid_y = kern.persistent ? 1u : static_cast<unsigned>(B * H);
+  unsigned grid_x = kern.persistent ? std::min(tiles, static_cast<unsigned>(st.sms)) : m_tiles;
+  unsigned grid_y = kern.persistent ? 1u : static_cast<unsigned>(B * H);
   CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  if (!kern.split.empty()) {
+    const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms);
+    grid_x = plan.grid_x;
+    grid_y = plan.grid_y;
+    split_len = plan.split_len;
+    if (plan.workspace_bytes > 0) {
+      at::Tensor& ws = workspace(st, device, stream, plan.workspace_bytes);
+      // This launch's counters, zeroed on its stream before it (inside a captured graph too): the
+      // kernels set their own counters back to zero, but another problem's plan lays its parts over
+      // the bytes this one counts in (as evo/gpu/runtime.py does).
+      ws.narrow(0, 0, plan.counter_bytes).zero_();
+      wsp = ws.data_ptr();
+    }
+  }
 
   const Driver& d = driver();
   CUcontext current = nullptr;
