@@ -4,10 +4,9 @@
 // with cuLaunchKernel on torch's current stream (kernel ABI v2: q, o (B, Hq, Lq, D), k, v
 // (B, Hkv, Lk, D), causal mask j <= i + shift), and its split-KV variant (docs/kernel-abi.md): the
 // grid, split length and workspace of _splitkv.launch_numbers (evo's own split-plan module, copied
-// into the package), a workspace per device and stream kept and reused, its counters zeroed on the
-// stream before every launch. No host sync and no allocation outside torch's caching allocator, so
-// calls can be captured in a CUDA graph once the kernels are loaded (and, for a split-KV kernel, once
-// the problem has run, so that its workspace exists).
+// into the package), the workspace taken from torch's caching allocator for each launch, its counters
+// zeroed on the stream before it. No host sync and no allocation outside torch's caching allocator, so
+// calls can be captured in a CUDA graph once the kernels are loaded.
 //
 // Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
 // microseconds of host time, or returns None when the kernels do not cover it (the caller then
@@ -30,7 +29,6 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -135,9 +133,6 @@ struct DeviceState {
   CUcontext context = nullptr;      // the device's primary context (torch's)
   std::vector<CUfunction> functions;
   int sms = 0;                      // multiprocessors, for persistent grids and split plans
-  // split-KV workspaces per stream, newest (largest) last: one per stream, so that launches on two
-  // streams never count in each other's tiles; the GIL (held by run) guards the map
-  std::unordered_map<CUstream, std::vector<at::Tensor>> scratch;
 };
 
 std::string g_package;
@@ -235,25 +230,6 @@ SplitLaunch split_launch(const Kernel& kern, int B, int Hq, int Hkv, int Lq, int
                                    B, Hq, Hkv, Lq, Lk, sms);
   return {t[0].cast<unsigned>(), t[1].cast<unsigned>(), t[2].cast<int>(), t[3].cast<int64_t>(),
           t[4].cast<int64_t>()};
-}
-
-// The split-KV workspace of at least `bytes` for launches on `stream` of the device: kept for the
-// life of the process and reused; a larger one is allocated beside the old ones, never in their place,
-// so a CUDA graph captured with an older one stays valid. Uninitialized: each launch zeroes its
-// counters first, and a split writes its part before the combine reads it. None may be allocated
-// while the stream is being captured (the allocation would belong to the graph).
-at::Tensor& workspace(DeviceState& st, int device, CUstream stream, int64_t bytes) {
-  std::vector<at::Tensor>& held = st.scratch[stream];
-  if (held.empty() || held.back().numel() < bytes) {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    check(driver().stream_is_capturing(stream, &capture), "cuStreamIsCapturing");
-    TORCH_CHECK(capture == CU_STREAM_CAPTURE_STATUS_NONE, g_package, ": a split-KV launch needs a ", bytes,
-                "-byte workspace, and none may be allocated during CUDA graph capture: run the same problem "
-                "once before capturing");
-    const int64_t size = std::max(bytes, held.empty() ? int64_t{0} : 2 * held.back().numel());
-    held.push_back(at::empty({size}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device)));
-  }
-  return held.back();
 }
 
 // Whether the kernels are loaded on the device, loading them on first use. Loading is not a
@@ -417,6 +393,7 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   void* op = o.data_ptr();
   void* plain[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s};
   void* wsp = nullptr;
+  at::Tensor workspace;  // a split-KV launch's, held until the launch is enqueued
   int split_len = 0;
   void* with_workspace[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len};
   alignas(64) CUtensorMap maps[4];
@@ -438,12 +415,13 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
     grid_y = plan.grid_y;
     split_len = plan.split_len;
     if (plan.workspace_bytes > 0) {
-      at::Tensor& ws = workspace(st, device, stream, plan.workspace_bytes);
-      // This launch's counters, zeroed on its stream before it (inside a captured graph too): the
-      // kernels set their own counters back to zero, but another problem's plan lays its parts over
-      // the bytes this one counts in (as evo/gpu/runtime.py does).
-      ws.narrow(0, 0, plan.counter_bytes).zero_();
-      wsp = ws.data_ptr();
+      // The launch's own workspace from torch's caching allocator on its stream (stream-ordered, so
+      // no other launch can hold it meanwhile; inside a CUDA graph capture it comes from the graph's
+      // pool and lives as long as the graph), uninitialized but for the counters, zeroed before the
+      // launch: a split writes its part before the combine reads it (as evo/gpu/runtime.py does).
+      workspace = at::empty({plan.workspace_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+      workspace.narrow(0, 0, plan.counter_bytes).zero_();
+      wsp = workspace.data_ptr();
     }
   }
 
