@@ -303,13 +303,13 @@ def fast_cases(select: Sequence[str] | None = None, dtype: str | None = None,
     return out
 
 
-def suite_of_case(case: str) -> str:
-    """The FAST suite that holds the case named ``case`` (``F4`` -> fast, ``L3`` -> llm); a name no
-    suite has is an error."""
-    for name, suite in _fast_suites(None):
-        if case in suite.names:
-            return name
-    raise EvoError(f"unknown FAST case {case!r}")
+def suites_of(cases: Collection[str]) -> set[str]:
+    """The FAST suites that hold the cases named ``cases`` (``F4`` -> fast, ``L3`` -> llm), each
+    suite read once; a name no suite has is an error."""
+    by_case = {case: name for name, suite in _fast_suites(None) for case in suite.names}
+    if unknown := sorted(set(cases) - by_case.keys()):
+        raise EvoError(f"unknown FAST case {', '.join(map(repr, unknown))}")
+    return {by_case[c] for c in cases}
 
 
 def fast_cases_by_tag() -> dict[str, Shape]:

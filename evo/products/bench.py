@@ -32,7 +32,7 @@ from evo import paths
 from evo.errors import EvoError
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.scoring import geomean
-from evo.gpu.suites import FAST_SUITES, suite_of_case
+from evo.gpu.suites import FAST_SUITES, suites_of
 from evo.gpu.timing import FIDELITY_LIMIT, fidelity_ratio
 from evo.vocab import BASELINE_BACKENDS, EVO, FA4, gpu_slug, short_sha
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, Worker
@@ -314,7 +314,7 @@ def suite_of(record: Mapping[str, Any]) -> str:
 
 def _suites(record: Mapping[str, Any]) -> set[str]:
     """The FAST suites (fast, llm, decode) whose cases a record holds."""
-    return {suite_of_case(c["case"]) for c in record.get("cases", [])}
+    return suites_of([c["case"] for c in record.get("cases", [])])
 
 
 def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
