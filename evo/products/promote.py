@@ -146,10 +146,9 @@ def ships_cubin(family: str) -> bool:
     candidates (evo/family/backends.py) are not promoted (yet); a family the templates no longer
     have is left for _ship to report."""
     try:
-        fam = load_family(family)
+        return load_family(family).backend == "cuda"
     except EvoError:
         return True
-    return fam.backend == "cuda"
 
 
 def choose_device(store: Store, ids: Sequence[str], device: str | None, here: str | None = None) -> str:

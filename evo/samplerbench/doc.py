@@ -17,11 +17,11 @@ from evo.errors import EvoError
 from evo.paths import git_sha
 from evo.results import Shape
 from evo.samplerbench import plot as plot_mod
-from evo.samplerbench.entrants import DEFAULT, resolve
+from evo.samplerbench.entrants import resolve
 from evo.samplerbench.problem import Problem
 from evo.samplerbench.report import section
 from evo.samplerbench.run import RunResult, Spec, benchmark
-from evo.vocab import START_MODES as MODES
+from evo.vocab import BENCH_SAMPLERS, START_MODES
 
 COUNTING = """\
 How to read it. An *evaluation* is the first proposal of a distinct valid point of the
@@ -52,9 +52,9 @@ SCHEMA = "evo.sampler-benchmark/2"  # /1 was scripts/sampler_benchmark.py's sing
 class Options:
     recordings: list[str]
     seeds: int = 50
-    samplers: list[str] = field(default_factory=lambda: list(DEFAULT))
+    samplers: list[str] = field(default_factory=lambda: list(BENCH_SAMPLERS))
     kt: list[str] | None = None          # None: Kernel Tuner's default set; []: none
-    modes: list[str] = field(default_factory=lambda: list(MODES))
+    modes: list[str] = field(default_factory=lambda: list(START_MODES))
     cases: list[Shape] | None = None
     baseline: str = "sdpa_default"
     tolerance: float = 0.0
@@ -123,7 +123,7 @@ def _check(opts: Options) -> None:
         raise EvoError("no recording: pass --recording FILE (or export one to data/)")
     if opts.seeds < 1:
         raise EvoError("--seeds must be at least 1")
-    bad = [m for m in opts.modes if m not in MODES]
+    bad = [m for m in opts.modes if m not in START_MODES]
     if bad or not opts.modes:
         raise EvoError(f"--modes takes cold and/or warm, not {', '.join(bad) or 'nothing'}")
     if opts.batch < 1:
@@ -142,11 +142,11 @@ def _runs_json(spec: Spec, problem: Problem, runs: Sequence[RunResult], seconds:
 def command_line(opts: Options) -> str:
     parts = ["evo bench-samplers"] + [f"--recording {r}" for r in opts.recordings]
     parts.append(f"--seeds {opts.seeds}")
-    if opts.samplers != list(DEFAULT):
+    if opts.samplers != list(BENCH_SAMPLERS):
         parts.append("--samplers " + ",".join(opts.samplers))
     if opts.kt is not None:
         parts.append("--kt " + (",".join(opts.kt) or "none"))
-    if opts.modes != list(MODES):
+    if opts.modes != list(START_MODES):
         parts.append("--modes " + ",".join(opts.modes))
     if opts.tolerance:
         parts.append(f"--tolerance {opts.tolerance}")

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 import optuna
 
 from evo.errors import EvoError
-from evo.vocab import BENCH_EVO_SAMPLERS as EVO_SAMPLERS
-from evo.vocab import BENCH_OPTUNA_SAMPLERS as OPTUNA
-from evo.vocab import BENCH_SAMPLERS as DEFAULT
+from evo.vocab import BENCH_EVO_SAMPLERS, BENCH_OPTUNA_SAMPLERS, BENCH_SAMPLERS
 from evo.search import surrogate
 from evo.samplerbench import kt_runner
 from evo.samplerbench.problem import Problem
@@ -87,7 +85,7 @@ def resolve(names: Sequence[str], kt_strategies: Sequence[str] | None, note) -> 
     None for the default set, empty for none); unavailable ones are skipped with a note."""
     out: list[Entrant] = []
     for n in names:
-        if n in EVO_SAMPLERS:
+        if n in BENCH_EVO_SAMPLERS:
             if n == "evo-gp":
                 try:
                     surrogate.require()
@@ -95,14 +93,14 @@ def resolve(names: Sequence[str], kt_strategies: Sequence[str] | None, note) -> 
                     note(f"skipping evo-gp: {exc}")
                     continue
             out.append(Entrant(n, "evo"))
-        elif n in OPTUNA:
+        elif n in BENCH_OPTUNA_SAMPLERS:
             why = gp_available() if n == "gp" else None
             if why:
                 note(f"skipping gp: {why}")
                 continue
             out.append(Entrant(n, "optuna"))
         else:
-            raise EvoError(f"unknown sampler {n!r}; choose from {', '.join(DEFAULT)} "
+            raise EvoError(f"unknown sampler {n!r}; choose from {', '.join(BENCH_SAMPLERS)} "
                            f"(Kernel Tuner's strategies go in --kt)")
     if kt_strategies is not None and not kt_strategies:
         return out
