@@ -150,6 +150,20 @@ def test_edges_are_idempotent_and_checked(store: Store, lineage: dict) -> None:
         store.add_edge(lineage["parent"], "e" * 64)
 
 
+def test_a_childs_lineage_is_written_once_per_study(store: Store, lineage: dict) -> None:
+    """A second worker of the same study that drew the child from another parent writes nothing;
+    a run of another study records its own edges."""
+    nearest = [(lineage["parent"], None, "nearest")]
+    other_worker = store.start_run("evo run", study="s1")
+    assert not store.add_lineage(lineage["child"], nearest, other_worker, "s1")
+    assert [(e.kind, e.run_id) for e in store.edges()] == [("mutation", lineage["run"])]
+    elsewhere = store.start_run("evo run", study="s2")
+    assert store.add_lineage(lineage["child"], nearest, elsewhere, "s2")
+    assert [(e.kind, e.run_id) for e in store.edges()] == [("mutation", lineage["run"]), ("nearest", elsewhere)]
+    with pytest.raises(EvoError, match="no candidate"):
+        store.add_lineage("e" * 64, nearest, elsewhere, "s2")
+
+
 def test_trial_is_updated_in_place(store: Store, lineage: dict) -> None:
     store.record_trial("s1", 0, lineage["child"], None, "FAIL", math.nan)
     (trial,) = store.get(lineage["child"]).trials

@@ -62,12 +62,14 @@ class Teller:
         self._count(p.trial.number, outcome, label, waited)
 
     def _edges(self, p: Pending, cid: str | None) -> None:
-        """Store the candidate's lineage edges the first time it appears in the study."""
+        """Store the candidate's lineage edges the first time it appears in the study (the store
+        decides which worker's edges those are when two draw it at once)."""
         if cid is None or cid in self.in_study:
             return
-        for parent, mutation, kind in p.parents:
-            if parent != cid:  # an import that renders as it did is the same candidate
-                self.store.add_edge(parent, cid, mutation, kind, self.run_id)
+        parents = [(parent, mutation, kind) for parent, mutation, kind in p.parents
+                   if parent != cid]  # an import that renders as it did is the same candidate
+        if parents:
+            self.store.add_lineage(cid, parents, self.run_id, self.study.study_name)
         self.in_study.add(cid)
 
     def _tell(self, p: Pending, outcome: Outcome, label: str) -> None:

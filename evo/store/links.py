@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from evo.errors import EvoError
 from evo.store.base import StoreBase
 from evo.store.candidates import study_ids
 from evo.store.convert import edge_view
-from evo.store.models import Candidate, Claim, Edge, Trial, utcnow
+from evo.store.models import Candidate, Claim, Edge, Run, Trial, utcnow
 from evo.store.views import EdgeView
 
 EDGE_KINDS = ("mutation", "crossover", "nearest", "import")
@@ -31,17 +32,25 @@ class LinkStore(StoreBase):
     def add_edge(self, parent_id: str, child_id: str, mutation: Mapping[str, Sequence[Any]] | None = None,
                  kind: str = "mutation", run_id: int | None = None) -> None:
         """Record that ``child`` came from ``parent`` (idempotent per parent, child, kind)."""
-        if kind not in EDGE_KINDS:
-            raise EvoError(f"unknown edge kind {kind!r}; one of {', '.join(EDGE_KINDS)}")
         with self._tx() as s:
-            for cid in (parent_id, child_id):
-                if s.get(Candidate, cid) is None:
-                    raise EvoError(f"no candidate {cid}")
-            exists = s.scalar(select(Edge.id).where(Edge.parent_id == parent_id, Edge.child_id == child_id,
-                                                    Edge.kind == kind))
-            if exists is None:
-                s.add(Edge(parent_id=parent_id, child_id=child_id, kind=kind, run_id=run_id,
-                           mutation={k: list(v) for k, v in (mutation or {}).items()}))
+            _insert_edge(s, parent_id, child_id, mutation, kind, run_id)
+
+    def add_lineage(self, child_id: str, parents: Sequence[tuple[str, Mapping[str, Sequence[Any]] | None, str]],
+                    run_id: int | None, study: str) -> bool:
+        """Record ``child``'s edges ``(parent, mutation, kind)`` unless a run of ``study`` recorded
+        some already; True when these were written. One transaction holding the child's row
+        (``FOR UPDATE`` on PostgreSQL; SQLite's writers are serialized by ``BEGIN IMMEDIATE``), so
+        two workers that draw the same candidate from different parents cannot both write its
+        lineage: the first to tell it does."""
+        with self._tx() as s:
+            if s.get(Candidate, child_id, with_for_update=True) is None:
+                raise EvoError(f"no candidate {child_id}")
+            ours = select(Run.id).where(Run.study == study)
+            if s.scalar(select(Edge.id).where(Edge.child_id == child_id, Edge.run_id.in_(ours)).limit(1)) is not None:
+                return False
+            for parent_id, mutation, kind in parents:
+                _insert_edge(s, parent_id, child_id, mutation, kind, run_id)
+            return True
 
     def parents(self, candidate_id: str) -> list[EdgeView]:
         return self._edges(Edge.child_id == candidate_id)
@@ -92,3 +101,17 @@ class LinkStore(StoreBase):
             row.trial_id, row.study, row.trial_number = trial_id, study, number
             row.host, row.claimed = socket.gethostname(), utcnow()
             return True
+
+
+def _insert_edge(s: Session, parent_id: str, child_id: str, mutation: Mapping[str, Sequence[Any]] | None,
+                 kind: str, run_id: int | None) -> None:
+    """Add the edge in ``s`` unless the same (parent, child, kind) is stored (from any run)."""
+    if kind not in EDGE_KINDS:
+        raise EvoError(f"unknown edge kind {kind!r}; one of {', '.join(EDGE_KINDS)}")
+    for cid in (parent_id, child_id):
+        if s.get(Candidate, cid) is None:
+            raise EvoError(f"no candidate {cid}")
+    exists = s.scalar(select(Edge.id).where(Edge.parent_id == parent_id, Edge.child_id == child_id, Edge.kind == kind))
+    if exists is None:
+        s.add(Edge(parent_id=parent_id, child_id=child_id, kind=kind, run_id=run_id,
+                   mutation={k: list(v) for k, v in (mutation or {}).items()}))
