@@ -3,10 +3,13 @@ release changes one, this fails naming it, instead of resume and recovery breaki
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from evo.search import internals
@@ -48,3 +51,55 @@ def test_the_heartbeat_tables_find_a_running_trial_that_never_beat(rdb: optuna.s
     assert internals.unbeaten(rdb, sid) == [ids[0]], "Optuna's trials / trial_heartbeats tables changed"
     study.tell(silent, 1.0)
     assert internals.unbeaten(rdb, sid) == []
+
+
+def _tid(rdb: optuna.storages.RDBStorage, trial: optuna.Trial) -> int:
+    return rdb.get_trial_id_from_study_id_trial_number(rdb.get_study_id_from_name("s"), trial.number)
+
+
+def test_one_write_stores_a_trials_params_and_user_attrs_as_optuna_would(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    for _ in range(2):
+        study.enqueue_trial({"family": "other", "x": 0.25})
+    plain, batched = study.ask(), study.ask()
+    for trial in (plain, batched):
+        with internals.one_write(trial, rdb, _tid(rdb, trial)) if trial is batched else _nothing():
+            trial.suggest_categorical("family", ["tiny", "other"])
+            trial.suggest_float("x", 0.0, 1.0)
+            trial.set_user_attr("label", "a")
+            trial.set_user_attr("label", "b")  # the last value of a key wins
+            trial.set_user_attr("speedups", {"F1": 1.5})
+    kept = {t.number: t for t in study.get_trials()}
+    assert (kept[1].params, kept[1].distributions) == (kept[0].params, kept[0].distributions), \
+        "Optuna's trial_params table changed"
+    assert kept[1].user_attrs == kept[0].user_attrs == {"label": "b", "speedups": {"F1": 1.5}}, \
+        "Optuna's trial_user_attributes table changed"
+    assert batched.params == kept[1].params  # the trial object holds them too
+    study.tell(batched, 1.0)
+    assert study.get_trials()[1].state == TrialState.COMPLETE
+
+
+def test_one_write_writes_nothing_after_an_error_or_to_a_finished_trial(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    broken, failed = study.ask(), study.ask()
+    with pytest.raises(RuntimeError), internals.one_write(broken, rdb, _tid(rdb, broken)):
+        broken.suggest_categorical("family", ["tiny"])
+        raise RuntimeError
+    rdb.set_trial_state_values(_tid(rdb, failed), TrialState.FAIL)  # as a survivor fails a stale trial
+    with pytest.raises(UpdateFinishedTrialError), internals.one_write(failed, rdb, _tid(rdb, failed)):
+        failed.set_user_attr("status", "fast")
+    assert [(t.params, t.user_attrs) for t in study.get_trials()] == [({}, {}), ({}, {})]
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def test_queue_empty_makes_ask_skip_the_queue_and_only_inside(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    study.enqueue_trial({"x": 0.5})
+    with internals.queue_empty(study):
+        fresh = study.ask()
+    assert fresh.number == 1, "Study.ask no longer pops through _pop_waiting_trial_id"
+    assert study.ask().number == 0  # outside, the queue is read again

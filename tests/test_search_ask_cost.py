@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from evo.family.manifest import load_family
-from evo.search import driver
+from evo.search import driver, internals
 from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
 from evo.search.memo import TrialMemo
@@ -131,18 +131,19 @@ def test_the_hyperparameter_fit_never_runs_under_the_ask_lock(monkeypatch: pytes
 def test_a_proposal_samplers_parameters_are_written_after_the_ask_lock(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
     rec = make_recording(tmp_path / "sweep.json.gz", seed=0)
-    writes: list[bool] = []   # per parameter written: under the lock
-    real = optuna.storages.RDBStorage._set_trial_param  # what Optuna's cached storage calls
+    writes: list[bool] = []   # per trial whose parameters are written: under the lock
+    real = internals._write    # where one_write puts a trial's parameters, in one transaction
 
-    def set_trial_param(self: Any, *args: Any, **kwargs: Any) -> None:
-        writes.append(WatchedLock.held)
-        real(self, *args, **kwargs)
+    def write(rdb: Any, trial_id: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
+        if params:
+            writes.append(WatchedLock.held)
+        real(rdb, trial_id, params, user_attrs)
 
-    monkeypatch.setattr(optuna.storages.RDBStorage, "_set_trial_param", set_trial_param)
+    monkeypatch.setattr(internals, "_write", write)
     monkeypatch.setattr(driver, "ProcessLock", WatchedLock)
     opts = RunOptions(replay=rec, db=f"sqlite:///{tmp_path / 'evo.sqlite'}", study="s", batch=4, seed=0,
                       cases=["F1", "F6"], trials=12)
     summary = run(opts, NullReporter())
-    assert summary.total == 12 and writes and not any(writes)
+    assert summary.total == 12 and len(writes) == 12 and not any(writes)  # one write per trial, none under the lock
     study = optuna.load_study(study_name="s", storage=opts.db)
     assert all(t.params for t in study.trials)   # every trial still holds its parameters

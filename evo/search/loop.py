@@ -55,6 +55,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import Evaluation, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
+from evo.search.internals import one_write, queue_empty
 from evo.search.liveness import Liveness
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
@@ -107,7 +108,7 @@ class Search:
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired)
         self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
                                  period_s=interval / 2)
-        self.teller = Teller(study, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
+        self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
 
     def valid_keys(self) -> set[str]:
         """Every valid point of the listable families (:func:`evo.family.space.listable`), enumerated
@@ -146,8 +147,14 @@ class Search:
                 if isinstance(sampler := self.study.sampler, ProposalSampler):
                     sampler.prepare(self.study)  # its costly part (a model fit) before the lock, not under it
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
-                    k, why = self._next_batch_size(trials)
-                    asked = [self._ask() for _ in range(k)]
+                    now = self.study.get_trials(deepcopy=False)
+                    k, why = self._next_batch_size(trials, now)
+                    with contextlib.ExitStack() as reads:  # the study as read now serves the batch's asks
+                        if isinstance(sampler, ProposalSampler):
+                            reads.enter_context(sampler.batch(now))
+                        if not any(t.state == TrialState.WAITING for t in now):
+                            reads.enter_context(queue_empty(self.study))
+                        asked = [self._ask() for _ in range(k)]
                 pending = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
                 if not pending and why:
                     s.stopped = why
@@ -174,9 +181,9 @@ class Search:
         its thread checks on its own schedule meanwhile."""
         self.liveness.check()
 
-    def _next_batch_size(self, trials: int) -> tuple[int, str]:
-        """How many trials to ask now, or (0, why) to stop, or (0, "") to wait for other workers."""
-        all_trials = self.study.get_trials(deepcopy=False)
+    def _next_batch_size(self, trials: int, all_trials: Sequence[FrozenTrial]) -> tuple[int, str]:
+        """How many trials to ask now (the study holding ``all_trials``), or (0, why) to stop, or
+        (0, "") to wait for other workers."""
         done = counted(all_trials)
         running = sum(t.state == TrialState.RUNNING for t in all_trials)
         waiting = sum(t.state == TrialState.WAITING for t in all_trials)
@@ -292,8 +299,11 @@ class Search:
             self.heartbeat.add(tid)
             try:
                 self.rdb.set_trial_system_attr(tid, RUN, str(self.run_id))
-                proposed = isinstance(self.study.sampler, ProposalSampler)
-                return trial, tid, None if proposed else suggest(trial, list(self.families.values()))
+                if isinstance(self.study.sampler, ProposalSampler):
+                    return trial, tid, None
+                with one_write(trial, self.rdb, tid):
+                    drawn = suggest(trial, list(self.families.values()))
+                return trial, tid, drawn
             except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
                 self.heartbeat.discard(tid)
 
@@ -377,7 +387,10 @@ def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
     pending = []
     for trial, tid, drawn in asked:
         try:
-            fam, raw = drawn or suggest(trial, families)
+            if drawn is None:
+                with one_write(trial, search.rdb, tid):  # the proposal's dozen parameters: one transaction
+                    drawn = suggest(trial, families)
+            fam, raw = drawn
         except UpdateFinishedTrialError:
             search.heartbeat.discard(tid)
             continue

@@ -11,8 +11,10 @@ and are left alone. Both sweep samplers draw only valid points that the study ha
 from __future__ import annotations
 
 import abc
+import copy
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +80,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         self._pool: dict[str, list[tuple[str, Candidate]]] = {}
         self._proposals: dict[int, dict[str, Any]] = {}
         self._key = TrialMemo(trial_key)
+        self._batch: dict[int, FrozenTrial] | None = None  # the study as a batch of asks sees it: batch()
 
     def seen(self, trials: Sequence[FrozenTrial]) -> set[str]:
         """:func:`seen_keys` of ``trials``, each finished trial's key read once (:class:`TrialMemo`)."""
@@ -121,14 +124,38 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         """Work that the next asks' proposals rely on and that may run before them, outside any
         lock the caller asks under (the evo sampler fits its model here); none by default."""
 
+    @contextmanager
+    def batch(self, trials: Sequence[FrozenTrial]) -> Iterator[None]:
+        """The asks made in the block propose from ``trials`` (the study as its caller read it
+        under the ask lock that every ask of the study is made under) plus the trials they
+        asked, instead of reading the whole study again for each ask (issue 35: the read
+        reloads every running trial, a worker's batch of them or four workers' worth). No other
+        worker adds a trial meanwhile, so every candidate the study holds is seen; a trial another
+        worker finishes meanwhile counts as running until the next batch."""
+        self._batch = {t.number: t for t in trials}
+        try:
+            yield
+        finally:
+            self._batch = None
+
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if is_enqueued(trial):
+            self._note(trial)
             return
-        prop = self.propose(study, study.get_trials(deepcopy=False))
+        trials = study.get_trials(deepcopy=False) if self._batch is None else list(self._batch.values())
+        prop = self.propose(study, trials)
         if prop is not None:
             data = prop.to_json()
             set_trial_system_attr(study, trial, PROPOSAL, data)
             self._proposals[trial.number] = data
+            trial = copy.copy(trial)
+            trial.system_attrs = trial.system_attrs | {PROPOSAL: data}
+        self._note(trial)
+
+    def _note(self, trial: FrozenTrial) -> None:
+        """Add a trial asked in a :meth:`batch` to the trials its next asks propose from."""
+        if self._batch is not None:
+            self._batch[trial.number] = trial
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return {}

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from evo.family.space import Candidate
 from evo.gpu.margin import GREEN_SHARE, over_share
+from evo.search.internals import one_write
 from evo.search.params import CANDIDATE
 from evo.search.records import LABEL, REUSED, SPEEDUPS, Best, Outcome, Pending, Reporter, RunSummary
 from evo.search.resume import REASON, STATUS, Heartbeat
@@ -30,9 +31,9 @@ class Teller:
     ``running(trial_id)`` says whether a trial is still RUNNING in the storage (a tell that
     failed on a trial still running is an error, not a stale trial)."""
 
-    def __init__(self, study: optuna.Study, store: Any, run_id: Any, heartbeat: Heartbeat, summary: RunSummary,
-                 reporter: Reporter, running: Callable[[int], bool]) -> None:
-        self.study, self.store, self.run_id, self.heartbeat = study, store, run_id, heartbeat
+    def __init__(self, study: optuna.Study, rdb: optuna.storages.RDBStorage, store: Any, run_id: Any,
+                 heartbeat: Heartbeat, summary: RunSummary, reporter: Reporter, running: Callable[[int], bool]) -> None:
+        self.study, self.rdb, self.store, self.run_id, self.heartbeat = study, rdb, store, run_id, heartbeat
         self.summary, self.reporter, self.running = summary, reporter, running
         self.in_study: set[str] = set()   # candidates whose edges the study holds already
 
@@ -73,13 +74,14 @@ class Teller:
         self.in_study.add(cid)
 
     def _tell(self, p: Pending, outcome: Outcome, label: str) -> None:
-        """The trial's user attrs (``status`` last: a FAIL trial with a status is an outcome),
-        the store's row, then Optuna's tell."""
+        """The trial's user attrs (in one transaction: a FAIL trial with a ``status`` is an
+        outcome, whole), the store's row, then Optuna's tell."""
         trial, cid = p.trial, outcome.candidate_id
         state = TrialState.COMPLETE if outcome.values is not None else TrialState.FAIL
         value = None if outcome.values is None else Best(0, "", "", outcome.values).score
-        for key, v in _attrs(outcome, label).items():
-            trial.set_user_attr(key, v)
+        with one_write(trial, self.rdb, p.trial_id):  # all of them in one transaction
+            for key, v in _attrs(outcome, label).items():
+                trial.set_user_attr(key, v)
         # the store first: if we die before tell, recovery marks both FAIL
         self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
         if outcome.values is not None:
@@ -108,7 +110,7 @@ class Teller:
 
 
 def _attrs(outcome: Outcome, label: str) -> dict[str, Any]:
-    """A told trial's user attrs, in the order they are set (``status`` last)."""
+    """A told trial's user attrs (``status`` last)."""
     attrs: dict[str, Any] = {LABEL: label}
     if outcome.reason:
         attrs[REASON] = outcome.reason
