@@ -7,7 +7,10 @@ study's families (``--families``) include flash_wgmma, which the H200 recording 
 valid points of flash_mma and flash_scalar end a study there, and flash_wgmma's trials (answered
 ``unmeasured``) carry it to trial 1000 and beyond. Each worker times every ``Study.ask`` (the
 sampler's proposal included) and when each ask ended, and how long it waited for the ask lock
-and held it. The report, per backend and worker count: the median and 90th percentile of ms per
+and held it. ``--pace S`` makes each replayed evaluation take S seconds, as a GPU's would: a
+replay answers from a file, so on a host with fewer cores than workers the unpaced workers
+are bound by the cores, not by each other; paced, what four workers gain over one shows how
+much of each trial they still spend queued behind one another (the lock, the store). The report, per backend and worker count: the median and 90th percentile of ms per
 ask over the last tenth of the study's trials (around trial ``--trials``), the study's trials per
 minute over that last tenth and over the whole run, the share of the workers' time spent waiting
 for the ask lock and holding it, and the wall time. It is written as JSON under
@@ -37,7 +40,7 @@ LATE = 0.9  # asks of trial numbers from this share of --trials on count as "at 
 
 
 def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int, log: str,
-           families: list[str]) -> None:
+           families: list[str], pace_s: float = 0.0) -> None:
     """One ``evo run --replay`` worker that appends ``[trial number, seconds in ask, end time]``
     per ask to ``log`` and ``[seconds waiting for the ask lock, seconds holding it]`` per batch to
     ``log + ".lock"`` (a JSON line each)."""
@@ -75,17 +78,28 @@ def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int
         return trial
 
     optuna.study.Study.ask = timed_ask  # type: ignore[method-assign]
+    if pace_s:
+        from evo.search.evaluators import ReplayEvaluator
+
+        replayed = ReplayEvaluator.evaluate
+
+        def paced(self: ReplayEvaluator, jobs: Any) -> Any:
+            for ev in replayed(self, jobs):
+                time.sleep(pace_s)
+                yield ev
+
+        ReplayEvaluator.evaluate = paced  # type: ignore[method-assign]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch, families=families)
 
 
 def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, folder: Path,
-           families: list[str]) -> dict[str, Any]:
+           families: list[str], pace_s: float) -> dict[str, Any]:
     """Run ``workers`` processes on a fresh study of ``url`` to ``trials`` trials; its numbers."""
     study = f"ask-cost-{uuid.uuid4().hex[:8]}"
     logs = [folder / f"{study}-{i}.jsonl" for i in range(workers)]
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log), families))
+    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log), families, pace_s))
              for i, log in enumerate(logs)]
     start = time.time()
     for p in procs:
@@ -142,6 +156,7 @@ def main() -> None:
     ap.add_argument("--replay", default=str(ROOT / "data" / "sweep-h200.json.gz"))
     ap.add_argument("--families", default="flash_mma,flash_scalar,flash_wgmma",
                     help="the study's families, comma-separated (see the module docstring)")
+    ap.add_argument("--pace", type=float, default=0.0, help="seconds each replayed evaluation takes (default 0)")
     ap.add_argument("--pg", default=os.environ.get("EVO_TEST_PG"), help="a PostgreSQL URL (default $EVO_TEST_PG)")
     ap.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--out", type=Path, default=ROOT / "dev" / "ask-cost")
@@ -154,17 +169,18 @@ def main() -> None:
                 url = (fresh_database(args.pg, f"ask_cost_{n}_{uuid.uuid4().hex[:8]}") if backend == "postgresql"
                        else f"sqlite:///{tmp}/{backend}-{n}.sqlite")
                 got = replay(url, n, args.trials, args.replay, args.batch, Path(tmp),
-                             args.families.split(",")) | {"backend": backend}
+                             args.families.split(","), args.pace) | {"backend": backend}
                 print(json.dumps(got), flush=True)
                 runs.append(got)
     day = datetime.date.today().strftime("%Y%m%d")
     sha = git_sha()
     report = {"what": "ms per Study.ask and trials per minute late in a replayed study (scripts/ask_cost.py)",
-              "git": sha, "date": day, "cpus": os.cpu_count(), "trials": args.trials, "batch": args.batch,
+              "git": sha, "date": day, "cpus": os.cpu_count(), "trials": args.trials, "batch": args.batch, "pace_s": args.pace,
               "late_from_trial": int(LATE * args.trials), "replay": Path(args.replay).name,
               "families": args.families, "load_1min": [load_start, os.getloadavg()[0]], "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"ask-cost-cpu-{day}-{sha}.json"
+    paced = f"-paced{args.pace:g}s" if args.pace else ""
+    path = args.out / f"ask-cost-cpu-{day}-{sha}{paced}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(path)
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 from evo.cli import main
 from evo.errors import EvoError
 from evo.family.manifest import load_family
+from evo.search.params import FAMILY, from_trial_params, param_name
+from evo.search.proposal import SweepSampler, drawn_params
 from evo.search.sampler_evo import EvoSampler
 from evo.search.sampler_gp import GpSampler
 from evo.search.samplers import SAMPLERS, make_sampler
+from evo.store.recording import record_key
 from synthetic_sweep import make_recording
 
 
@@ -49,3 +53,24 @@ def test_optunas_gp_without_scipy_is_one_line(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "scipy", None)
     with pytest.raises(EvoError, match=r"needs scipy: pip install 'evo-kernels\[gp\]'"):
         make_sampler("gp", [load_family("flash_scalar")])
+
+
+def test_drafts_are_asked_in_order_unless_another_worker_took_their_candidate_meanwhile() -> None:
+    """A worker drafts its batch before the ask lock (ProposalSampler.draft); a candidate that
+    another worker's trial holds by the time of the asks is skipped, and an ask past the drafts
+    proposes afresh, from the study as the batch read it."""
+    sampler = SweepSampler([load_family("flash_scalar")], seed=0, order="grid")
+    study = optuna.create_study(sampler=sampler)
+    sampler.draft(study, study.get_trials(deepcopy=False), 2)
+    first, second = sampler._drafts
+    assert record_key(first["family"], first["params"]) != record_key(second["family"], second["params"])
+    other = optuna.load_study(study_name=study.study_name, storage=study._storage)  # another worker
+    other.enqueue_trial({FAMILY: first["family"]} | {param_name(first["family"], n): v
+                                                      for n, v in first["params"].items()})
+    other.ask()
+    with sampler.batch(study.get_trials(deepcopy=False)):
+        study.ask(), study.ask()
+    held = [from_trial_params(drawn_params(t)) for t in study.get_trials(deepcopy=False)]
+    assert held[0] == (first["family"], first["params"]) and held[1] == (second["family"], second["params"])
+    assert held[2] is not None and held[2] not in held[:2]  # past the drafts: a fresh, unseen proposal
+    assert sampler._drafts == []

@@ -145,7 +145,9 @@ class Search:
             while True:
                 self._recover()
                 if isinstance(sampler := self.study.sampler, ProposalSampler):
-                    sampler.prepare(self.study)  # its costly part (a model fit) before the lock, not under it
+                    sampler.prepare(self.study)  # its costly parts (a model fit, the proposals) before the lock
+                    ahead = self.study.get_trials(deepcopy=False)
+                    sampler.draft(self.study, ahead, self._next_batch_size(trials, ahead)[0])
                 with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
                     now = self.study.get_trials(deepcopy=False)
                     k, why = self._next_batch_size(trials, now)

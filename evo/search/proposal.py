@@ -71,6 +71,14 @@ def seen_keys(trials: Sequence[FrozenTrial]) -> set[str]:
     return {k for t in trials if (k := trial_key(t)) is not None}
 
 
+def _running(number: int, proposal: dict[str, Any]) -> FrozenTrial:
+    """A stand-in for trial ``number``, asked with ``proposal`` and running (what a draft is to
+    the drafts after it)."""
+    return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, datetime_start=None,
+                       datetime_complete=None, params={}, distributions={}, user_attrs={},
+                       system_attrs={PROPOSAL: proposal}, intermediate_values={}, trial_id=-1)
+
+
 class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
     """Base: propose a candidate per trial in ``before_trial``; answer parameters from it."""
 
@@ -81,6 +89,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         self._proposals: dict[int, dict[str, Any]] = {}
         self._key = TrialMemo(trial_key)
         self._batch: dict[int, FrozenTrial] | None = None  # the study as a batch of asks sees it: batch()
+        self._drafts: list[dict[str, Any]] = []               # proposals made ahead of the asks: draft()
 
     def seen(self, trials: Sequence[FrozenTrial]) -> set[str]:
         """:func:`seen_keys` of ``trials``, each finished trial's key read once (:class:`TrialMemo`)."""
@@ -124,6 +133,25 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         """Work that the next asks' proposals rely on and that may run before them, outside any
         lock the caller asks under (the evo sampler fits its model here); none by default."""
 
+    def draft(self, study: optuna.Study, trials: Sequence[FrozenTrial], n: int) -> None:
+        """Propose the candidates of the next ``n`` asks now, from ``trials`` (the study as the
+        caller read it), before the caller takes the lock its asks are made under: proposing was
+        most of the time a worker held that lock, and four workers queued behind each other
+        (issue 35). Each draft counts as running for the next, as each trial of a batch does for
+        the next ask. The asks of the next :meth:`batch` take the drafts in order, each only if no
+        trial the study holds by then has its candidate (another worker's, asked meanwhile), else
+        they propose afresh; drafts a batch leaves are dropped."""
+        held = {t.number: t for t in trials}
+        number = max(held, default=-1) + 1
+        self._drafts = []
+        for _ in range(n):
+            prop = self.propose(study, list(held.values()))
+            if prop is None:
+                break
+            self._drafts.append(prop.to_json())
+            held[number] = _running(number, self._drafts[-1])
+            number += 1
+
     @contextmanager
     def batch(self, trials: Sequence[FrozenTrial]) -> Iterator[None]:
         """The asks made in the block propose from ``trials`` (the study as its caller read it
@@ -131,26 +159,38 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         asked, instead of reading the whole study again for each ask (issue 35: the read
         reloads every running trial, a worker's batch of them or four workers' worth). No other
         worker adds a trial meanwhile, so every candidate the study holds is seen; a trial another
-        worker finishes meanwhile counts as running until the next batch."""
+        worker finishes meanwhile counts as running until the next batch. The asks take the
+        :meth:`draft` proposals first."""
         self._batch = {t.number: t for t in trials}
         try:
             yield
         finally:
-            self._batch = None
+            self._batch, self._drafts = None, []
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if is_enqueued(trial):
             self._note(trial)
             return
         trials = study.get_trials(deepcopy=False) if self._batch is None else list(self._batch.values())
-        prop = self.propose(study, trials)
-        if prop is not None:
+        data = self._undrafted(trials)
+        if data is None and (prop := self.propose(study, trials)) is not None:
             data = prop.to_json()
+        if data is not None:
             set_trial_system_attr(study, trial, PROPOSAL, data)
             self._proposals[trial.number] = data
             trial = copy.copy(trial)
             trial.system_attrs = trial.system_attrs | {PROPOSAL: data}
         self._note(trial)
+
+    def _undrafted(self, trials: Sequence[FrozenTrial]) -> dict[str, Any] | None:
+        """The next :meth:`draft` whose candidate no trial of ``trials`` holds (those before it
+        are dropped), or None."""
+        seen = self.seen(trials) if self._drafts else set()
+        while self._drafts:
+            data = self._drafts.pop(0)
+            if record_key(data["family"], data["params"]) not in seen:
+                return data
+        return None
 
     def _note(self, trial: FrozenTrial) -> None:
         """Add a trial asked in a :meth:`batch` to the trials its next asks propose from."""
