@@ -5,19 +5,26 @@ to ``--trials`` trials, once with one worker and once with ``--workers`` worker 
 the study, on SQLite and, when a URL is given (``--pg`` or ``$EVO_TEST_PG``), on PostgreSQL. The
 study's families (``--families``) include flash_wgmma, which the H200 recording lacks: its 780
 valid points of flash_mma and flash_scalar end a study there, and flash_wgmma's trials (answered
-``unmeasured``) carry it to trial 1000 and beyond. Each worker times every ``Study.ask`` (the
-sampler's proposal included) and when each ask ended, and how long it waited for the ask lock
-and held it. ``--pace S`` makes each replayed evaluation take S seconds, as a GPU's would: a
-replay answers from a file, so on a host with fewer cores than workers the unpaced workers
-are bound by the cores, not by each other; paced, what four workers gain over one shows how
-much of each trial they still spend queued behind one another (the lock, the store). The report, per backend and worker count: the median and 90th percentile of ms per
-ask over the last tenth of the study's trials (around trial ``--trials``), the study's trials per
-minute over that last tenth and over the whole run, the share of the workers' time spent waiting
-for the ask lock and holding it, and the wall time. It is written as JSON under
-``dev/ask-cost/`` (``ask-cost-cpu-<date>-<git sha>.json``; not benchmarks/, whose records are evo bench's) with the host's CPU count, since the
+``unmeasured``) carry it to trial 1000 and beyond.
+
+Each worker times every ``Study.ask`` (the sampler's proposal included when it is made there),
+how long it waited for the ask lock and held it, and how long the sampler took per trial to
+draft its proposals before taking the lock (:meth:`evo.search.proposal.ProposalSampler.draft`):
+what a worker spends to get a trial is that draft plus the ask. ``--pace S`` makes each replayed
+evaluation take S seconds, as a GPU's would: a replay answers from a file, so on a host with
+fewer cores than workers the unpaced workers are bound by the cores, not by each other; paced,
+what four workers gain over one shows how much of each trial they still spend queued behind one
+another (the lock, the store).
+
+The report, per backend and worker count: the median and 90th percentile of ms per ask and the
+median ms per drafted trial over the last tenth of the study's trials (around trial
+``--trials``), the study's trials per minute over that last tenth and over the whole run, the
+share of the workers' time spent waiting for the ask lock and holding it, and the wall time. It
+is written as JSON under ``dev/ask-cost/`` (``ask-cost-cpu-<date>-<git sha>[-paced<S>s].json``;
+not benchmarks/, whose records are evo bench's) with the host's CPU count and load, since the
 numbers depend on what else the host runs.
 
-    python scripts/ask_cost.py --trials 1000 --workers 4 [--pg postgresql+psycopg://...]
+    python scripts/ask_cost.py --trials 1000 --workers 4 [--pace 0.3] [--pg postgresql+psycopg://...]
 """
 
 from __future__ import annotations
@@ -78,6 +85,17 @@ def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int
         return trial
 
     optuna.study.Study.ask = timed_ask  # type: ignore[method-assign]
+    from evo.search.proposal import ProposalSampler
+
+    real_draft = ProposalSampler.draft
+
+    def timed_draft(self: ProposalSampler, study: Any, trials: Any, n: int) -> None:
+        start = time.perf_counter()
+        real_draft(self, study, trials, n)
+        with open(log + ".draft", "a") as f:  # [first trial number drafted for, drafts, seconds]
+            f.write(json.dumps([max((t.number for t in trials), default=-1) + 1, n, time.perf_counter() - start]) + "\n")
+
+    ProposalSampler.draft = timed_draft  # type: ignore[method-assign]
     if pace_s:
         from evo.search.evaluators import ReplayEvaluator
 
@@ -114,7 +132,11 @@ def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, fo
              for line in lf.read_text().splitlines()]
     lock = {"ask_lock_wait_share": round(sum(w for w, _ in locks) / (workers * wall), 3),
             "ask_lock_held_share": round(sum(h for _, h in locks) / (workers * wall), 3)}
-    return summarize(asks, trials, wall) | lock | {"workers": workers, "study": study}
+    drafts = [json.loads(line) for log in logs if (df := Path(str(log) + ".draft")).exists()
+              for line in df.read_text().splitlines()]
+    late = sorted(1000 * s / n for first, n, s in drafts if n and first >= LATE * trials)
+    draft = {"draft_ms_per_trial_median": round(statistics.median(late), 1) if late else None}
+    return summarize(asks, trials, wall) | draft | lock | {"workers": workers, "study": study}
 
 
 def summarize(asks: list[list[float]], trials: int, wall: float) -> dict[str, Any]:
