@@ -1,21 +1,28 @@
 """The ``evo`` executable's conventions, through a real subprocess (the installed console script,
 or ``python -m evo`` where evo runs from a source tree): usage errors exit 2 with one
 ``Error:`` line and no traceback, and write nothing; ``--version``; ``evo`` alone prints help;
-``--db`` takes a path or a URL; ``evo run`` says where the results are and what to run next."""
+``--db`` takes a path or a URL; ``evo run`` says where the results are, how many candidates it
+measured per GPU-hour (per hour in a replay; ``--summary-json`` writes it all) and what to run next."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from evo import __version__, paths
+from evo.cli.run_cmds import throughput
+from evo.search.records import RunSummary
 from evo.store.recording import newest_recording
+from synthetic_sweep import make_recording
 
 SCRIPT = Path(sys.executable).with_name("evo")  # the console script pip installs beside python
 EVO = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "evo"]  # a source tree on PYTHONPATH
@@ -101,6 +108,8 @@ DOMAIN_ERRORS = [
     (["insights"], "no database at "),  # the default database does not exist yet
     (["export-sweep"], "no database at "),
     (["run", "--db", "no/such/folder/evo.sqlite"], "folder "),  # a named file's folder is not made for it
+    (["run", "--summary-json", "no/such/folder/summary.json"], "folder no/such/folder does not exist"),
+    (["run", "--summary-json", "."], ". is a folder, not a file"),
     (["promote", "--name", "x", "--out", "o"], "no database at "),
     (["run", "--db", "mysql+nodriver://u@h/db"], "cannot use database URL"),
     pytest.param(["run", "--db", "postgresql://evo@localhost/evo"],
@@ -222,3 +231,53 @@ def test_user_data_goes_to_evo_home_else_the_checkout_else_xdg(monkeypatch: pyte
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     installed = paths.source_tree() is None
     assert paths.home() == (tmp_path / "xdg" / "evo" if installed else paths.root())
+
+
+@pytest.fixture(scope="module")
+def summarized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], dict[str, Any]]:
+    """A short replay of the synthetic recording that writes its summary with --summary-json: its
+    folder, its output and the document."""
+    cwd = tmp_path_factory.mktemp("summarized")
+    recording = make_recording(cwd / "sweep.json.gz", seed=3)
+    proc = evo(cwd, "run", "--trials", str(TRIALS), "--seed", "1", "--replay", str(recording),
+               "--summary-json", "summary.json")
+    assert proc.returncode == 0, proc.stderr
+    return cwd, proc, json.loads((cwd / "summary.json").read_text())
+
+
+def test_run_says_how_many_candidates_it_replayed_per_hour(
+        summarized: tuple[Path, subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    _, proc, doc = summarized
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("throughput: "))
+    shown = re.fullmatch(r"throughput: (\d+) candidates? replayed in \d+:\d\d = ([\d.]+) per hour \(replay: no GPU\)",
+                         line)
+    assert shown is not None, line
+    assert int(shown[1]) == doc["measured"] > 0
+    assert float(shown[2]) == pytest.approx(doc["measured"] / (doc["wall_s"] / 3600), abs=0.5)
+
+
+def test_summary_json_holds_the_run_its_best_and_its_throughput(
+        summarized: tuple[Path, subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    cwd, proc, doc = summarized
+    assert (doc["study"], doc["source"], doc["device"]) == ("evo-replay", "replay", "replay:synthetic")
+    assert doc["trials"] == sum(doc["counts"].values()) == doc["study_trials"] == TRIALS and not doc["interrupted"]
+    assert (doc["workers"], doc["gpus"], doc["candidates_per_gpu_hour"], doc["trials_per_gpu_hour"]) == (1, 0, None, None)
+    evaluated = sum(doc["counts"].get(s, 0) for s in ("fast", "green", "red", "crashed", "timeout"))
+    assert 0 < doc["measured"] <= min(doc["trials"] - doc["reused"] - doc["waited"], evaluated)
+    assert doc["candidates_per_hour"] == pytest.approx(doc["measured"] / (doc["wall_s"] / 3600))
+    assert doc["trials_per_hour"] == pytest.approx(doc["trials"] / (doc["wall_s"] / 3600))
+    best = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("best: "))
+    assert doc["best"]["candidate_id"].startswith(best) and "sdpa_default" in doc["best"]["speedups"]
+    assert len(doc["best"]["values"]) == len(doc["best"]["metrics"])
+    assert doc["git_sha"] is None or re.fullmatch(r"[0-9a-f]{40}", doc["git_sha"])
+    assert [p.name for p in cwd.iterdir() if "summary" in p.name] == ["summary.json"]  # no temporary file left
+
+
+def test_the_throughput_line_of_a_gpu_run_is_per_gpu_hour() -> None:
+    two = RunSummary("s", "gpu", 1, 200, finished=150, measured_ids={str(i) for i in range(142)}, wall_s=600.0,
+                     workers=2)
+    assert throughput(two) == "throughput: 142 candidates measured in 10:00 on 2 GPUs = 426 per GPU-hour"
+    one = RunSummary("s", "gpu", 1, 200, finished=3, measured_ids={"a"}, wall_s=3909.0)
+    assert throughput(one) == "throughput: 1 candidate measured in 1:05:09 on 1 GPU = 0.92 per GPU-hour"
+    built = RunSummary("s", "build-only", 1, 200, finished=3, wall_s=12.0)
+    assert throughput(built) == "throughput: nothing measured in 0:12 (building only: no GPU, no recording)"

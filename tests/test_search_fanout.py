@@ -13,10 +13,13 @@ from sqlalchemy import select
 from evo.errors import EvoError
 from evo.search import fanout
 from evo.search.driver import RunOptions, run
-from evo.search.fanout import parse_gpus, run_workers, tags, worker_options
-from evo.search.resume import counted
+from evo.search.fanout import merge, parse_gpus, run_workers, tags, worker_options
+from evo.search.params import CANDIDATE
+from evo.search.records import REUSED, RunSummary
+from evo.search.resume import STATUS, counted
 from evo.store import open_store
 from evo.store.models import Run
+from evo.vocab import EVALUATED
 from synthetic_sweep import make_recording
 
 
@@ -83,3 +86,30 @@ def test_two_worker_processes_fill_one_study_and_report_as_one(tmp_path: Path) -
     assert len(runs) == 2 and {r.device["gpu"] for r in runs} == {0}
     assert len({r.device["pid"] for r in runs}) == 2 and {r.status for r in runs} == {"done"}
     assert {int(t.system_attrs["evo:run"]) for t in trials} <= {r.id for r in runs}
+    evaluated = {s.value for s in EVALUATED}  # a trial its worker measured was told an evaluation, not reused
+    measured = {t.user_attrs[CANDIDATE] for t in trials
+                if t.user_attrs.get(STATUS) in evaluated and not t.user_attrs.get(REUSED)}
+    assert summary.measured_ids == measured and summary.workers == 2 and summary.gpus == 0
+    assert summary.device == "replay:synthetic"
+
+
+def worker_summary(source: str, measured: set[str], wall_s: float, finished: int) -> RunSummary:
+    """One worker's summary: ``measured`` candidates and ``finished`` trials in ``wall_s`` seconds."""
+    return RunSummary("s", source, 1, 20, finished=finished, measured_ids=measured, wall_s=wall_s, device="H100")
+
+
+def test_workers_throughput_adds_their_candidates_over_the_slowest_worker() -> None:
+    parts = [worker_summary("gpu", {"a", "b", "c"}, 1800.0, 5),
+             worker_summary("gpu", {"d", "e", "f", "g", "h"}, 3600.0, 7),
+             worker_summary("gpu", {"c"}, 900.0, 4)]  # a candidate two workers measured counts once
+    out = merge(parts)
+    assert (out.measured, out.finished, out.workers, out.gpus, out.wall_s) == (8, 16, 3, 3, 3600.0)
+    assert out.candidates_per_gpu_hour == pytest.approx(8 / 3) and out.trials_per_gpu_hour == pytest.approx(16 / 3)
+    assert out.per_hour(out.measured) == pytest.approx(8.0) and out.device == "H100"
+
+
+def test_without_a_gpu_or_a_wall_time_there_is_no_rate_per_gpu_hour() -> None:
+    replay = worker_summary("replay", {"a", "b"}, 1800.0, 3)
+    assert replay.gpus == 0 and replay.candidates_per_gpu_hour is None and replay.per_hour(2) == pytest.approx(4.0)
+    unrun = worker_summary("gpu", set(), 0.0, 0)
+    assert unrun.gpus == 1 and unrun.candidates_per_gpu_hour is None and unrun.per_hour(0) is None

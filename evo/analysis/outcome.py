@@ -1,6 +1,6 @@
 """What a finished search comes to (the end of ``evo run``): where its results are, how fast its
-best candidate is against each SDPA baseline, what needs saying about the study, and the
-commands that can come next on this machine.
+best candidate is against each SDPA baseline, what needs saying about the study, the commands
+that can come next on this machine, and all of it with the run's throughput as one JSON document.
 
 The next commands are only those that can work: a replayed study's candidates carry no GREEN
 checks of their own, so instead of ``evo promote`` (which ships only kernels gated on a GPU) it
@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from evo import paths
 from evo.errors import EvoError
@@ -42,7 +43,8 @@ class RunReport:
     default baseline first), over the study's ``cases`` FAST cases (None: the cases it was
     timed on). ``done_before``: why the run had nothing to do, when the study already held the
     trials asked for, and how to continue it. ``margin``: a warning when the best kernel passed
-    GREEN so close to the tolerance that promote would likely refuse it.
+    GREEN so close to the tolerance that promote would likely refuse it. ``git_sha``: the commit
+    the run recorded (None when it could not tell).
     """
 
     summary: RunSummary
@@ -52,6 +54,27 @@ class RunReport:
     done_before: str = ""
     margin: str = ""
     next_steps: list[NextStep] = field(default_factory=list)
+    git_sha: str | None = None
+
+    def document(self) -> dict[str, Any]:
+        """The run as one JSON-ready document (``evo run --summary-json``), for a record that
+        keeps a search's cost beside its results: the study and the run, its trials by status,
+        the best candidate and its speedups, and the throughput :class:`RunSummary` defines.
+        ``candidates_per_gpu_hour`` and ``trials_per_gpu_hour`` are null without a GPU (a
+        replay's rate is ``candidates_per_hour``: per hour of wall time), and every rate is
+        null when the search loop never ran."""
+        s = self.summary
+        best = None if s.best is None else {
+            "trial": s.best.number, "candidate_id": s.best.candidate_id, "label": s.best.label,
+            "score": s.best.score, "metrics": list(s.metric_names), "values": list(s.best.values),
+            "speedups": dict(self.speedups)}
+        return {"study": s.study, "source": s.source, "run_id": s.run_id, "device": s.device or None,
+                "git_sha": self.git_sha, "requested": s.requested, "trials": s.finished, "study_trials": s.total,
+                "counts": dict(s.counts.most_common()), "reused": s.reused, "waited": s.waited,
+                "recovered": s.recovered, "lost": s.lost, "stopped": s.stopped, "interrupted": s.interrupted,
+                "best": best, "measured": s.measured, "wall_s": s.wall_s, "workers": s.workers, "gpus": s.gpus,
+                "candidates_per_gpu_hour": s.candidates_per_gpu_hour, "trials_per_gpu_hour": s.trials_per_gpu_hour,
+                "candidates_per_hour": s.per_hour(s.measured), "trials_per_hour": s.per_hour(s.finished)}
 
 
 def run_report(store: Store, summary: RunSummary) -> RunReport:
@@ -60,8 +83,10 @@ def run_report(store: Store, summary: RunSummary) -> RunReport:
     cases = study_cases(url, summary.study)
     location = str(paths.sqlite_file(url) or safe_url(url))
     db_flag = "" if url == paths.default_db_url() else f" --db {shlex.quote(location)}"
+    run = store.get_run(summary.run_id) if summary.run_id is not None else None
     return RunReport(summary, location, len(cases) if cases else None, best_speedups(store, summary, cases),
-                     done_before(summary, db_flag), margin(summary), next_steps(summary, db_flag))
+                     done_before(summary, db_flag), margin(summary), next_steps(summary, db_flag),
+                     run.git_sha if run is not None else None)
 
 
 def best_speedups(store: Store, summary: RunSummary, cases: Sequence[Shape] | None) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 Tables keep ids and numbers on one line and wrap free text (a candidate label, a reason) onto
 more lines instead of cutting it, so nothing is lost on an 80-column terminal. ``--json``
-documents go to stdout whole, one per command.
+documents go to stdout whole, one per command; a document asked for in a file is written whole
+or not at all.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from evo.errors import EvoError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -61,3 +65,29 @@ def speedup_words(speedup: float, baseline: str) -> str:
 def print_json(document: Any) -> None:
     """One JSON document on stdout, indented (the API's documents are JSON-ready: NaN is null)."""
     sys.stdout.write(json.dumps(document, indent=1, allow_nan=False) + "\n")
+
+
+def check_writable(path: Path) -> None:
+    """EvoError unless a file can be written at ``path``: its folder exists and is writable, and
+    it is not a folder. Checked before a command's work, so that a long search does not end
+    with nowhere to write its summary."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise EvoError(f"folder {folder} does not exist")
+    if path.is_dir():
+        raise EvoError(f"{path} is a folder, not a file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise EvoError(f"cannot write in folder {folder}")
+
+
+def write_json(path: Path, document: Any) -> None:
+    """``document`` as indented JSON in ``path``, atomically: written to a temporary file beside
+    it, then renamed over it, so that a reader never sees half a file. EvoError when it cannot
+    be written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise EvoError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -2,8 +2,9 @@
 
 The commands parse options and print; :func:`evo.api.run`, :func:`evo.api.run_report`,
 :func:`evo.api.study_insights` and :func:`evo.api.export_sweep` do the work. ``evo run`` ends by
-saying where the results are, how fast the best candidate is against each SDPA baseline (in
-words), and what to run next.
+saying where the results are, how many candidates it measured per GPU-hour, how fast the best
+candidate is against each SDPA baseline (in words), and what to run next; ``--summary-json``
+writes all of it to a file too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 from rich.markup import escape
 
 from evo.cli.app import api, cli, db_option, split_list
-from evo.cli.output import console, print_json, speedup_words, table
+from evo.cli.output import check_writable, console, print_json, speedup_words, table, write_json
 from evo.cli.progress import TrialProgress
 from evo.vocab import BASELINES, DEFAULT_BASELINE, DEFAULT_TOP, GRACE_S, HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS
 
@@ -69,16 +70,29 @@ class SamplerChoice(click.Choice):
               "through today's manifests (docs/search.md)")
 @click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
               help="with --start-from: how many of each study's best (each bucket's leader comes too)")
+@click.option("--summary-json", type=click.Path(path_type=Path), metavar="FILE",
+              help="also write the summary to this file as JSON: trials by status, the best candidate, wall "
+              "seconds, GPUs, device, git sha, candidates measured and per GPU-hour (replaced atomically)")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
-            gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int) -> None:
+            gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int,
+            summary_json: Path | None) -> None:
     """Start or resume an evolution.
 
     Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
     gated (GREEN) and timed (FAST); without one the newest recording under data/ is replayed
     (measured values looked up, never invented).
+
+    The summary counts this run's trials by status, says why it stopped, and gives its
+    throughput: the candidates it measured itself (each once, however many trials drew it; not
+    those answered from the database, invalid, failing to build or missing from a recording),
+    the wall time of its search, the GPUs it used, and candidates per GPU-hour (a replay uses
+    no GPU: candidates replayed per hour). Then the best candidate against each SDPA backend,
+    where the results are and what to run next.
     """
+    if summary_json is not None:
+        check_writable(summary_json)
     reporter = TrialProgress(console)
     try:
         summary = api.run(db, trials=trials, time_budget_s=time_budget, families=split_list(families),
@@ -88,7 +102,10 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           start_top=start_top, reporter=reporter)
     finally:
         reporter.stop()
-    print_summary(api.run_report(summary, db))
+    report = api.run_report(summary, db)
+    print_summary(report)
+    if summary_json is not None:
+        write_json(summary_json, report.document())
     if summary.interrupted:
         raise KeyboardInterrupt  # Ctrl-C was handled (trials re-queued): main() exits 130
 
@@ -119,12 +136,41 @@ def print_summary(report: api.RunReport) -> None:
     if s.counts.get("unmeasured"):
         console.print(f"[yellow]{s.counts['unmeasured']} candidate(s) are not in the recording: "
                       f"reported as unmeasured, not invented[/]")
+    console.print(throughput(s), soft_wrap=True)
     if s.best is None:
         console.print("best: no candidate timed yet")
     else:
         _print_best(report)
     console.print(f"results: {escape(report.location)} (study {escape(s.study)})", soft_wrap=True)
     _print_next(report.next_steps)
+
+
+def throughput(s: api.RunSummary) -> str:
+    """One line: the candidates the run measured, in what wall time, on how many GPUs, and per
+    GPU-hour (:class:`~evo.search.records.RunSummary` says what is counted); a replay's are
+    replayed, per hour of wall time; a build-only run measures nothing."""
+    took = clock_text(s.wall_s)
+    if s.source == "build-only":
+        return f"throughput: nothing measured in {took} (building only: no GPU, no recording)"
+    n = f"{s.measured} candidate{'' if s.measured == 1 else 's'}"
+    if s.gpus:
+        line = f"throughput: {n} measured in {took} on {s.gpus} GPU{'' if s.gpus == 1 else 's'}"
+        rate, per = s.candidates_per_gpu_hour, "per GPU-hour"
+    else:
+        line, rate, per = f"throughput: {n} replayed in {took}", s.per_hour(s.measured), "per hour (replay: no GPU)"
+    return f"{line} = {rate_text(rate)} {per}" if rate is not None else line
+
+
+def clock_text(seconds: float) -> str:
+    """Wall time as a clock shows it: ``10:02``, ``1:05:09`` past an hour."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def rate_text(rate: float) -> str:
+    """A rate in whole units, or with two decimals below ten."""
+    return f"{rate:.0f}" if rate >= 10 else f"{rate:.2f}"
 
 
 def _print_best(report: api.RunReport) -> None:

@@ -174,7 +174,10 @@ def run_workers(opts: RunOptions, devices: Sequence[int], reporter: Reporter) ->
 
 
 def merge(parts: Sequence[RunSummary]) -> RunSummary:
-    """One summary for several workers of one study."""
+    """One summary for several workers of one study. Throughput: the candidates each measured
+    (their union: the store's claims let one worker measure a candidate) and the workers add
+    up, and the wall time is the slowest worker's, so that a GPU-hour is one GPU held for an
+    hour whether its worker was busy or done; the devices are listed once each."""
     first = parts[0]
     out = replace(first, counts=collections.Counter(), stopped="")
     out.finished = sum(p.finished for p in parts)
@@ -187,4 +190,8 @@ def merge(parts: Sequence[RunSummary]) -> RunSummary:
     bests = [p.best for p in parts if p.best is not None]
     out.best = max(bests, key=lambda b: b.score) if bests else None
     out.interrupted = any(p.interrupted for p in parts)
+    out.measured_ids = set().union(*(p.measured_ids for p in parts))
+    out.workers = sum(p.workers for p in parts)
+    out.wall_s = max(p.wall_s for p in parts)
+    out.device = ", ".join(dict.fromkeys(p.device for p in parts if p.device))
     return out

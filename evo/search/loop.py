@@ -88,10 +88,9 @@ class Search:
                  storage: RDBStorage, retry: Retry, batch: int = 8, reporter: Reporter | None = None,
                  ask_lock: AbstractContextManager[Any] | None = None, poll_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.study, self.store, self.evaluator = study, store, evaluator
+        self.study, self.store, self.evaluator, self.rdb = study, store, evaluator, storage
         self.families = {f.name: f for f in families}
         self.run_id, self.batch, self.poll_s, self.clock = run_id, max(1, batch), poll_s, clock
-        self.rdb = storage
         self.ask_lock = ask_lock or contextlib.nullcontext()
         self.reporter: Reporter = reporter or NullReporter()
         interval = storage.get_heartbeat_interval() or 30
@@ -100,11 +99,11 @@ class Search:
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self._valid_keys: set[str] | None = None
         self.time_budget_s: float | None = None
-        self.started = 0.0                # the clock's reading when run() began
+        self.started = 0.0                # the clock's reading when the time budget began
         self.unstarted = 0                # trials given back because the time budget ran out
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
                                   metric_names=objective.names(objective_kind, cases),
-                                  not_evaluated=evaluator.not_evaluated)
+                                  not_evaluated=evaluator.not_evaluated, device=evaluator.device)
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired)
         self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
                                  period_s=interval / 2)
@@ -132,7 +131,7 @@ class Search:
         every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials,
         and so does the time budget for trials whose evaluation it left unstarted."""
         s = self.summary
-        s.requested = trials
+        s.requested, began = trials, self.clock()  # the summary's wall time runs from here to the end
         self.heartbeat.beat()             # this run's lease first: _recover fails the runs past theirs
         self.heartbeat.start()
         self.liveness.start()             # dead workers are found whatever this one is doing
@@ -174,8 +173,7 @@ class Search:
             self.liveness.stop()
             self.heartbeat.stop()
             trials_now = self.study.get_trials(deepcopy=False)
-            s.total = counted(trials_now)
-            s.best = best_trial(trials_now)
+            s.total, s.best, s.wall_s = counted(trials_now), best_trial(trials_now), self.clock() - began
         return s
 
     def _recover(self) -> None:
@@ -362,9 +360,10 @@ class Search:
 
     def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: Known | None) -> Outcome:
         """The outcome of an evaluation (:meth:`Scoring.evaluated <evo.search.outcomes.Scoring.evaluated>`),
-        stored first when it measured something."""
+        stored first and counted as measured (once per candidate) when it measured something."""
         if not isinstance(ev, Unmeasured):
             self.store.record_evaluation(ev, self.run_id, device=self.evaluator.device)
+            self.summary.measured_ids.add(cid)
         return self.scoring.evaluated(cid, ev, prior)
 
     # ------------------------------------------------------------------ telling

@@ -29,6 +29,7 @@ REUSED = "reused"
 SPEEDUPS = "speedups"
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"
+GPU_SOURCE = "gpu"  # the source of a study measured on GPUs (GpuEvaluator.name), whose runs use GPU-hours
 
 Parent = tuple[str, dict[str, list[Value]], str]  # (parent candidate id, mutation, edge kind)
 
@@ -80,15 +81,29 @@ class Best:
 @dataclass
 class RunSummary:
     """What one ``evo run`` (or :func:`evo.run`) did: trials told by status, how they were
-    answered, trials of dead workers it recovered, why it stopped, and the best candidate.
+    answered, trials of dead workers it recovered, why it stopped, the best candidate, and how
+    fast it went.
 
     ``counts`` (trials by status) add up to ``finished``, the trials this run told. ``reused``
     and ``waited`` are among them, each trial in one at most: answered from the store at once
     (measured before, or by another trial of the batch), or once another worker had measured
-    its candidate; the rest this run measured itself. ``recovered`` and ``lost`` are not among
+    its candidate; the rest this run handled itself. ``recovered`` and ``lost`` are not among
     them: trials of other, dead, workers this run failed as stale and re-queued, and trials of
     this run that were failed as stale before it could tell them (their retries are told as
-    trials of their own)."""
+    trials of their own).
+
+    Throughput: ``measured_ids`` are the candidates this run evaluated itself (``measured``:
+    how many), each once however many trials told it: built and handed to the evaluator, which
+    came back with an evaluation (fast, green, red, crashed or timeout; in a replay, looked up
+    in the recording). Not counted: trials answered from the store (``reused``, ``waited``),
+    invalid candidates (never built), build failures (nvcc's time, not the GPU's), candidates a
+    recording lacks (``unmeasured``) and those the time budget left unevaluated. ``wall_s`` is
+    the time from the start of the search loop (:meth:`Search.run <evo.search.loop.Search.run>`)
+    to its end, ``workers`` the worker processes that ran it: each measures on a GPU of its own
+    when ``source`` is ``gpu`` (:attr:`gpus`), on none in a replay or a build-only run.
+    :func:`evo.search.fanout.merge` adds up several workers' summaries: their measured
+    candidates (a set: the store's claims let one worker measure a candidate, and one measured
+    twice would still count once) and their workers, over the slowest worker's wall time."""
 
     study: str
     source: str
@@ -106,6 +121,41 @@ class RunSummary:
     metric_names: list[str] = field(default_factory=list)
     not_evaluated: str = ""
     interrupted: bool = False
+    device: str = ""                  # where evaluations came from (a GPU's name, replay:<GPU>; "" building only)
+    measured_ids: set[str] = field(default_factory=set)  # candidates this run evaluated itself
+    wall_s: float = 0.0               # seconds from the start of the search loop to its end (the slowest worker's)
+    workers: int = 1                  # worker processes that ran it (one GPU each when source is gpu)
+
+    @property
+    def measured(self) -> int:
+        """How many candidates this run evaluated itself (``measured_ids``)."""
+        return len(self.measured_ids)
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs this run measured on: one per worker on a GPU run, none in a replay or a
+        build-only run."""
+        return self.workers if self.source == GPU_SOURCE else 0
+
+    def per_hour(self, n: int) -> float | None:
+        """``n`` per hour of this run's wall time (its workers together); None before it ran."""
+        return n / (self.wall_s / 3600) if self.wall_s > 0 else None
+
+    def per_gpu_hour(self, n: int) -> float | None:
+        """``n`` per GPU-hour: per hour of wall time on each of its GPUs (a run on two GPUs has
+        used two GPU-hours in an hour); None without a GPU or before it ran."""
+        rate = self.per_hour(n)
+        return rate / self.gpus if rate is not None and self.gpus else None
+
+    @property
+    def candidates_per_gpu_hour(self) -> float | None:
+        """Candidates measured (``measured``) per GPU-hour: the cost of a search on GPUs."""
+        return self.per_gpu_hour(self.measured)
+
+    @property
+    def trials_per_gpu_hour(self) -> float | None:
+        """Trials told (``finished``, the reused and the failed included) per GPU-hour."""
+        return self.per_gpu_hour(self.finished)
 
 
 class Reporter(Protocol):
