@@ -143,19 +143,7 @@ class Search:
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
             while True:
                 self._recover()
-                if isinstance(sampler := self.study.sampler, ProposalSampler):
-                    sampler.prepare(self.study)  # its costly parts (a model fit, the proposals) before the lock
-                    ahead = self.study.get_trials(deepcopy=False)
-                    sampler.draft(self.study, ahead, self._next_batch_size(trials, ahead)[0])
-                with self.ask_lock:  # count and ask as one step: N workers stop at exactly --trials
-                    now = self.study.get_trials(deepcopy=False)
-                    k, why = self._next_batch_size(trials, now)
-                    with contextlib.ExitStack() as reads:  # the study as read now serves the batch's asks
-                        if isinstance(sampler, ProposalSampler):
-                            reads.enter_context(sampler.batch(now))
-                        if not any(t.state == TrialState.WAITING for t in now):
-                            reads.enter_context(queue_empty(self.study))
-                        asked = [self._ask() for _ in range(k)]
+                asked, why = ask_batch(self, trials)
                 pending = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
                 if not pending and why:
                     s.stopped = why
@@ -377,6 +365,25 @@ class Search:
         what the liveness thread found meanwhile."""
         self.teller.finish(p, outcome, waited)
         self.liveness.report()
+
+
+def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
+    """The next batch's trials (:meth:`Search._ask`) and why none are left (``""`` while there
+    are). An evo sampler fits its model and drafts the proposals first; then, under the ask lock
+    (count and ask as one step: N workers stop at exactly ``trials``), one read of the study
+    serves the batch's count and its asks."""
+    if isinstance(sampler := search.study.sampler, ProposalSampler):
+        sampler.prepare(search.study)  # its costly parts (a model fit, the proposals) before the lock
+        ahead = search.study.get_trials(deepcopy=False)
+        sampler.draft(search.study, ahead, search._next_batch_size(trials, ahead)[0])
+    with search.ask_lock, contextlib.ExitStack() as reads:
+        now = search.study.get_trials(deepcopy=False)
+        k, why = search._next_batch_size(trials, now)
+        if isinstance(sampler, ProposalSampler):
+            reads.enter_context(sampler.batch(now))
+        if not any(t.state == TrialState.WAITING for t in now):
+            reads.enter_context(queue_empty(search.study))
+        return [search._ask() for _ in range(k)], why
 
 
 def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
