@@ -15,12 +15,14 @@ from optuna.trial import TrialState
 from evo.search import internals
 from evo.search.study import storage
 from evo.store import open_store
+from pg_fixture import pg_url  # noqa: F401  (fixture)
 
 
-@pytest.fixture
-def rdb(tmp_path: Path) -> optuna.storages.RDBStorage:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def rdb(request: pytest.FixtureRequest, tmp_path: Path) -> optuna.storages.RDBStorage:
+    """Optuna's storage on SQLite and on PostgreSQL (its trial state is an enum there)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     open_store(url).close()
     return storage(url, heartbeat_s=5, grace_s=10)
 
@@ -98,8 +100,12 @@ def _nothing() -> Iterator[None]:
 
 def test_queue_empty_makes_ask_skip_the_queue_and_only_inside(rdb: optuna.storages.RDBStorage) -> None:
     study = optuna.create_study(study_name="s", storage=rdb)
+    sid = rdb.get_study_id_from_name("s")
+    assert not internals.has_waiting(rdb, sid)
     study.enqueue_trial({"x": 0.5})
+    assert internals.has_waiting(rdb, sid), "Optuna's trials table no longer says WAITING"
     with internals.queue_empty(study):
         fresh = study.ask()
     assert fresh.number == 1, "Study.ask no longer pops through _pop_waiting_trial_id"
     assert study.ask().number == 0  # outside, the queue is read again
+    assert not internals.has_waiting(rdb, sid)

@@ -183,7 +183,7 @@ def check_study(db: str, study: str, victim_run: int, left: list[FrozenTrial], s
     for e in edges:
         assert e.parent_id in in_study and e.child_id in in_study and e.parent_id != e.child_id
         per_child[e.child_id].add(e.run_id)
-    assert all(len(r) == 1 for r in per_child.values())
+    assert all(len(r) == 1 for r in per_child.values()), [(e.child_id[:8], e.parent_id[:8], e.kind, e.run_id, e.created) for e in edges if len(per_child[e.child_id]) > 1]
 
     # the survivors were never disturbed: none of their trials was failed under them
     for log in logs:

@@ -16,9 +16,10 @@ the one that went, if an Optuna release changes any of them:
   private ORM models).
 - :func:`queue_empty`: ``Study.ask`` first reads the study's WAITING trials (the queue that
   ``enqueue_trial`` fills) through ``Study._pop_waiting_trial_id``; the storage's read of them
-  reloads every running trial too. A worker that has just read the study under its ask lock and
-  found no WAITING trial skips that read for the batch: a trial enqueued meanwhile is popped by
-  the next batch.
+  reloads every running trial too. Just before each ask a worker counts the WAITING trials in
+  the ``trials`` table (:func:`has_waiting`, one indexed count) and, when there are none, skips
+  that read. A trial enqueued between the count and the ask is popped by a later ask, as one
+  enqueued between Optuna's own read and its new trial is.
 - :func:`one_write`: a trial's parameters (a dozen to thirty ``suggest`` calls) and its user
   attrs each cost Optuna's storage a transaction of their own; on a study of a thousand trials
   with four workers those writes were a fifth of a trial's time and most of the store's write
@@ -41,13 +42,13 @@ import optuna
 from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import MetaData, Table, column, delete, insert, select, table
+from sqlalchemy import MetaData, String, Table, cast, column, delete, insert, select, table
 
 FIXED_PARAMS = "fixed_params"
 TRIALS_TABLE, HEARTBEATS_TABLE = "trials", "trial_heartbeats"
 PARAMS_TABLE, USER_ATTRS_TABLE = "trial_params", "trial_user_attributes"
-# the columns one_write reads and fills (the ids are the database's)
-_TRIALS = table(TRIALS_TABLE, column("trial_id"), column("state"))
+# the columns has_waiting and one_write read and fill (the ids are the database's)
+_TRIALS = table(TRIALS_TABLE, column("trial_id"), column("study_id"), column("state"))
 _PARAMS = table(PARAMS_TABLE, column("trial_id"), column("param_name"), column("param_value"),
                 column("distribution_json"))
 _ATTRS = table(USER_ATTRS_TABLE, column("trial_id"), column("key"), column("value_json"))
@@ -135,10 +136,18 @@ def _write(rdb: optuna.storages.RDBStorage, trial_id: int, params: dict[str, tup
                                           for k, v in user_attrs.items()])
 
 
+def has_waiting(rdb: optuna.storages.RDBStorage, study_id: int) -> bool:
+    """Whether the study has a WAITING trial (an enqueued one no worker has popped yet)."""
+    q = select(_TRIALS.c.trial_id).where(_TRIALS.c.study_id == study_id,  # the state is an enum on PostgreSQL
+                                         cast(_TRIALS.c.state, String) == TrialState.WAITING.name).limit(1)
+    with rdb.engine.connect() as conn:
+        return conn.scalar(q) is not None
+
+
 @contextmanager
 def queue_empty(study: optuna.Study) -> Iterator[None]:
     """``study.ask()`` in the block creates a new trial without reading the queue of WAITING
-    trials (the caller has read the study and found none)."""
+    trials (the caller has just found none: :func:`has_waiting`)."""
     study._pop_waiting_trial_id = lambda: None  # type: ignore[method-assign]  # shadows the method
     try:
         yield

@@ -55,7 +55,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import Evaluation, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Job, Unmeasured
-from evo.search.internals import one_write, queue_empty
+from evo.search.internals import has_waiting, one_write, queue_empty
 from evo.search.liveness import Liveness
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
@@ -280,9 +280,10 @@ class Search:
         the ask (other workers' samplers see it there), so its parameters are written after the
         lock (:func:`describe`): a dozen writes per trial the other workers need not wait for."""
         while True:
-            with warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
+            queue = contextlib.nullcontext() if has_waiting(self.rdb, self.study_id) else queue_empty(self.study)
+            with queue, warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-                trial = self.study.ask()
+                trial = self.study.ask()  # pops a WAITING trial (a retry) first, else a new one
             tid = self.rdb.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
             self.heartbeat.add(tid)
             try:
@@ -371,7 +372,7 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
     """The next batch's trials (:meth:`Search._ask`) and why none are left (``""`` while there
     are). An evo sampler fits its model and drafts the proposals first; then, under the ask lock
     (count and ask as one step: N workers stop at exactly ``trials``), one read of the study
-    serves the batch's count and its asks."""
+    serves the batch's count and its sampler."""
     if isinstance(sampler := search.study.sampler, ProposalSampler):
         sampler.prepare(search.study)  # its costly parts (a model fit, the proposals) before the lock
         ahead = search.study.get_trials(deepcopy=False)
@@ -381,8 +382,6 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
         k, why = search._next_batch_size(trials, now)
         if isinstance(sampler, ProposalSampler):
             reads.enter_context(sampler.batch(now))
-        if not any(t.state == TrialState.WAITING for t in now):
-            reads.enter_context(queue_empty(search.study))
         return [search._ask() for _ in range(k)], why
 
 
