@@ -374,9 +374,9 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
     (count and ask as one step: N workers stop at exactly ``trials``), one read of the study
     serves the batch's count and its sampler."""
     if isinstance(sampler := search.study.sampler, ProposalSampler):
-        sampler.prepare(search.study)  # its costly parts (a model fit, the proposals) before the lock
-        ahead = search.study.get_trials(deepcopy=False)
-        sampler.draft(search.study, ahead, search._next_batch_size(trials, ahead)[0])
+        ahead = search.study.get_trials(deepcopy=False)  # one read for the costly parts before the lock:
+        sampler.prepare(search.study, ahead)              # the model fit
+        sampler.draft(search.study, ahead, search._next_batch_size(trials, ahead)[0])  # the proposals
     with search.ask_lock, contextlib.ExitStack() as reads:
         now = search.study.get_trials(deepcopy=False)
         k, why = search._next_batch_size(trials, now)

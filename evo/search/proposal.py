@@ -11,7 +11,6 @@ and are left alone. Both sweep samplers draw only valid points that the study ha
 from __future__ import annotations
 
 import abc
-import copy
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -72,8 +71,8 @@ def seen_keys(trials: Sequence[FrozenTrial]) -> set[str]:
 
 
 def _running(number: int, proposal: dict[str, Any]) -> FrozenTrial:
-    """A stand-in for trial ``number``, asked with ``proposal`` and running (what a draft is to
-    the drafts after it)."""
+    """A stand-in for trial ``number``, asked with ``proposal`` and running: what a draft is to
+    the drafts after it, and an ask to the asks after it in a batch."""
     return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, datetime_start=None,
                        datetime_complete=None, params={}, distributions={}, user_attrs={},
                        system_attrs={PROPOSAL: proposal}, intermediate_values={}, trial_id=-1)
@@ -129,9 +128,10 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
                 return Proposal(default, "seed")
         return None
 
-    def prepare(self, study: optuna.Study) -> None:
+    def prepare(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
         """Work that the next asks' proposals rely on and that may run before them, outside any
-        lock the caller asks under (the evo sampler fits its model here); none by default."""
+        lock the caller asks under, from ``trials`` (the study as the caller read it; the evo
+        sampler fits its model here); none by default."""
 
     def draft(self, study: optuna.Study, trials: Sequence[FrozenTrial], n: int) -> None:
         """Propose the candidates of the next ``n`` asks now, from ``trials`` (the study as the
@@ -178,8 +178,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         if data is not None:
             set_trial_system_attr(study, trial, PROPOSAL, data)
             self._proposals[trial.number] = data
-            trial = copy.copy(trial)
-            trial.system_attrs = trial.system_attrs | {PROPOSAL: data}
+            trial = _running(trial.number, data)  # as the next asks of the batch will read it
         self._note(trial)
 
     def _undrafted(self, trials: Sequence[FrozenTrial]) -> dict[str, Any] | None:

@@ -293,15 +293,15 @@ class EvoSampler(ProposalSampler):
         order :func:`~evo.search.prescreen.window` reads recency from)."""
         return [(c, fit) for fit, _, c in sorted(done.values(), key=lambda x: x[1].number)]
 
-    def prepare(self, study: optuna.Study) -> None:
-        """Fit the pre-screen's hyperparameters on the study's completed trials as they are now,
-        unless no completed point came since the last fit (see module docstring): the costly
-        part of an ask, done before the caller takes the lock its asks are made under. From
-        the first call on, asks only condition the GP with what this fitted."""
+    def prepare(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
+        """Fit the pre-screen's hyperparameters on the completed trials of ``trials`` (the study
+        as it is now), unless no completed point came since the last fit (see module docstring):
+        the costly part of an ask, done before the caller takes the lock its asks are made under.
+        From the first call on, asks only condition the GP with what this fitted."""
         self._prepared = True
         if self.screen <= 1:
             return
-        done = self.completed(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        done = self.completed(trials)  # completed trials only (fitness is None for the others)
         if len(done) < self.screen_min or len(done) == self._hyper_points:
             return
         gp = TinyGp.fit(*self._window(self.timed(done)), ard=self.ard)
