@@ -7,13 +7,15 @@ score. Keeping them here lets every stage be tested alone.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from evo.vocab import Status
 
-__all__ = ["ALIGNS", "BuildResult", "CheckResult", "Evaluation", "Fidelity", "Resources", "Shape", "Status", "Timing"]
+__all__ = ["ALIGNS", "LAYOUTS", "BuildResult", "CheckResult", "Evaluation", "Fidelity", "Resources", "Shape", "Status", "Timing"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ ALIGNS = ("top_left", "bottom_right")
 """Where a causal mask is aligned: SDPA's ``is_causal`` (query i sees keys j <= i) or
 FlashAttention's (query i sees keys j <= i + Lk - Lq: the last query sees every key)."""
 
+LAYOUTS = ("contiguous", "lens", "paged")
+"""How a problem's K/V cache is laid out (docs/kernel-abi.md, "Ragged and paged caches"):
+``contiguous``, one length ``Lk`` for every sequence; ``lens``, (B, Hkv, Lk, D) with ``Lk`` the
+capacity and a length per sequence; ``paged``, the same sequences in a pool of pages."""
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -60,6 +67,12 @@ class Shape:
     (grouped-query attention; 0 or omitted: ``H``), ``L`` queries on ``Lk`` keys (0 or omitted:
     ``L``). ``align`` places a causal mask (:data:`ALIGNS`); it is normalized to ``top_left``
     where it makes no difference (not causal, or ``L == Lk``), so one problem has one spelling.
+
+    ``layout`` (:data:`LAYOUTS`) other than ``contiguous`` gives each sequence its own length,
+    drawn from ``lens_min`` to ``Lk`` with ``lens_seed`` (:meth:`seqlens`), and its causal mask at
+    the bottom right of its own keys (``align`` is then ``bottom_right`` when causal); ``paged``
+    keeps the keys in pages of ``page_size`` rows, shuffled (:meth:`block_table`). A contiguous
+    problem keeps ``lens_min``, ``lens_seed`` and ``page_size`` at 0, so it reads as it always did.
     """
 
     case: str
@@ -72,14 +85,67 @@ class Shape:
     Hkv: int = 0
     Lk: int = 0
     align: str = "top_left"
+    layout: str = "contiguous"
+    lens_min: int = 0
+    lens_seed: int = 0
+    page_size: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "Hkv", self.Hkv or self.H)
         object.__setattr__(self, "Lk", self.Lk or self.L)
         if self.align not in ALIGNS:
             raise ValueError(f"unknown causal alignment {self.align!r}; one of {', '.join(ALIGNS)}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown cache layout {self.layout!r}; one of {', '.join(LAYOUTS)}")
+        if self.layout == "contiguous":
+            if self.lens_min or self.lens_seed or self.page_size:
+                raise ValueError("lens_min, lens_seed and page_size belong to a lens or paged cache")
+        else:
+            if not 0 <= self.lens_min <= self.Lk:
+                raise ValueError(f"lens_min {self.lens_min} is outside 0..Lk ({self.Lk})")
+            if (self.page_size >= 1) != (self.layout == "paged"):
+                raise ValueError("a paged cache needs page_size >= 1, and only a paged cache has one")
+            if self.causal:                     # each sequence's mask sits at its own bottom right
+                object.__setattr__(self, "align", "bottom_right")
+                return
         if not self.causal or self.Lk == self.L:
             object.__setattr__(self, "align", "top_left")
+
+    def seqlens(self) -> list[int]:
+        """Each sequence's key count: ``Lk`` for every one in a contiguous cache; else drawn with
+        ``random.Random(lens_seed)`` uniformly from ``lens_min`` to ``Lk``, then the first three
+        set to ``Lk``, ``lens_min`` and ``lens_min + 1`` (the longest, so that it is the capacity,
+        and the shortest edges), and the list shuffled: pure, the same on any machine."""
+        if self.layout == "contiguous":
+            return [self.Lk] * self.B
+        rng = random.Random(self.lens_seed)
+        lens = [rng.randint(self.lens_min, self.Lk) for _ in range(self.B)]
+        for i, n in enumerate((self.Lk, self.lens_min, min(self.lens_min + 1, self.Lk))[:self.B]):
+            lens[i] = n
+        rng.shuffle(lens)
+        return lens
+
+    @property
+    def pages_per_seq(self) -> int:
+        """Block-table entries per sequence of a paged cache: ``Lk`` in whole pages (0 otherwise)."""
+        return -(-self.Lk // self.page_size) if self.layout == "paged" else 0
+
+    def block_table(self) -> list[int]:
+        """A paged cache's block table, ``B * pages_per_seq`` page numbers (row ``b`` for sequence
+        ``b``): a shuffle of the pool's pages (``random.Random(lens_seed + 1)``), so no sequence's
+        pages lie in order. Empty for other layouts."""
+        pages = list(range(self.B * self.pages_per_seq))
+        random.Random(self.lens_seed + 1).shuffle(pages)
+        return pages
+
+    @cached_property
+    def _lens(self) -> tuple[int, ...]:
+        return tuple(self.seqlens())
+
+    @property
+    def kv_rows(self) -> int:
+        """Key rows the problem holds per K/V head, over the batch (what a kernel must read)."""
+        return sum(self._lens)
 
     @property
     def shift(self) -> int:
@@ -89,17 +155,13 @@ class Shape:
     @property
     def visible_pairs(self) -> float:
         """(query, key) pairs the mask lets through, per head; the flash-attention convention
-        (half of L * L) for a square causal problem, the exact count otherwise."""
-        if not self.causal:
-            return float(self.L * self.Lk)
-        if self.Lk == self.L:
+        (half of L * L) for a square causal problem, the exact count otherwise (with lengths per
+        sequence: their mean over the batch)."""
+        if self.layout != "contiguous":
+            return sum(_visible(self.L, n, n - self.L, self.causal) for n in self._lens) / self.B
+        if self.causal and self.Lk == self.L:
             return self.L * self.L / 2
-        # row i sees clamp(i + shift + 1, 0, Lk) keys: the sum of clamp(a, 0, Lk) over
-        # a = shift + 1 .. shift + L, as the difference of two prefix sums
-        def prefix(n: int) -> int:  # sum of min(a, Lk) for a = 1 .. n (0 for n <= 0)
-            m = min(max(n, 0), self.Lk)
-            return m * (m + 1) // 2 + max(n - self.Lk, 0) * self.Lk
-        return float(prefix(self.shift + self.L) - prefix(self.shift))
+        return _visible(self.L, self.Lk, self.shift, self.causal)
 
     @property
     def flops(self) -> float:
@@ -121,7 +183,9 @@ class Shape:
         for a bottom-right causal mask: how tables and messages print a problem."""
         heads = f"{self.H}/{self.Hkv}" if self.Hkv != self.H else f"{self.H}"
         length = f"{self.L}/{self.Lk}" if self.Lk != self.L else f"{self.L}"
-        return f"{self.B},{heads},{length},{self.D}" + (" br" if self.align == "bottom_right" else "")
+        cache = {"contiguous": "", "lens": f" lens {self.lens_min}..{self.Lk}",
+                 "paged": f" paged{self.page_size} {self.lens_min}..{self.Lk}"}[self.layout]
+        return f"{self.B},{heads},{length},{self.D}" + (" br" if self.align == "bottom_right" else "") + cache
 
     def as_dict(self) -> dict[str, Any]:
         """The shape as every JSON file and table row of evo writes it (and the store's columns);
@@ -135,6 +199,10 @@ class Shape:
             d["Lk"] = self.Lk
         if self.align != "top_left":
             d["align"] = self.align
+        if self.layout != "contiguous":
+            d |= {"layout": self.layout, "lens_min": self.lens_min, "lens_seed": self.lens_seed}
+            if self.page_size:
+                d["page_size"] = self.page_size
         return d
 
     @classmethod
@@ -142,7 +210,20 @@ class Shape:
         """The inverse of :meth:`as_dict` (a missing dtype is fp16, as in the oldest recordings)."""
         return cls(str(d["case"]), int(d["B"]), int(d["H"]), int(d["L"]), int(d["D"]), bool(d["causal"]),
                    str(d.get("dtype", "fp16")), int(d.get("Hkv") or 0), int(d.get("Lk") or 0),
-                   str(d.get("align") or "top_left"))
+                   str(d.get("align") or "top_left"), str(d.get("layout") or "contiguous"),
+                   int(d.get("lens_min") or 0), int(d.get("lens_seed") or 0), int(d.get("page_size") or 0))
+
+
+def _visible(L: int, Lk: int, shift: int, causal: bool) -> float:
+    """(query, key) pairs L queries see of Lk keys, query i seeing keys j <= i + shift when causal."""
+    if not causal:
+        return float(L * Lk)
+    # row i sees clamp(i + shift + 1, 0, Lk) keys: the sum of clamp(a, 0, Lk) over
+    # a = shift + 1 .. shift + L, as the difference of two prefix sums
+    def prefix(n: int) -> int:  # sum of min(a, Lk) for a = 1 .. n (0 for n <= 0)
+        m = min(max(n, 0), Lk)
+        return m * (m + 1) // 2 + max(n - Lk, 0) * Lk
+    return float(prefix(shift + L) - prefix(shift))
 
 
 @dataclass
