@@ -29,6 +29,7 @@ from evo.vocab import KERNEL_BACKENDS, value_text
 Value = int | str | bool
 LAUNCH_FORMULAS = ("threads", "rows_per_cta", "smem_bytes")  # [launch] entries every manifest gives
 SPLIT_FORMULAS = ("key_tile", "split_min", "waves")  # and those of abi = "split_kv" (docs/kernel-abi.md)
+CACHE_LAYOUTS = ("lens", "paged")  # [launch] layouts: the entries a split_kv family also exports (NAME_lens, ...)
 LAUNCH_ABIS = ("ptr", "tma", "split_kv")
 
 
@@ -137,6 +138,11 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
         raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: {', '.join(LAUNCH_ABIS)}")
     if abi == "split_kv" and any(key not in launch for key in SPLIT_FORMULAS):
         raise EvoError(f"{mf}: [launch] abi = 'split_kv' needs {', '.join(SPLIT_FORMULAS)}")
+    layouts = launch.get("layouts", [])
+    if not (isinstance(layouts, list) and set(layouts) <= set(CACHE_LAYOUTS) and len(set(layouts)) == len(layouts)) \
+            or (layouts and abi != "split_kv"):
+        raise EvoError(f"{mf}: [launch] layouts must list distinct cache layouts of {', '.join(CACHE_LAYOUTS)}, "
+                       "and only a split_kv family has them (docs/kernel-abi.md, 'Ragged and paged caches')")
     if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
         raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
     return Family(

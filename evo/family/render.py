@@ -45,6 +45,17 @@ class Entry:
     causal: bool
     launch: LaunchConfig
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every kernel this entry exports: its own and one per cache layout of its launch
+        (``NAME_lens``, ``NAME_paged``: docs/kernel-abi.md, "Ragged and paged caches")."""
+        return (self.name, *(layout_name(self.name, x) for x in self.launch.layouts))
+
+
+def layout_name(name: str, layout: str) -> str:
+    """The kernel of entry ``name`` for a cache ``layout`` (``contiguous``: the entry itself)."""
+    return name if layout == "contiguous" else f"{name}_{layout}"
+
 
 def entry_name(head_dim: int, dtype: str, causal: bool) -> str:
     return f"evo_attn_d{head_dim}_{dtype}_{'causal' if causal else 'full'}"
@@ -83,11 +94,14 @@ def build_key(rendered: Rendered, flags: tuple[str, ...], arch: str, compiler: s
 
 
 def _entry_key(entry: Entry) -> dict[str, Any]:
-    """``entry`` as :func:`dataclasses.asdict` gives it, less a launch's ``split`` where it has none
-    (only split-KV families have one: the keys of every other build stay as they were)."""
+    """``entry`` as :func:`dataclasses.asdict` gives it, less a launch's ``split`` and ``layouts``
+    where it has none (only split-KV families have them: the keys of every other build stay as
+    they were)."""
     key = asdict(entry)
     if key["launch"]["split"] is None:
         del key["launch"]["split"]
+    if not key["launch"]["layouts"]:
+        del key["launch"]["layouts"]
     return key
 
 

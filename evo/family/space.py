@@ -67,7 +67,8 @@ class LaunchConfig:
     docs/kernel-abi.md; ``tma_rows`` are then the box rows of the q, k, v and o tensor maps) or
     ``"split_kv"`` (a workspace pointer and the split length last; ``split`` says how the keys are
     split, :func:`split_plan`). A ``persistent`` kernel gets one CTA per SM (at most one per tile)
-    and walks the tiles.
+    and walks the tiles. ``layouts`` names the cache layouts (``lens``, ``paged``) a split-KV entry
+    also exports, each as its own kernel ``NAME_LAYOUT`` (docs/kernel-abi.md, "Ragged and paged caches").
     """
 
     threads: int
@@ -77,6 +78,8 @@ class LaunchConfig:
     tma_rows: tuple[int, ...] = ()
     persistent: bool = False
     split: SplitConfig | None = None      # abi "split_kv" only (left out of the build key when None)
+    layouts: tuple[str, ...] = ()         # cache layouts also exported, as NAME_lens, NAME_paged (split_kv only;
+    # left out of the build key when empty)
 
     def grid(self, B: int, H: int, L: int, sms: int = 0) -> tuple[int, int, int]:
         """Grid of the forward kernel: (query tiles, batch*heads, 1), or (min(tiles, sms), 1, 1)."""
@@ -153,7 +156,8 @@ def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfi
     split = None
     if abi == "split_kv":
         split = SplitConfig(**{k: int(evaluate(str(launch[k]), names)) for k in SPLIT_FORMULAS})
-    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split)
+    layouts = tuple(str(x) for x in launch.get("layouts", ()))
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split, layouts=layouts)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:

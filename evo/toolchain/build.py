@@ -199,19 +199,20 @@ def resource_problems(resources: Mapping[str, Resources], entries: Sequence[Entr
     limit = smem_limit(arch)
     problems = geometry_problems(entries)
     for e in entries:
-        r = resources.get(e.name, _UNREPORTED)
-        if r.spill_stores or r.spill_loads:
-            problems.append(f"{e.name} spills ({r.spill_stores} B stores, {r.spill_loads} B loads)")
-        if r.wgmma_serialized:
-            problems.append(f"{e.name}: ptxas serialized its wgmma ({r.wgmma_serialized})")
-        smem = r.smem_static + e.launch.smem_bytes
-        if smem > limit:
-            problems.append(f"{e.name} needs {smem} B shared memory ({r.smem_static} static + "
-                            f"{e.launch.smem_bytes} dynamic) > {limit} B on {arch}")
-        regs = r.registers * e.launch.threads
-        if regs > REGISTERS_PER_BLOCK:
-            problems.append(f"{e.name} needs {r.registers} registers x {e.launch.threads} threads "
-                            f"= {regs} > {REGISTERS_PER_BLOCK}")
+        for name in e.names:                  # the entry and its cache layouts' kernels
+            r = resources.get(name, _UNREPORTED)
+            if r.spill_stores or r.spill_loads:
+                problems.append(f"{name} spills ({r.spill_stores} B stores, {r.spill_loads} B loads)")
+            if r.wgmma_serialized:
+                problems.append(f"{name}: ptxas serialized its wgmma ({r.wgmma_serialized})")
+            smem = r.smem_static + e.launch.smem_bytes
+            if smem > limit:
+                problems.append(f"{name} needs {smem} B shared memory ({r.smem_static} static + "
+                                f"{e.launch.smem_bytes} dynamic) > {limit} B on {arch}")
+            regs = r.registers * e.launch.threads
+            if regs > REGISTERS_PER_BLOCK:
+                problems.append(f"{name} needs {r.registers} registers x {e.launch.threads} threads "
+                                f"= {regs} > {REGISTERS_PER_BLOCK}")
     return problems
 
 
@@ -389,9 +390,9 @@ def _finish(folder: Path, plan: _Plan, arch: str, timeout_s: int, note: str) -> 
         return replace(failed, seconds=seconds, reason="nvcc succeeded but wrote no cubin")
     entries = plan.rendered.entries
     report = parse_ptxas(log)
-    resources = {e.name: replace(report[e.name], smem_dynamic=e.launch.smem_bytes)
-                 for e in entries if e.name in report}
-    missing = [e.name for e in entries if e.name not in report]
+    resources = {n: replace(report[n], smem_dynamic=e.launch.smem_bytes)
+                 for e in entries for n in e.names if n in report}
+    missing = [n for e in entries for n in e.names if n not in report]
     if missing:
         reason = "kernel entries missing from the ptxas report: " + ", ".join(missing)
         return _install(folder, plan, replace(failed, seconds=seconds, reason=reason, resources=resources))
