@@ -30,7 +30,8 @@ def resources_dict(r: Resources) -> dict[str, int]:
 
 def shape(row: Check | TimingRow) -> Shape:
     return Shape(row.case, row.B, row.H, row.L, row.D, row.causal, row.dtype, row.Hkv or 0, row.Lk or 0,
-                 row.align or "top_left")
+                 row.align or "top_left", row.layout or "contiguous", row.lens_min or 0, row.lens_seed or 0,
+                 row.page_size or 0)
 
 
 def timing(t: TimingRow) -> Timing:

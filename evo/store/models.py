@@ -183,6 +183,10 @@ class _ShapeColumns:
     Hkv: Mapped[int | None]        # NULL: H (multi-head); see evo.results.Shape
     Lk: Mapped[int | None]         # NULL: L (self-attention)
     align: Mapped[str | None] = mapped_column(String(16))  # NULL: top left
+    layout: Mapped[str | None] = mapped_column(String(16))  # NULL: contiguous (docs/kernel-abi.md)
+    lens_min: Mapped[int | None]   # NULL: 0 (a lens or paged cache's shortest sequence)
+    lens_seed: Mapped[int | None]  # NULL: 0 (the seed of its lengths)
+    page_size: Mapped[int | None]  # NULL: no pages
 
 
 class Check(_ShapeColumns, Base):
