@@ -14,7 +14,9 @@ or Inf, stayed within tolerance, and produced the same bits when run again.
 
 The launch is any callable ``launch(q, k, v, o, causal, scale, shift)`` (docs/kernel-abi.md:
 q and o ``(B, Hq, Lq, D)``, k and v ``(B, Hkv, Lk, D)``, query i sees keys j <= i + shift when
-causal): a compiled candidate on the GPU, or plain torch code on CPU tensors in the tests. Nothing here catches exceptions: a CUDA
+causal): a compiled candidate on the GPU, or plain torch code on CPU tensors in the tests. A
+problem with per-sequence lengths or a paged cache (``Shape.layout``) also passes ``seqlens=`` and
+``block_table=`` (k and v then the pool), and its reference takes each sequence alone. Nothing here catches exceptions: a CUDA
 fault propagates so the worker can mark the candidate ``crashed``.
 """
 
@@ -30,9 +32,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from evo.errors import EvoError
 from evo.results import CheckResult, Shape, Status
+from evo.gpu.layouts import cache_args, from_pages, to_pages
 from evo.gpu.suites import INPUTS, GreenCase, GreenSettings
 
-Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool, float, int], None]
+Launch = Callable[..., None]
+"""``launch(q, k, v, o, causal, scale, shift)``, and for a problem with a lens or paged cache also
+the keywords ``seqlens`` and ``block_table`` (:func:`evo.gpu.layouts.cache_args`)."""
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Quiet NaNs with a payload that arithmetic never yields (GPUs and CPUs produce the canonical NaN),
@@ -46,6 +51,8 @@ def input_seed(shape: Shape, seed: int, salt: int) -> int:
            f"{shape.dtype}|{seed}|{salt}")
     if (shape.Hkv, shape.Lk, shape.align) != (shape.H, shape.L, "top_left"):  # older keys unchanged
         key += f"|{shape.Hkv},{shape.Lk},{shape.align}"
+    if shape.layout != "contiguous":
+        key += f"|{shape.layout},{shape.lens_min},{shape.lens_seed},{shape.page_size}"
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
 
@@ -100,7 +107,9 @@ def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, 
         q[:, :, 0::2] *= FLAT
     elif inputs == "equal_keys":
         k = k[:, :, :1].expand(kv_dims).clone()
-    if spike:
+    if spike and shape.layout != "contiguous":
+        _spike_sequences(k, shape, spike, inputs == "spikes", gen)
+    elif spike:
         b, h = torch.meshgrid(torch.arange(shape.B, device=device), torch.arange(shape.Hkv, device=device),
                               indexing="ij")
         if inputs == "spikes":    # far apart, so a split-KV kernel holds them in different splits
@@ -118,6 +127,29 @@ def make_inputs(shape: Shape, seed: int, salt: int, device: str | torch.device, 
         q, k, v = _placed(typed)
         return q, k, v
     return typed
+
+
+def _spike_sequences(k: torch.Tensor, shape: Shape, spike: float, two: bool, gen: torch.Generator) -> None:
+    """:func:`make_inputs`'s spiked keys where each sequence has its own length n (a lens or paged
+    cache): one key of each (sequence, K/V head) in its first half multiplied by ``spike``, or with
+    ``two`` one among its last :data:`SPIKES_TAIL` keys (its last split) by ``spike`` and, where n is
+    16 or more, one in its first eighth by ``spike / 2`` (never the same key). A sequence of no keys
+    gets none."""
+    n = torch.tensor(shape.seqlens(), device=k.device).unsqueeze(1).expand(shape.B, shape.Hkv)
+    b, h = torch.meshgrid(torch.arange(shape.B, device=k.device), torch.arange(shape.Hkv, device=k.device),
+                          indexing="ij")
+
+    def spike_at(where: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, factor: float) -> None:
+        """Multiply one key drawn from lo .. hi - 1 of each (sequence, head) where ``where``."""
+        pick = lo + (torch.rand(n.shape, generator=gen, device=k.device) * (hi - lo).clamp_min(1)).long()
+        k[b[where], h[where], pick.clamp(0, shape.Lk - 1)[where]] *= factor
+
+    zero = torch.zeros_like(n)
+    if two:
+        spike_at(n > 0, torch.maximum(n // 8, n - SPIKES_TAIL), n, spike)
+        spike_at(n >= 16, zero, n // 8, spike / 2)
+    else:
+        spike_at(n > 0, zero, (n + 1) // 2, spike)
 
 
 def causal_mask(L: int, Lk: int, shift: int, device: str | torch.device) -> torch.Tensor:
@@ -176,6 +208,36 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, s
     finally:
         torch.set_float32_matmul_precision(prev)
     return zero_unseen(torch.cat(out).view(B, H, L, D), causal, shift)
+
+
+def problem_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: Shape, scale: float,
+                      dtype: torch.dtype) -> torch.Tensor:
+    """:func:`reference` on ``shape``'s problem, k and v the (B, Hkv, Lk, D) cache: with lengths
+    per sequence (a lens or paged cache), each sequence alone on its first ``seqlens()[b]`` keys,
+    the causal mask at its bottom right, and a sequence of no keys all zeros."""
+    if shape.layout == "contiguous":
+        return reference(q, k, v, shape.causal, scale, dtype, shift=shape.shift)
+    out = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    for b, n in enumerate(shape.seqlens()):
+        if n:
+            out[b:b + 1] = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], shape.causal, scale, dtype,
+                                     shift=n - shape.L)
+    return out
+
+
+def problem_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: Shape, scale: float) -> torch.Tensor:
+    """PyTorch's own SDPA in the inputs' dtype on ``shape``'s problem (k and v the (B, Hkv, Lk, D)
+    cache; per sequence where each has its length, as :func:`problem_reference`), rows that see no
+    key zeros: what sets GREEN's tolerance."""
+    if shape.layout == "contiguous":
+        return zero_unseen(sdpa(q, k, v, causal=shape.causal, shift=shape.shift, scale=scale), shape.causal, shape.shift)
+    out = torch.zeros_like(q)
+    for b, n in enumerate(shape.seqlens()):
+        if n:
+            shift = n - shape.L
+            out[b:b + 1] = zero_unseen(sdpa(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=shape.causal,
+                                            shift=shift, scale=scale), shape.causal, shift)
+    return out
 
 
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, tuple[int, ...] | None]:
@@ -264,23 +326,25 @@ def check_case(launch: Launch, case: Shape | GreenCase, seed: int, settings: Gre
     shape = case.shape
     q, k, v = make_inputs(shape, seed, salt, device, std=case.std, spike=case.spike, inputs=case.inputs)
     scale = case.scale_for()
-    ref = reference(q, k, v, shape.causal, scale, wide_dtype(shape, settings), shift=shape.shift)
-    own = zero_unseen(sdpa(q, k, v, causal=shape.causal, shift=shape.shift, scale=scale), shape.causal, shape.shift)
+    ref = problem_reference(q, k, v, shape, scale, wide_dtype(shape, settings))
+    own = problem_sdpa(q, k, v, shape, scale)
     ref_err, _ = max_abs_err(own, ref)
     if not math.isfinite(ref_err):
         raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to gate with")
     tol = settings.tolerance(ref_err, shape.dtype)
+    k, v = to_pages(k, shape), to_pages(v, shape)            # the kernel's own layout (a pool if paged)
+    cache = cache_args(shape, q.device)                      # seqlens, block_table: none if contiguous
     copies = (q.clone(), k.clone(), v.clone())
     buf = GuardedOutput(shape, settings.guard_elements, device)
 
     buf.poison()
-    launch(q, k, v, buf.out, shape.causal, scale, shape.shift)
+    launch(q, k, v, buf.out, shape.causal, scale, shape.shift, **cache)
     first = buf.out.clone()
     err, where = max_abs_err(first, ref)
     reason = _memory_faults(buf, (q, k, v), copies) or _output_faults(buf, err, where, tol)
     if not reason:
         buf.poison()
-        launch(q, k, v, buf.out, shape.causal, scale, shape.shift)
+        launch(q, k, v, buf.out, shape.causal, scale, shape.shift, **cache)
         reason = _memory_faults(buf, (q, k, v), copies)
         if not reason and not _same_bits(buf.out, first):
             differ = int((buf.out.view(torch.int16) != first.view(torch.int16)).sum())
@@ -329,10 +393,14 @@ def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: S
     for i, g in enumerate(guards):
         if g.guards_changed():
             return f"set {i} of {n}: wrote out of bounds while timed: {g.guards_changed()} guard elements changed"
-    q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
     wide = wide_dtype(shape, settings)
-    ref = reference(q, k, v, shape.causal, scale, wide, shift=shape.shift)
-    own = zero_unseen(sdpa(q, k, v, causal=shape.causal, shift=shape.shift, scale=scale), shape.causal, shape.shift)
+    if shape.layout == "contiguous":
+        q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
+        ref, own = problem_reference(q, k, v, shape, scale, wide), problem_sdpa(q, k, v, shape, scale)
+    else:                                                    # set by set: a pool is only a cache with its table
+        caches = [(q, from_pages(k, shape), from_pages(v, shape)) for q, k, v in fresh]
+        ref = torch.cat([problem_reference(*c, shape, scale, wide) for c in caches])
+        own = torch.cat([problem_sdpa(*c, shape, scale) for c in caches])
     tols = [settings.tolerance(e, shape.dtype) for e in _per_set_max(own.to(wide) - ref, n)]
     if not all(math.isfinite(t) for t in tols):
         raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to check with")

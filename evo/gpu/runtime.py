@@ -25,7 +25,7 @@ import torch
 
 from evo.gpu import tma
 from evo.errors import EvoError, LaunchRejected
-from evo.family.render import Entry
+from evo.family.render import Entry, layout_name
 from evo.family.space import split_plan
 
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -111,6 +111,7 @@ class CandidateKernels:
         self._dev.set_current()
         self._code = core.ObjectCode.from_cubin(path.read_bytes())
         self._kernels: dict[tuple[int, str, bool], tuple[Entry, Any]] = {}
+        self._layout_kernels: dict[tuple[str, str], Any] = {}   # (entry, layout) -> its lens / paged kernel
         self._streams: dict[int, Any] = {}
         (smem_optin,) = _check(driver, driver.cuDeviceGetAttribute(
             driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
@@ -119,32 +120,54 @@ class CandidateKernels:
         self._sms = torch.cuda.get_device_properties(device).multi_processor_count  # persistent grids
         self._scratch: list[torch.Tensor] = []   # split-KV workspaces, newest (largest) last
         for e in self.entries:
-            try:
-                kernel = self._code.get_kernel(e.name)
-            except Exception as exc:  # cuda.core reports a missing symbol or bad cubin its own way
-                raise EvoError(f"{path.name}: cannot load kernel {e.name}: {exc}") from None
-            problem = _setup_problem(e, kernel, int(smem_optin))
-            if problem:
-                raise LaunchRejected(f"{e.name}: {problem}")
-            if _attribute(kernel, "shared_size_bytes") + e.launch.smem_bytes > DEFAULT_SMEM_LIMIT:
-                _check(driver, driver.cuKernelSetAttribute(
-                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    e.launch.smem_bytes, kernel.handle, device),
-                    f"{e.name}: raising dynamic shared memory to {e.launch.smem_bytes} bytes", LaunchRejected)
-            # load into this context now rather than lazily at a first launch that may be captured
-            (function,) = _check(driver, driver.cuKernelGetFunction(kernel.handle), f"{e.name}: loading")
-            self._kernels[(e.head_dim, e.dtype, e.causal)] = (e, kernel)
-            self._functions[e.name] = _handle_value(function)
+            for layout in ("contiguous", *e.launch.layouts):   # the entry, then its cache layouts' kernels
+                name = layout_name(e.name, layout)
+                kernel = self._load(path, driver, e, name, int(smem_optin))
+                if layout == "contiguous":
+                    self._kernels[(e.head_dim, e.dtype, e.causal)] = (e, kernel)
+                else:
+                    self._layout_kernels[(e.name, layout)] = kernel
 
-    def supports(self, q: torch.Tensor, causal: bool) -> bool:
-        """Whether a kernel exists for ``q``'s head dim and dtype in this causal mode."""
-        return (q.shape[-1], DTYPE_NAMES.get(q.dtype), causal) in self._kernels
+    def _load(self, path: Path, driver: ModuleType, e: Entry, name: str, smem_optin: int) -> Any:
+        """Kernel ``name`` of entry ``e``, checked against the device, its shared memory limit
+        raised where needed and loaded into this context (not lazily at a first launch that may be
+        captured in a graph)."""
+        try:
+            kernel = self._code.get_kernel(name)
+        except Exception as exc:  # cuda.core reports a missing symbol or bad cubin its own way
+            raise EvoError(f"{path.name}: cannot load kernel {name}: {exc}") from None
+        problem = _setup_problem(e, kernel, smem_optin)
+        if problem:
+            raise LaunchRejected(f"{name}: {problem}")
+        if _attribute(kernel, "shared_size_bytes") + e.launch.smem_bytes > DEFAULT_SMEM_LIMIT:
+            _check(driver, driver.cuKernelSetAttribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                e.launch.smem_bytes, kernel.handle, self.device),
+                f"{name}: raising dynamic shared memory to {e.launch.smem_bytes} bytes", LaunchRejected)
+        (function,) = _check(driver, driver.cuKernelGetFunction(kernel.handle), f"{name}: loading")
+        self._functions[name] = _handle_value(function)
+        return kernel
+
+    def supports(self, q: torch.Tensor, causal: bool, layout: str = "contiguous") -> bool:
+        """Whether a kernel exists for ``q``'s head dim and dtype in this causal mode and cache
+        ``layout`` (``contiguous``, ``lens``, ``paged``)."""
+        found = self._kernels.get((q.shape[-1], DTYPE_NAMES.get(q.dtype, ""), causal))
+        return found is not None and (layout == "contiguous" or (found[0].name, layout) in self._layout_kernels)
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, *,
-               causal: bool, scale: float | None = None, shift: int = 0) -> None:
+               causal: bool, scale: float | None = None, shift: int = 0,
+               seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None) -> None:
         """o = softmax(scale * q k^T [causal mask]) v: q and o contiguous (B, Hq, Lq, D), k and v
-        (B, Hkv, Lk, D); query i sees keys j <= i + shift when causal (docs/kernel-abi.md)."""
-        self._validate(q, k, v, o)
+        (B, Hkv, Lk, D); query i sees keys j <= i + shift when causal (docs/kernel-abi.md).
+
+        With ``seqlens`` (int32 (B,) on the device) sequence b holds its first seqlens[b] keys of
+        the Lk and its causal mask is at their bottom right (``shift`` is not read); with
+        ``block_table`` too (int32 (B, pages_per_seq)), k and v are a pool (pages, Hkv, page_size,
+        D) and key j of sequence b is row j % page_size of page block_table[b, j // page_size]
+        (docs/kernel-abi.md, "Ragged and paged caches"). The lengths stay on the device: the
+        caller keeps each within the capacity (Lk, or pages_per_seq x page_size)."""
+        layout = "paged" if block_table is not None else "lens" if seqlens is not None else "contiguous"
+        self._validate(q, k, v, o, layout == "paged")
         B, H, L, D = q.shape
         Hkv, Lk = k.shape[1], k.shape[2]
         shift = shift if causal else 0
@@ -155,12 +178,25 @@ class CandidateKernels:
                            f"{'causal' if causal else 'full'}; have {have}")
         entry, kernel = found
         s = 1.0 / math.sqrt(D) if scale is None else scale
+        extra: tuple[Any, ...] = ()
+        if layout != "contiguous":
+            kernel = self._layout_kernels.get((entry.name, layout))
+            if kernel is None:
+                raise EvoError(f"{entry.name} has no {layout} kernel ({layout_name(entry.name, layout)}); "
+                               "its family does not declare that cache layout")
+            assert seqlens is not None
+            check_cache(q, seqlens, block_table, self._torch_device)
+            extra = (seqlens.data_ptr(),)
+            if block_table is not None:
+                page_size, pages = k.shape[2], block_table.shape[1]
+                Lk = page_size * pages                  # the capacity: the split plan's length
+                extra += (block_table.data_ptr(), np.int32(page_size), np.int32(pages))
         dims = (np.int32(B), np.int32(H), np.int32(Hkv), np.int32(L), np.int32(Lk), np.int32(shift))
         if entry.launch.abi == "tma":
             self._launch_tma(entry, (q, k, v, o), dims, s)
             return
         if entry.launch.abi == "split_kv":
-            self._launch_split(entry, kernel, (q, k, v, o), dims, s)
+            self._launch_split(entry, kernel, (q, k, v, o), dims, s, extra)
             return
         config = self._core.LaunchConfig(grid=entry.launch.grid(B, H, L, self._sms),
                                          block=(entry.launch.threads, 1, 1),
@@ -181,9 +217,10 @@ class CandidateKernels:
                    entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
 
     def _launch_split(self, entry: Entry, kernel: Any, qkvo: tuple[torch.Tensor, ...],
-                      dims: tuple[np.int32, ...], scale: float) -> None:
+                      dims: tuple[np.int32, ...], scale: float, extra: tuple[Any, ...] = ()) -> None:
         """Split-KV ABI (docs/kernel-abi.md): the grid and split length of
-        :func:`evo.family.space.split_plan`, then the workspace pointer and the split length."""
+        :func:`evo.family.space.split_plan` (on ``dims``' Lk: a lens or paged cache's capacity),
+        then the workspace pointer, the split length and ``extra``, a cache layout's arguments."""
         assert entry.launch.split is not None
         B, Hq, Hkv, Lq, Lk = (int(d) for d in dims[:5])
         plan = split_plan(entry.launch.split, entry.launch.rows_per_cta, B, Hq, Hkv, Lq, Lk, self._sms)
@@ -196,7 +233,7 @@ class CandidateKernels:
         config = self._core.LaunchConfig(grid=plan.grid(B, Hkv), block=(entry.launch.threads, 1, 1),
                                          shmem_size=entry.launch.smem_bytes)
         self._core.launch(self._stream(), config, kernel, *(t.data_ptr() for t in qkvo), *dims, np.float32(scale),
-                          0 if ws is None else ws.data_ptr(), np.int32(plan.split_len))
+                          0 if ws is None else ws.data_ptr(), np.int32(plan.split_len), *extra)
 
     def _workspace(self, nbytes: int) -> torch.Tensor | None:
         """A device buffer of at least ``nbytes`` (None: none needed), kept for the life of these
@@ -216,9 +253,11 @@ class CandidateKernels:
         return self._scratch[-1]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                 causal: bool, scale: float, shift: int = 0) -> None:
-        """The gate's launch signature: ``launch(q, k, v, o, causal, scale, shift)``."""
-        self.launch(q, k, v, o, causal=causal, scale=scale, shift=shift)
+                 causal: bool, scale: float, shift: int = 0, *, seqlens: torch.Tensor | None = None,
+                 block_table: torch.Tensor | None = None) -> None:
+        """The gate's launch signature: ``launch(q, k, v, o, causal, scale, shift)``, with a cache
+        layout's ``seqlens`` and ``block_table`` where the problem has them."""
+        self.launch(q, k, v, o, causal=causal, scale=scale, shift=shift, seqlens=seqlens, block_table=block_table)
 
     def kernel_attributes(self) -> dict[str, dict[str, int]]:
         """Per entry: registers, local/static/const memory, limits and versions, from the driver."""
@@ -235,13 +274,30 @@ class CandidateKernels:
             wrapped = self._streams[ts.cuda_stream] = self._dev.create_stream(ts)
         return wrapped
 
-    def _validate(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> None:
-        check_tensors(q, k, v, o, self._torch_device)
+    def _validate(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, pool: bool) -> None:
+        check_tensors(q, k, v, o, self._torch_device, pool=pool)
+
+
+def check_cache(q: torch.Tensor, seqlens: torch.Tensor, block_table: torch.Tensor | None,
+                device: torch.device) -> None:
+    """Refuse (EvoError) a lens or paged cache's index tensors the kernels do not take: int32,
+    contiguous, on ``device``; ``seqlens`` (B,), ``block_table`` (B, pages_per_seq). Their values stay on the device (no sync): each length must be
+    within the capacity, each page number within the pool."""
+    B = q.shape[0]
+    for name, t, dims in (("seqlens", seqlens, 1), ("block_table", block_table, 2)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.device != device or not t.is_contiguous():
+            raise EvoError(f"{name} must be a contiguous int32 tensor on {device}")
+        if t.dim() != dims or t.shape[0] != B or t.numel() < 1:
+            raise EvoError(f"{name} has shape {tuple(t.shape)}; need {'(B,)' if dims == 1 else '(B, pages_per_seq)'} "
+                           f"with B = {B}")
 
 
 def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                  device: torch.device) -> None:
-    """Refuse (EvoError) what the kernel ABI does not take: see docs/kernel-abi.md."""
+                  device: torch.device, *, pool: bool = False) -> None:
+    """Refuse (EvoError) what the kernel ABI does not take: see docs/kernel-abi.md. With ``pool``
+    k and v are a paged cache's pool (pages, Hkv, page_size, D): any number of pages."""
     for name, t in zip("qkvo", (q, k, v, o), strict=True):
         if not isinstance(t, torch.Tensor):
             raise EvoError(f"{name} is a {type(t).__name__}, not a tensor")
@@ -259,7 +315,7 @@ def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
             raise EvoError(f"{name} is not {ALIGNMENT}-byte aligned (a view with a storage offset?)")
     B, H, L, D = q.shape
     Bk, Hkv, Lk, Dk = k.shape
-    if (Bk, Dk) != (B, D):
+    if Dk != D or (Bk != B and not pool):
         raise EvoError(f"k has shape {tuple(k.shape)}; need q's batch {B} and head dim {D}")
     if min(B, H, L, D, Hkv, Lk) < 1:
         raise EvoError(f"empty problem (B, Hq, Hkv, Lq, Lk, D) = {(B, H, Hkv, L, Lk, D)}")
