@@ -29,6 +29,11 @@ a seed stored with its result (the evaluation's salt), one check per length *kin
   of a split-KV kernel (a combine that ignores a split's maximum overflows, one that drops the last
   split is wrong); ``decode_masked``: a long cache under a top-left mask, every split past the first
   holding only keys no row sees (causal wherever the kernel has a causal entry).
+- cache layouts (docs/kernel-abi.md, "Ragged and paged caches"), only for a kernel whose entries
+  export them (``[launch] layouts``; any other is never asked): ``decode_lens``: 3-8 sequences of
+  their own lengths in one cache (the longest at the capacity, one of no keys, one of a single key),
+  two spiked keys per sequence far apart; ``decode_paged``: the same in shuffled pages of 1, 16, 48
+  or 256 keys.
 - B and H vary (B * H at most ``max_heads``, 2 for long ones); the head dim and causal mode
   are drawn from the ones the kernel has.
 - Three in four use a non-default scale, well away from ``1/sqrt(D)``; inputs are normal with
@@ -148,6 +153,9 @@ LLM_KINDS = ("gqa", "mqa", "chunk", "q_longer", "cross", "long_kv")
 CAUSAL_KINDS = ("chunk", "q_longer", "long_kv", "decode_masked")  # drawn causal wherever the kernel has a
 # causal entry: so every evaluation of such a kernel has a bottom-right chunk (Lk > Lq, shift > 0) per dtype
 DECODE_KINDS = ("decode", "decode_spikes", "decode_masked")
+LAYOUT_KINDS = {"decode_lens": "lens", "decode_paged": "paged"}  # drawn only for kernels with that cache layout
+PAGE_SIZES = (1, 16, 48, 256)           # decode_paged: pages of one key, shorter than any key tile, not a power of two, longer
+LAYOUT_BATCH = (3, 8)                   # decode_lens / decode_paged: sequences (3 at least: the longest, 0 and 1 keys)
 DECODE_GROUPS = (1, 2, 4, 8, 16, 32)   # query heads per key/value head in decode draws
 DECODE_ROWS = 16                       # the most query rows per head of a decode draw (and of a decode route)
 DECODE_SCORES = 1 << 25                # B * Hq * Lq * Lk of a decode draw: the reference's score matrix
@@ -216,12 +224,34 @@ def _decode_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tu
     return B, hkv * group, Lq, (hkv, align, Lk)
 
 
+Cache = tuple[str, int, int, int]  # layout, lens_min, lens_seed, page_size of a case (evo.results.Shape)
+CONTIGUOUS: Cache = ("contiguous", 0, 0, 0)
+
+
+def _layout_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tuple[int, int, int, Attention, Cache]:
+    """(B, Hq, Lq, (Hkv, align, Lk), cache) of one draw of a cache-layout kind (:data:`LAYOUT_KINDS`):
+    3 to 8 sequences of their own lengths (:meth:`evo.results.Shape.seqlens`: the longest at the
+    capacity, one of no keys, one of a single key, the rest drawn from 0 to the capacity, so splits
+    are ragged and some lie past a sequence's end) on a capacity from the top half (log-uniform) of
+    ``settings.decode_keys``, 1-16 query rows, 1-32 query heads per key/value head, the mask at each
+    sequence's bottom right; ``decode_paged`` keeps them in shuffled pages of :data:`PAGE_SIZES`
+    keys. B * Hq * Lq * Lk stays within :data:`DECODE_SCORES`."""
+    lo, hi = settings.decode_keys
+    group, Lq = rng.choice(DECODE_GROUPS), rng.randint(1, DECODE_ROWS)
+    B, hkv = rng.randint(*LAYOUT_BATCH), rng.randint(1, 2)
+    Lk = round(_log_uniform(rng, max(lo, math.isqrt(hi)), hi))
+    Lk = max(2, min(Lk, DECODE_SCORES // (B * hkv * group * Lq)))
+    page = rng.choice(PAGE_SIZES) if kind == "decode_paged" else 0
+    return B, hkv * group, Lq, (hkv, "bottom_right", Lk), (LAYOUT_KINDS[kind], 0, rng.randint(0, 99999), page)
+
+
 def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool, str], long: bool,
               spiked: bool, settings: DrawSettings, rng: random.Random, inputs: str = "normal",
-              attention: Attention = SELF) -> GreenCase:
+              attention: Attention = SELF, cache: Cache = CONTIGUOUS) -> GreenCase:
     """One case with drawn scale, spread and (if ``spiked``) a spiked key; values rounded to
     what the name prints, so the name states the inputs exactly. ``attention`` gives the key/value
-    heads, mask alignment and key length where they are not those of self-attention."""
+    heads, mask alignment and key length where they are not those of self-attention, ``cache`` the
+    cache layout where it is not contiguous."""
     B, H, L, D, causal, dtype = shape_of
     if long:
         factor = _log_uniform(rng, *LONG_SCALE) if rng.random() < NON_DEFAULT else 1.0
@@ -235,12 +265,16 @@ def _stressed(prefix: str, index: int, shape_of: tuple[int, int, int, int, bool,
     spike = round(spike_factor(settings, real, std), 1) if spiked else 0.0
     name = case_name(prefix, index, scale, std, spike, inputs)
     Hkv, align, Lk = attention
-    return GreenCase(Shape(name, B, H, L, D, causal, dtype, Hkv, Lk, align), scale, std, spike, seeds=(0,),
+    return GreenCase(Shape(name, B, H, L, D, causal, dtype, Hkv, Lk, align, *cache), scale, std, spike, seeds=(0,),
                      inputs=inputs)
 
 
-def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> list[GreenCase]:
-    """One case per (kind, dtype the kernel has), in kind order, for the evaluation's ``seed``."""
+def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int,
+                layouts: Collection[str] = ()) -> list[GreenCase]:
+    """One case per (kind, dtype the kernel has), in kind order, for the evaluation's ``seed``; a
+    cache-layout kind (:data:`LAYOUT_KINDS`) only where the kernel has that layout (``layouts``:
+    its entries' ``[launch] layouts``). Those kinds come last, so leaving them out changes no
+    other draw."""
     ordered = sorted(set(keys))
     if not ordered:
         return []
@@ -248,11 +282,18 @@ def drawn_cases(settings: DrawSettings, keys: Collection[Key], seed: int) -> lis
     dtypes = [dt for dt in DTYPES if any(k[1] == dt for k in ordered)]
     out: list[GreenCase] = []
     for kind in settings.kinds:
+        if kind in LAYOUT_KINDS and LAYOUT_KINDS[kind] not in layouts:
+            continue
         for dt in dtypes:
             mine = [k for k in ordered if k[1] == dt]
             if kind in CAUSAL_KINDS and any(k[2] for k in mine):
                 mine = [k for k in mine if k[2]]
             D, _, causal = rng.choice(mine)
+            if kind in LAYOUT_KINDS:
+                B, H, L, attention, cache = _layout_problem(kind, settings, rng)
+                out.append(_stressed("R", len(out), (B, H, L, D, causal, dt), False, True, settings, rng, "spikes",
+                                     attention, cache))
+                continue
             if kind in DECODE_KINDS:
                 B, H, L, attention = _decode_problem(kind, settings, rng)
                 spikes = kind == "decode_spikes"

@@ -108,9 +108,15 @@ def _describe(exc: BaseException) -> str:
 
 
 def supported(shapes: Sequence[Shape], entries: Sequence[Entry]) -> list[Shape]:
-    """The shapes the candidate has a kernel for (head dim, dtype, causal)."""
-    have = {(e.head_dim, e.dtype, e.causal) for e in entries}
-    return [s for s in shapes if (s.D, s.dtype, s.causal) in have]
+    """The shapes the candidate has a kernel for (head dim, dtype, causal, and the cache layout:
+    a lens or paged problem only where the entry exports that layout's kernel)."""
+    have = {(e.head_dim, e.dtype, e.causal, x) for e in entries for x in ("contiguous", *e.launch.layouts)}
+    return [s for s in shapes if (s.D, s.dtype, s.causal, s.layout) in have]
+
+
+def layouts_of(entries: Sequence[Entry]) -> set[str]:
+    """The cache layouts every one of ``entries`` exports (GREEN draws those kinds only for them)."""
+    return set.intersection(*(set(e.launch.layouts) for e in entries)) if entries else set()
 
 
 # ----------------------------------------------------------------------------- device facts
@@ -192,7 +198,10 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
             ev.device["package_kernels"] = str(bool(module.prepare()))
         attention = module.attention
 
-        def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int) -> Any:
+        def package_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int, **cache: Any) -> Any:
+            if cache:                            # a lens or paged cache: the mask at each sequence's bottom right
+                return attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1],
+                                 causal_align="bottom_right", **cache)
             if causal and shift not in (0, k.shape[2] - q.shape[2]):
                 raise EvoError(f"the package op aligns a causal mask at a corner; shift {shift} is neither")
             align = "top_left" if shift == 0 else "bottom_right"
@@ -211,8 +220,8 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
     if digests:
         ev.device["kernel_sha256"] = json.dumps(digests, sort_keys=True)   # device info holds strings
 
-    def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int) -> None:
-        kernels.launch(q, k, v, o, causal=causal, shift=shift)
+    def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int, **cache: Any) -> None:
+        kernels.launch(q, k, v, o, causal=causal, shift=shift, **cache)
 
     return kernels, kernel_op, list(request.entries)
 
@@ -221,12 +230,14 @@ def _reporting(launch: Callable[..., Any]) -> Callable[..., Any]:
     """``launch`` that first reports each call as progress (GREEN only: never a timed launch)."""
     calls = 0
 
-    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float, shift: int) -> Any:
+    def report_then_launch(q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float, shift: int,
+                           **cache: Any) -> Any:
         nonlocal calls
         calls += 1
         kv = "" if k.shape == q.shape else f" on {'x'.join(map(str, k.shape))}"
-        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{kv}{' causal' if causal else ''})")
-        return launch(q, k, v, o, causal, scale, shift)
+        layout = f" {'paged' if 'block_table' in cache else 'lens'}" if cache else ""
+        progress(f"GREEN launch {calls} ({'x'.join(map(str, q.shape))}{kv}{' causal' if causal else ''}{layout})")
+        return launch(q, k, v, o, causal, scale, shift, **cache)
 
     return report_then_launch
 
@@ -244,7 +255,7 @@ def green_plan(request: EvalRequest, entries: Sequence[Entry], salt: int) -> tup
     core = [GreenCase(s) for s in supported(green_cases(), entries)]
     draws = green_settings().draws
     keys = {(e.head_dim, e.dtype, e.causal) for e in entries}
-    drawn = drawn_cases(draws, keys, salt) if draws is not None else []
+    drawn = drawn_cases(draws, keys, salt, layouts_of(entries)) if draws is not None else []
     return core + drawn, len(drawn)
 
 
@@ -287,6 +298,7 @@ def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], 
 def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases: Sequence[Shape],
           plan: Plan, session: Session, ev: Evaluation) -> None:
     """Time every case (stopping at a wrong timed output: red, with the case and why)."""
+    from evo.gpu.layouts import cache_args
     from evo.gpu.suites import green_settings
     from evo.gpu.timing import recheck_failed, time_case
 
@@ -299,8 +311,11 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
-            def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal, _shift: int = shape.shift) -> Any:
-                return op(q, k, v, o, causal=_causal, shift=_shift)
+            cache = cache_args(shape, "cuda")   # a lens or paged case's seqlens and block table, made once
+
+            def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal, _shift: int = shape.shift,
+                     _cache: dict[str, Any] = cache) -> Any:
+                return op(q, k, v, o, causal=_causal, shift=_shift, **_cache)
 
             progress(f"FAST {shape.tag}")
             known = [] if plan.interleave else [t for t in session.baselines(shape, plan) if t.backend not in beside]

@@ -13,7 +13,9 @@ a query chunk against a longer key cache, cross-attention; bf16 first) and ``dec
 query rows against a long K/V cache, docs/decode.md). Their case names are
 distinct, so a selection may mix them; a suite's name (``fast``, ``llm``) selects all of it.
 A case's ``shape`` is ``[B, H, L, D]`` or ``[B, Hq, Hkv, Lq, Lk, D]``; it may set its own
-``causal`` modes and ``align = "bottom_right"`` (the causal mask's corner).
+``causal`` modes and ``align = "bottom_right"`` (the causal mask's corner), and a cache layout
+(``layout = "lens"`` or ``"paged"``, ``lens = [shortest, longest]``, ``lens_seed``, ``page_size``:
+sequences of their own lengths, :meth:`evo.results.Shape.seqlens`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from evo import paths
 from evo.errors import EvoError
 from evo.vocab import DTYPES
-from evo.results import ALIGNS, Shape
+from evo.results import ALIGNS, LAYOUTS, Shape
 
 _SELECT = re.compile(r"^(?P<first>[^-\s]+?)(?:-(?P<last>[^-\s]+?))?(?P<mode>[cf])?$")
 _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
@@ -37,7 +39,7 @@ _IN_DTYPE = re.compile(rf"^(?P<select>.+)-(?P<dtype>{'|'.join(DTYPES)})$")
 DRAW_KINDS = ("one", "short", "edge", "odd", "long", "spiked", "long_spiked", "wide",
               "flat", "mixed", "heavy", "equal_keys", "placed", "many_heads",
               "gqa", "mqa", "chunk", "q_longer", "cross", "long_kv",
-              "decode", "decode_spikes", "decode_masked")
+              "decode", "decode_spikes", "decode_masked", "decode_lens", "decode_paged")
 """The kinds of check GREEN draws (:mod:`evo.gpu.draws`). New kinds go last: a stored salt then still
 draws the same cases for the kinds it had."""
 
@@ -121,7 +123,7 @@ class _Case:
     """One ``[[case]]``: its problem (``Shape`` fields but the dtype and causal mode) and modes."""
 
     name: str
-    dims: dict[str, Any]                 # B, H, L, D and, where given, Hkv, Lk, align
+    dims: dict[str, Any]                 # B, H, L, D and, where given, Hkv, Lk, align, the cache layout
     causal: tuple[bool, ...]
 
 
@@ -152,7 +154,24 @@ def _dims(c: Mapping[str, Any], path: Path) -> dict[str, Any]:
     align = c.get("align", "top_left")
     if align not in ALIGNS:
         raise EvoError(f"{path}: case {c['name']}: align must be one of {', '.join(ALIGNS)}")
-    return dims | {"align": align}
+    return dims | {"align": align} | _cache(c, dims, path)
+
+
+def _cache(c: Mapping[str, Any], dims: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """A case's cache layout (docs/kernel-abi.md, "Ragged and paged caches"): ``layout = "lens"``
+    or ``"paged"`` with ``lens = [shortest, longest]`` (the longest is the shape's Lk, the capacity),
+    ``lens_seed`` and, paged, ``page_size``; nothing for a contiguous cache."""
+    layout = c.get("layout", "contiguous")
+    if layout == "contiguous":
+        return {}
+    lens, seed, page = c.get("lens"), c.get("lens_seed", 0), c.get("page_size", 0)
+    if layout not in LAYOUTS or not (isinstance(lens, list) and len(lens) == 2 and all(isinstance(x, int) for x in lens)
+                                     and 0 <= lens[0] <= lens[1] == dims["Lk" if "Lk" in dims else "L"]):
+        raise EvoError(f"{path}: case {c['name']}: layout must be one of {', '.join(LAYOUTS)}, with "
+                       "lens = [shortest, longest] and the longest the shape's key length")
+    if not isinstance(seed, int) or not isinstance(page, int) or (page >= 1) != (layout == "paged"):
+        raise EvoError(f"{path}: case {c['name']}: lens_seed is an int, and page_size (>= 1) is a paged cache's")
+    return {"layout": layout, "lens_min": lens[0], "lens_seed": seed, "page_size": page}
 
 
 def _load(name: str, path: Path | None) -> _Suite:
