@@ -198,9 +198,10 @@ def disagrees(timing: Timing, limit: float = FIDELITY_LIMIT) -> str:
 
 
 def io_bytes(shape: Shape) -> float:
-    """Bytes a forward pass must move at least: Q, K, V read once, O written once."""
-    rows = 2 * shape.H * shape.L + 2 * shape.Hkv * shape.Lk
-    return float(rows * shape.B * shape.D * ELEMENT_BYTES[shape.dtype])
+    """Bytes a forward pass must move at least: Q, K, V read once, O written once (K and V: each
+    sequence's own keys, where they have lengths of their own)."""
+    rows = 2 * shape.H * shape.L * shape.B + 2 * shape.Hkv * shape.kv_rows
+    return float(rows * shape.D * ELEMENT_BYTES[shape.dtype])
 
 
 def floor_us(shape: Shape) -> float:
@@ -303,9 +304,11 @@ class InputSets:
     def _draw(self, n: int) -> Iterable[tuple[Any, Any, Any]]:
         import torch
 
+        from evo.gpu.layouts import kv_dims
+
         gen = torch.Generator(device="cuda").manual_seed(self.seed)
         s = self.shape
-        dims, dt = ((s.B, s.H, s.L, s.D), (s.B, s.Hkv, s.Lk, s.D), (s.B, s.Hkv, s.Lk, s.D)), _torch_dtype(s.dtype)
+        dims, dt = ((s.B, s.H, s.L, s.D), kv_dims(s), kv_dims(s)), _torch_dtype(s.dtype)   # k, v: a pool if paged
         for _ in range(n):
             yield tuple(torch.randn(d, generator=gen, device="cuda", dtype=dt) for d in dims)  # type: ignore[misc]
 
@@ -469,12 +472,43 @@ def sdpa_op(backend: str, shape: Shape) -> Op:
         "sdpa_default": None,
     }[backend]
     causal, shift = shape.causal, shape.shift
+    if shape.layout != "contiguous":
+        return padded_sdpa_op(restrict, shape)
 
     def op(q: Any, k: Any, v: Any, o: Any) -> Any:
         if restrict is None:
             return sdpa(q, k, v, causal=causal, shift=shift)
         with sdpa_kernel(restrict):
             return sdpa(q, k, v, causal=causal, shift=shift)
+
+    return op
+
+
+def padded_sdpa_op(restrict: Any, shape: Shape) -> Op:
+    """SDPA on a problem whose sequences have lengths of their own, as a server without a ragged
+    kernel runs it: the cache padded to the longest sequence and a boolean mask (B, 1, Lq, longest)
+    letting sequence b's query i see its keys j < seqlens[b] with j <= i + seqlens[b] - Lq when
+    causal (built once, outside the timed op), grouped heads by ``enable_gqa``; a paged cache is
+    gathered back through its block table first, inside the op (SDPA reads no pages). A sequence of
+    no keys is left as SDPA leaves it (its output is not checked)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    from evo.gpu.layouts import from_pages
+
+    lens = torch.tensor(shape.seqlens(), device="cuda")
+    longest = max(shape.seqlens())
+    j, i = torch.arange(longest, device="cuda"), torch.arange(shape.L, device="cuda")
+    mask = j[None, None, None, :] < lens[:, None, None, None]
+    if shape.causal:
+        mask &= j[None, None, None, :] <= i[None, None, :, None] + (lens - shape.L)[:, None, None, None]
+    gqa = shape.Hkv != shape.H
+
+    def op(q: Any, k: Any, v: Any, o: Any) -> Any:
+        k, v = (from_pages(t, shape)[:, :, :longest] for t in (k, v))
+        with contextlib.nullcontext() if restrict is None else sdpa_kernel(restrict):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
     return op
 
@@ -496,6 +530,9 @@ def fa4_unavailable(shape: Shape) -> str:
     _, why = _fa4()
     if why:
         return why
+    if shape.layout != "contiguous":
+        return (f"evo times FA4 through flash_attn_func on a contiguous cache only; its {shape.layout} "
+                "call (flash_attn_varlen_func with seqused_k / page_table) is not wired up")
     if shape.causal and shape.align == "top_left" and shape.Lk != shape.L:
         return "FA4 aligns a causal mask at the bottom right; this case's is at the top left with Lq != Lk"
     return ""
