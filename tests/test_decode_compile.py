@@ -1,6 +1,7 @@
-"""flash_decode compiled here (nvcc, no GPU): its default builds clean on sm_90a and sm_80, and its
-machine code is the design's: K/V streamed by cp.async (LDGSTS), tensor-core MMAs (HMMA), one
-atomic per CTA for the last-CTA combine, no local memory (no spills, no stack arrays).
+"""flash_decode compiled here (nvcc, no GPU): its default builds clean on sm_90a and sm_80, its
+_lens and _paged entries too, and their machine code is the design's: K/V streamed by cp.async
+(LDGSTS; a paged cache's rows gathered by it one by one), tensor-core MMAs (HMMA), one atomic per
+CTA for the last-CTA combine, no local memory (no spills, no stack arrays).
 tests/test_templates_cpu.py compiles a random sample of its other configurations with every family."""
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ def test_the_default_streams_kv_with_cp_async_and_combines_with_one_atomic(
     built = build_batch([rendered], arch)[0]
     assert built.status is Status.BUILT and built.cubin_path, built.reason
     for e in rendered.entries:
-        r = built.resources[e.name]
-        assert r.spill_stores == r.spill_loads == 0
-        assert r.registers * e.launch.threads <= 65536
+        assert e.names == (e.name, f"{e.name}_lens", f"{e.name}_paged")   # docs/kernel-abi.md, "Ragged and paged caches"
+        for name in e.names:
+            r = built.resources[name]
+            assert r.spill_stores == r.spill_loads == r.stack_frame == 0, name
+            assert r.registers * e.launch.threads <= 65536
     ops = _opcodes_by_kernel(built.cubin_path)
-    assert set(ops) == {e.name for e in rendered.entries}
-    for name, c in ops.items():
+    assert set(ops) == {n for e in rendered.entries for n in e.names}
+    for name, c in ops.items():                                  # the paged kernels gather rows with LDGSTS too
         assert c["LDGSTS"] > 0 and c["HMMA"] > 0 and c["LDSM"] > 0, name
         assert c["ATOMG"] + c["RED"] >= 1, name                  # the tile's arrival counter
         assert c["LDL"] == c["STL"] == 0, name                   # no local memory

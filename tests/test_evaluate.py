@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from evo.gpu.draws import LAYOUT_KINDS
 from evo.gpu.suites import DRAW_KINDS as KINDS
 from evo.gpu.evaluate import INTERLEAVED, NORMAL, QUICK, Plan, supported
 from evo.family.render import Entry
@@ -171,7 +172,7 @@ def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, lis
     assert fake_worker["time_case"] == ["baselines", "evo", "evo", "baselines", "evo"]   # re-measured at the 3rd
     assert [t.backend for t in conn.sent[0].timings][:2] == ["evo", "sdpa_flash"]
     assert conn.sent[0].device == {"name": "Fake GPU", "salt": "0", "cubin_sha256": "c" * 64,
-                                   "green_drawn": str(len(KINDS)), "fast_outputs_checked": "7"}   # one dtype
+                                   "green_drawn": str(len(set(KINDS) - set(LAYOUT_KINDS))), "fast_outputs_checked": "7"}   # one dtype
     assert conn.sent[0].reason.endswith("timed on 1 FAST cases, 7 timed outputs checked")
     assert all(kw["check"] is not None for kw in fake_worker["time_kw"] if "check" in kw)
 

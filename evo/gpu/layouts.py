@@ -36,7 +36,9 @@ def kv_dims(shape: Shape) -> tuple[int, int, int, int]:
     return (shape.B, shape.Hkv, shape.Lk, shape.D)
 
 
-def _table(shape: Shape, device: torch.device) -> torch.Tensor:
+def page_index(shape: Shape, device: str | torch.device) -> torch.Tensor:
+    """A paged cache's block table as one int64 index of B * pages_per_seq pages (what
+    :func:`from_pages` gathers by; made ahead of a CUDA graph capture, which copies nothing)."""
     return torch.tensor(shape.block_table(), dtype=torch.long, device=device)
 
 
@@ -52,16 +54,16 @@ def to_pages(t: torch.Tensor, shape: Shape) -> torch.Tensor:
     padded[:, :, :Lk] = t
     logical = padded.view(B, Hkv, P, ps, D).permute(0, 2, 1, 3, 4).reshape(B * P, Hkv, ps, D)
     pool = torch.empty_like(logical)
-    pool[_table(shape, t.device)] = logical
+    pool[page_index(shape, t.device)] = logical
     return pool
 
 
-def from_pages(pool: torch.Tensor, shape: Shape) -> torch.Tensor:
+def from_pages(pool: torch.Tensor, shape: Shape, index: torch.Tensor | None = None) -> torch.Tensor:
     """The inverse of :func:`to_pages`: the (B, Hkv, Lk, D) cache a paged pool holds (gathered
-    through the block table). ``pool`` itself for other layouts."""
+    through the block table, or ``index``, its :func:`page_index`). ``pool`` itself for other layouts."""
     if shape.layout != "paged":
         return pool
     P, ps = shape.pages_per_seq, shape.page_size
-    pages = pool[_table(shape, pool.device)]                     # (B * P, Hkv, ps, D), in key order
+    pages = pool[page_index(shape, pool.device) if index is None else index]   # (B * P, Hkv, ps, D), in key order
     cache = pages.view(shape.B, P, shape.Hkv, ps, shape.D).permute(0, 2, 1, 3, 4)
     return cache.reshape(shape.B, shape.Hkv, P * ps, shape.D)[:, :, :shape.Lk]

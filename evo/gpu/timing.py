@@ -495,7 +495,7 @@ def padded_sdpa_op(restrict: Any, shape: Shape) -> Op:
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
-    from evo.gpu.layouts import from_pages
+    from evo.gpu.layouts import from_pages, page_index
 
     lens = torch.tensor(shape.seqlens(), device="cuda")
     longest = max(shape.seqlens())
@@ -504,9 +504,10 @@ def padded_sdpa_op(restrict: Any, shape: Shape) -> Op:
     if shape.causal:
         mask &= j[None, None, None, :] <= i[None, None, :, None] + (lens - shape.L)[:, None, None, None]
     gqa = shape.Hkv != shape.H
+    index = page_index(shape, "cuda") if shape.layout == "paged" else None   # no copy inside a graph capture
 
     def op(q: Any, k: Any, v: Any, o: Any) -> Any:
-        k, v = (from_pages(t, shape)[:, :, :longest] for t in (k, v))
+        k, v = (from_pages(t, shape, index)[:, :, :longest] for t in (k, v))
         with contextlib.nullcontext() if restrict is None else sdpa_kernel(restrict):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
