@@ -1,7 +1,8 @@
 """A promoted package serves decode through a split-KV kernel (issue 34): flash_decode, built for
 this GPU and stored green with decode timings, is promoted (unverified, to keep this test short),
 pip-installed, and called on decode shapes; every output is compared with a float64 reference, and
-``explain`` must name the decode kernel. The problems run in an order where a launch with more tiles
+``explain`` must name the decode kernel; so must calls with per-sequence lengths (``seqlens``) and
+paged caches (``block_table``), served by its _lens and _paged entries. The problems run in an order where a launch with more tiles
 follows one with fewer, and the other way round, on the package's one reused workspace: the class of
 bug where one plan's counters lie over another's partial results (found on an H100 in evo's runtime)."""
 
@@ -51,6 +52,55 @@ for B, Hq, Hkv, Lq, Lk, causal in json.loads(sys.argv[1]):
     err, sdpa_err = ((x.double() - ref).abs().max().item() for x in (out, sdpa))
     rows.append({{"problem": [B, Hq, Hkv, Lq, Lk, causal], "explain": pkg.explain(q, k, v, **kw), "err": err,
                  "tol": suite["multiplier"] * sdpa_err + suite["floors"]["bf16"]}})
+print("RESULT " + json.dumps(rows))
+"""
+
+# (B, Hq, Hkv, Lq, capacity, causal, page_size: 0 for per-sequence lengths in a (B, Hkv, Lk, D) cache)
+CACHE_PROBLEMS = [(4, 32, 8, 1, 8192, False, 0), (4, 32, 8, 4, 4096, True, 16), (2, 16, 2, 16, 7777, True, 0),
+                  (1, 8, 1, 1, 16000, False, 16), (3, 32, 8, 2, 3000, True, 1), (4, 32, 8, 1, 8192, False, 48)]
+
+CACHE_SCRIPT = """
+import json, math, sys
+import torch
+import {name} as pkg
+from {name} import _fallback
+
+suite = json.load(open(pkg._check._SUITE))
+rows = []
+for B, Hq, Hkv, Lq, Lk, causal, page in json.loads(sys.argv[1]):
+    gen = torch.Generator(device="cuda").manual_seed(B * 11 + Lk)
+    q, k, v = (torch.randn(d, generator=gen, device="cuda").to(torch.bfloat16)
+               for d in ((B, Hq, Lq, 128), (B, Hkv, Lk, 128), (B, Hkv, Lk, 128)))
+    lens = [Lk, 0, 1, *torch.randint(0, Lk + 1, (B,), generator=gen, device="cuda").tolist()][:B]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    kw = dict(is_causal=causal, enable_gqa=True, seqlens=seqlens)
+    kk, vv = k, v
+    if page:
+        pages = -(-Lk // page)
+        table = torch.randperm(B * pages, generator=gen, device="cuda").view(B, pages).to(torch.int32)
+        pool = [torch.zeros(B * pages, Hkv, page, 128, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+        for t, cache in zip(pool, (k, v)):
+            padded = torch.zeros(B, Hkv, pages * page, 128, dtype=torch.bfloat16, device="cuda")
+            padded[:, :, :Lk] = cache
+            t[table.long().view(-1)] = padded.view(B, Hkv, pages, page, 128).transpose(1, 2).reshape(-1, Hkv, page, 128)
+        kk, vv = pool
+        kw["block_table"] = table
+    out = pkg.attention(q, kk, vv, **kw)
+    ref = torch.zeros(B, Hq, Lq, 128, dtype=torch.float64, device="cuda")
+    for b, n in enumerate(lens):
+        if not n:
+            continue
+        kb, vb = (t[b, :, :n].repeat_interleave(Hq // Hkv, dim=0).double() for t in (k, v))
+        s = (q[b].double() @ kb.transpose(-1, -2)) / math.sqrt(128)
+        if causal:
+            seen = torch.arange(n, device="cuda")[None, :] <= torch.arange(Lq, device="cuda")[:, None] + n - Lq
+            s = s.masked_fill(~seen, float("-inf"))
+        ref[b] = (torch.softmax(s, dim=-1).nan_to_num(0.0) @ vb)
+    sdpa = _fallback.sdpa_cache(q, kk, vv, causal, None, True, seqlens, kw.get("block_table"))
+    err, sdpa_err = ((x.double() - ref).abs().max().item() for x in (out, sdpa))
+    rows.append({{"problem": [B, Hq, Hkv, Lq, Lk, causal, page], "explain": pkg.explain(q, kk, vv, **kw),
+                 "err": err, "tol": suite["multiplier"] * sdpa_err + suite["floors"]["bf16"],
+                 "zeros": not bool(out[1].any()) if B > 1 else True}})
 print("RESULT " + json.dumps(rows))
 """
 
@@ -108,3 +158,18 @@ def test_an_installed_package_serves_decode_with_the_split_kv_kernel(tmp_path: P
                                          f"{build_id[:12]} (its decode route "), row
         assert row["err"] <= row["tol"], row
     assert len(rows) == len(PROBLEMS)
+
+    # per-sequence lengths and paged caches go to the same kernel's _lens / _paged entry
+    run = subprocess.run([sys.executable, "-c", CACHE_SCRIPT.format(name=NAME), json.dumps(CACHE_PROBLEMS)],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads(lines[-1][len("RESULT "):])
+    for row in rows:
+        print(row)
+        causal, page = row["problem"][-2:]
+        entry = f"evo_attn_d128_bf16_{'causal' if causal else 'full'}"
+        assert row["explain"].startswith(f"kernel {entry} of candidate {build_id[:12]} (its decode route "), row
+        assert f"through its {'paged' if page else 'lens'} entry {entry}_{'paged' if page else 'lens'}" in row["explain"]
+        assert row["err"] <= row["tol"] and row["zeros"], row
+    assert len(rows) == len(CACHE_PROBLEMS)

@@ -488,7 +488,8 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
                             "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes,
                             "abi": e.launch.abi, "tma_rows": list(e.launch.tma_rows),
                             "persistent": e.launch.persistent, "head_dim": e.head_dim,
-                            "split": dataclasses.asdict(e.launch.split) if e.launch.split else None})
+                            "split": dataclasses.asdict(e.launch.split) if e.launch.split else None,
+                            "layouts": list(e.launch.layouts)})
     table = []
     for r in routes:
         d, dt, causal = r.key

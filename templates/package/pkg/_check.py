@@ -34,10 +34,13 @@ _SCORES_BYTES = 1 << 30     # the reference goes through the heads in chunks of 
 
 def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
             dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
-            *, causal_align: str = "top_left") -> str:
+            *, causal_align: str = "top_left", seqlens: torch.Tensor | None = None,
+            block_table: torch.Tensor | None = None) -> str:
     """One line: the kernel (candidate, entry) that serves this call and what its route serves, or
     why SDPA does. Takes ``attention``'s arguments as they are (``scale`` does not change the path)."""
     _fallback.bottom_right(causal_align)
+    if seqlens is not None:
+        return _explain_cache(query, key, value, is_causal, enable_gqa, seqlens, block_table)
     reason = _not_served(query, key, value, attn_mask, dropout_p, enable_gqa)
     if reason:
         return f"SDPA: {reason}"
@@ -48,6 +51,33 @@ def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
     if lib is None or not lib.supports(query, key, value, is_causal, causal_align == "bottom_right"):
         return "SDPA: the kernels do not run here (no launcher, or another GPU arch)"
     return served(route)
+
+
+def _explain_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, enable_gqa: bool,
+                   seqlens: torch.Tensor, block_table: torch.Tensor | None) -> str:
+    """:func:`explain` of a call with per-sequence lengths (and a block table): the decode route of
+    its capacity and that kernel's _lens / _paged entry, or why SDPA serves it (the pages gathered
+    back, the keys past each length masked)."""
+    layout = "paged" if block_table is not None else "lens"
+    fallback = "SDPA (" + ("pages gathered, " if block_table is not None else "") + "keys past each length masked): "
+    if not (query.is_cuda and key.is_cuda and seqlens.is_cuda) or query.dim() != 4 or key.dim() != 4:
+        return fallback + "the kernels take CUDA tensors q (B, Hq, Lq, D) and k, v of 4 dimensions"
+    if query.shape[1] % key.shape[1] or (query.shape[1] != key.shape[1] and not enable_gqa):
+        return fallback + f"Hq={query.shape[1]} on Hkv={key.shape[1]} (enable_gqa=True and a multiple needed)"
+    capacity = key.shape[2] * (block_table.shape[1] if block_table is not None else 1)
+    B, Hq, Lq, D = query.shape
+    problem = Problem(B, Hq, key.shape[1], Lq, capacity, D, _DTYPES.get(query.dtype, str(query.dtype)), is_causal,
+                      "bottom_right" if is_causal else "top_left")
+    route, why = route_for(_launcher.table()["routes"], problem)
+    if route is None:
+        return fallback + why
+    if layout not in (_launcher.table()["kernels"][route["kernel"]].get("layouts") or []):
+        return fallback + f"the kernel of its route, {route['entry']}, has no {layout} entry"
+    lib = _launcher.get()
+    if lib is None or not lib.supports_cache(query, key, value, is_causal, seqlens, block_table):
+        return fallback + ("the kernels do not run here, or the inputs are not theirs (int32 contiguous seqlens "
+                           "(B,) and block_table (B, pages_per_seq) on q's device, 16-byte aligned tensors)")
+    return f"{served(route)}, through its {layout} entry {route['entry']}_{layout} on a capacity of {capacity} keys"
 
 
 def problem_of(query: torch.Tensor, key: torch.Tensor, is_causal: bool, causal_align: str) -> Problem:

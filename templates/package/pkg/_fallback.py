@@ -10,6 +10,10 @@
   row see every key, so that the softmax stays finite forward and backward, and the row is then
   zeroed.
 
+- per-sequence lengths (``seqlens``) and a paged cache (``block_table``): :func:`sdpa_cache` gathers
+  the pages back into a (B, Hkv, Lk, D) cache and masks each sequence's keys past its length, its
+  causal mask at its own bottom right; a sequence of no keys is zeros.
+
 Everything else is SDPA's own behaviour, its errors included (Hq != Hkv without ``enable_gqa``, a
 mask together with ``is_causal``, ...), so ``attention`` stays a drop-in for it.
 """
@@ -57,3 +61,31 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
         return out.masked_fill(unseen.unsqueeze(-1), 0.0)
     return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def gather_pages(pool: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """The (B, Hkv, pages_per_seq * page_size, D) cache a pool (pages, Hkv, page_size, D) holds:
+    key j of sequence b is row j % page_size of page block_table[b, j // page_size]."""
+    B, pages = block_table.shape
+    _, Hkv, page_size, D = pool.shape
+    picked = pool[block_table.long().reshape(-1)]                 # (B * pages, Hkv, page_size, D)
+    return picked.view(B, pages, Hkv, page_size, D).transpose(1, 2).reshape(B, Hkv, pages * page_size, D)
+
+
+def sdpa_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: float | None,
+               enable_gqa: bool, seqlens: torch.Tensor, block_table: torch.Tensor | None) -> torch.Tensor:
+    """SDPA on sequences of their own lengths: a paged cache gathered back first, then a boolean
+    mask (B, 1, Lq, Lk) letting sequence b's query i see its keys j < seqlens[b] (and, causal,
+    j <= i + seqlens[b] - Lq); a row that sees no key sees every key and is then zeroed."""
+    if block_table is not None:
+        key, value = gather_pages(key, block_table), gather_pages(value, block_table)
+    Lq, Lk = query.shape[-2], key.shape[-2]
+    n = seqlens.to(query.device, torch.long).view(-1, 1, 1, 1)
+    j = torch.arange(Lk, device=query.device).view(1, 1, 1, Lk)
+    mask = j < n
+    if is_causal:
+        mask = mask & (j <= torch.arange(Lq, device=query.device).view(1, 1, Lq, 1) + n - Lq)
+    unseen = ~mask.any(dim=-1, keepdim=True)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask | unseen, scale=scale,
+                                         enable_gqa=enable_gqa)
+    return out.masked_fill(unseen, 0.0)

@@ -6,7 +6,9 @@
 // grid, split length and workspace of _splitkv.launch_numbers (evo's own split-plan module, copied
 // into the package), the workspace taken from torch's caching allocator for each launch, its counters
 // zeroed on the stream before it. No host sync and no allocation outside torch's caching allocator, so
-// calls can be captured in a CUDA graph once the kernels are loaded.
+// calls can be captured in a CUDA graph once the kernels are loaded. A split-KV kernel may also
+// export per-sequence-length and paged entries (NAME_lens, NAME_paged: docs/kernel-abi.md, "Ragged
+// and paged caches"), which run_cache() launches for calls that pass seqlens (and a block table).
 //
 // Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
 // microseconds of host time, or returns None when the kernels do not cover it (the caller then
@@ -107,6 +109,8 @@ struct Kernel {
   bool persistent;     // grid = min(tiles, SMs) x 1 x 1
   int head_dim;
   std::vector<int> split;  // split-KV ABI: key_tile, split_min, waves (empty: another ABI)
+  bool lens = false;       // it also exports NAME_lens (per-sequence lengths)
+  bool paged = false;      // ... and NAME_paged (a paged cache)
 };
 
 // (head_dim, dtype, causal, max(Lq, Lk) <= max_len) -> kernel, serving B*Hq <= max_bh, Hq/Hkv <=
@@ -132,6 +136,7 @@ struct DeviceState {
   std::mutex mutex;                 // guards loading
   CUcontext context = nullptr;      // the device's primary context (torch's)
   std::vector<CUfunction> functions;
+  std::vector<CUfunction> lens_functions, paged_functions;  // per kernel, nullptr where it has none
   int sms = 0;                      // multiprocessors, for persistent grids and split plans
 };
 
@@ -176,17 +181,24 @@ void load_modules(DeviceState& st, int device) {
   check(d.ctx_push_current(st.context), "cuCtxPushCurrent");
   std::vector<CUmodule> modules(g_images.size());
   std::vector<CUfunction> functions(g_kernels.size());
+  std::vector<CUfunction> lens(g_kernels.size(), nullptr), paged(g_kernels.size(), nullptr);
+  // Looks up one function and raises its shared memory limit above the 48 KB default where needed;
+  // that also makes the driver load it now (with lazy loading it would otherwise load at a first
+  // launch, maybe captured).
+  auto function = [&](CUfunction* out, const Kernel& k, const std::string& name) {
+    CUresult r = d.module_get_function(out, modules[k.image], name.c_str());
+    if (r != CUDA_SUCCESS) fail(r, "cuModuleGetFunction(" + name + ")");
+    r = d.func_set_attribute(*out, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.smem_bytes);
+    if (r != CUDA_SUCCESS) fail(r, "cuFuncSetAttribute(" + name + ", MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  };
   try {
     for (size_t i = 0; i < g_images.size(); ++i)
       check(d.module_load_data(&modules[i], g_images[i].data()), "cuModuleLoadData");
     for (size_t i = 0; i < g_kernels.size(); ++i) {
       const Kernel& k = g_kernels[i];
-      CUresult r = d.module_get_function(&functions[i], modules[k.image], k.entry.c_str());
-      if (r != CUDA_SUCCESS) fail(r, "cuModuleGetFunction(" + k.entry + ")");
-      // Raises the limit above the 48 KB default where needed; it also makes the driver load the
-      // function now (with lazy loading it would otherwise load at a first launch, maybe captured).
-      r = d.func_set_attribute(functions[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.smem_bytes);
-      if (r != CUDA_SUCCESS) fail(r, "cuFuncSetAttribute(" + k.entry + ", MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+      function(&functions[i], k, k.entry);
+      if (k.lens) function(&lens[i], k, k.entry + "_lens");
+      if (k.paged) function(&paged[i], k, k.entry + "_paged");
     }
   } catch (...) {
     CUcontext popped;
@@ -197,6 +209,8 @@ void load_modules(DeviceState& st, int device) {
   check(d.ctx_pop_current(&popped), "cuCtxPopCurrent");
   check(d.device_get_attribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
   st.functions = std::move(functions);
+  st.lens_functions = std::move(lens);
+  st.paged_functions = std::move(paged);
 }
 
 // The 3-D tensor map of a contiguous (B, H, L, D) tensor with its own shape (q, o: (D, Lq, B*Hq);
@@ -286,6 +300,22 @@ bool within(const Route& r, int64_t bh, int64_t group, bool uneven, bool causal,
   return r.cross && (!causal || (bottom_right ? r.bottom_right : r.top_left));
 }
 
+// The kernel of the route for q's head dim, dtype and query rows on Lk keys (B sequences, Hkv key/value
+// heads), or -1 when none serves it or the kernels do not run on q's device.
+int route_kernel(const at::Tensor& q, int64_t B, int64_t Hkv, int64_t Lk, bool causal, bool bottom_right) {
+  const int64_t Hq = q.size(1), Lq = q.size(2), D = q.size(3);
+  const int64_t length = std::max(Lq, Lk);
+  for (const Route& r : g_routes) {
+    if (r.head_dim == D && r.dtype == q.scalar_type() && r.causal == causal && (r.max_lq == 0 || Lq <= r.max_lq) &&
+        length <= r.max_len) {
+      if (!within(r, B * Hq, Hq / Hkv, Lq != Lk, causal, bottom_right)) return -1;
+      DeviceState* st = state(q.get_device());
+      return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
+    }
+  }
+  return -1;
+}
+
 // The kernel that serves this call, or -1 when SDPA has to.
 int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, bool bottom_right) {
   if (g_kernels.empty() || !q.is_cuda() || !abi_shapes(q, k, v)) return -1;
@@ -296,29 +326,49 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
     return -1;                                                       // forward only: SDPA has autograd
   if (!aligned(q) || !aligned(k) || !aligned(v)) return -1;
-  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), Lk = k.size(2);
-  const int64_t length = std::max(Lq, Lk);
-  for (const Route& r : g_routes) {
-    if (r.head_dim == D && r.dtype == dt && r.causal == causal && (r.max_lq == 0 || Lq <= r.max_lq) &&
-        length <= r.max_len) {
-      if (!within(r, B * Hq, Hq / Hkv, Lq != Lk, causal, bottom_right)) return -1;
-      DeviceState* st = state(q.get_device());
-      return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
-    }
-  }
-  return -1;
+  return route_kernel(q, q.size(0), k.size(1), k.size(2), causal, bottom_right);
+}
+
+// Whether t is a contiguous int32 tensor on q's device of `dims` dimensions, the first q's batch.
+bool index_tensor(const at::Tensor& t, const at::Tensor& q, int64_t dims) {
+  return t.is_cuda() && t.device() == q.device() && t.scalar_type() == at::kInt && t.is_contiguous() &&
+         t.dim() == dims && t.size(0) == q.size(0) && t.numel() >= 1;
+}
+
+// The kernel that serves a call with per-sequence lengths (seqlens) and, paged, a block table, or -1:
+// the route of its capacity (Lk, or pages_per_seq x page_size) with the mask at the bottom right of
+// each sequence, whose kernel exports that layout. k and v: (B, Hkv, Lk, D), or the pool (pages,
+// Hkv, page_size, D). The lengths stay on the device: each must be within the capacity.
+int pick_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, const at::Tensor& seqlens,
+               const std::optional<at::Tensor>& block_table) {
+  if (g_kernels.empty() || !q.is_cuda() || q.dim() != 4 || k.dim() != 4 || v.sizes() != k.sizes()) return -1;
+  const at::ScalarType dt = q.scalar_type();
+  if ((dt != at::kHalf && dt != at::kBFloat16) || k.scalar_type() != dt || v.scalar_type() != dt) return -1;
+  if (k.device() != q.device() || v.device() != q.device() || !index_tensor(seqlens, q, 1)) return -1;
+  if (block_table && !index_tensor(*block_table, q, 2)) return -1;
+  if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) return -1;
+  if (!aligned(q) || !aligned(k) || !aligned(v)) return -1;
+  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1);
+  if (k.size(3) != D || (!block_table && k.size(0) != B)) return -1;
+  if (B < 1 || Hq < 1 || Lq < 1 || Hkv < 1 || k.size(2) < 1 || Hq % Hkv != 0) return -1;
+  if (B * Hq > kMaxGridY || q.numel() > kMaxElements || k.numel() > kMaxElements) return -1;
+  const int64_t Lk = block_table ? block_table->size(1) * k.size(2) : k.size(2);
+  if (Lk > kMaxElements) return -1;
+  const int index = route_kernel(q, B, Hkv, Lk, causal, true);
+  if (index < 0) return -1;
+  return (block_table ? g_kernels[index].paged : g_kernels[index].lens) ? index : -1;
 }
 
 // ---- the Python-facing functions -------------------------------------------------------------
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
-// persistent, head_dim, split);
+// persistent, head_dim, split, layouts);
 // routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel), the
 // decode routes (max_lq > 0) first, each kind in increasing max_len per key (_routes.ordered); past
 // the last max_len of a key, and past any other limit of a route, SDPA serves the call (promote
 // verified no further); planner: _splitkv.launch_numbers.
-using KernelArgs = std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool, int, std::vector<int>>;
+using KernelArgs = std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool, int, std::vector<int>,
+                              std::vector<std::string>>;
 using RouteArgs = std::tuple<int64_t, std::string, bool, int64_t, int64_t, int64_t, bool,
                              std::vector<std::string>, int64_t, int>;
 
@@ -330,7 +380,8 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
     first = true;
     g_package = package;
     for (const py::bytes& b : images) g_images.emplace_back(b);
-    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split] : kernels) {
+    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, layouts] :
+         kernels) {
       TORCH_CHECK(image >= 0 && image < static_cast<int>(g_images.size()), "bad image index");
       TORCH_CHECK(threads > 0 && rows > 0 && smem >= 0, "bad launch config for ", entry);
       TORCH_CHECK(!tma || (tma_rows.size() == 4 && *std::min_element(tma_rows.begin(), tma_rows.end()) > 0),
@@ -338,7 +389,11 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
       TORCH_CHECK(split.empty() || (split.size() == 3 && *std::min_element(split.begin(), split.end()) > 0 &&
                                     head_dim > 0 && !tma && !persistent),
                   "bad split-KV launch config for ", entry);
-      g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split});
+      const bool lens = std::count(layouts.begin(), layouts.end(), "lens") > 0;
+      const bool paged = std::count(layouts.begin(), layouts.end(), "paged") > 0;
+      TORCH_CHECK(!(lens || paged) || !split.empty(), "only a split-KV kernel has cache layouts: ", entry);
+      g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, lens,
+                           paged});
     }
     for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel] : routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
@@ -370,6 +425,24 @@ bool prepare(int device) {
   DeviceState* st = state(device);
   if (st == nullptr || g_kernels.empty() || !arch_ok(*st, device)) return false;
   return ensure_loaded(*st, device);
+}
+
+// Launches `function` of `kern` on `stream` in the device's context (pushed where another is current,
+// e.g. tensors on another device than the current one).
+void enqueue(const DeviceState& st, CUfunction function, const Kernel& kern, unsigned grid_x, unsigned grid_y,
+             CUstream stream, void** args, const std::string& name) {
+  const Driver& d = driver();
+  CUcontext current = nullptr;
+  check(d.ctx_get_current(&current), "cuCtxGetCurrent");
+  const bool swap = current != st.context;
+  if (swap) check(d.ctx_push_current(st.context), "cuCtxPushCurrent");
+  const CUresult launched = d.launch_kernel(function, grid_x, grid_y, 1, kern.threads, 1, 1, kern.smem_bytes, stream,
+                                            args, nullptr);
+  if (swap) {
+    CUcontext popped;
+    d.ctx_pop_current(&popped);
+  }
+  if (launched != CUDA_SUCCESS) fail(launched, g_package + ": cuLaunchKernel(" + name + ")");
 }
 
 std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -425,18 +498,52 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
     }
   }
 
-  const Driver& d = driver();
-  CUcontext current = nullptr;
-  check(d.ctx_get_current(&current), "cuCtxGetCurrent");
-  const bool swap = current != st.context;  // e.g. tensors on another device than the current one
-  if (swap) check(d.ctx_push_current(st.context), "cuCtxPushCurrent");
-  const CUresult launched = d.launch_kernel(st.functions[index], grid_x, grid_y, 1, kern.threads, 1, 1,
-                                            kern.smem_bytes, stream, args, nullptr);
-  if (swap) {
-    CUcontext popped;
-    d.ctx_pop_current(&popped);
+  enqueue(st, st.functions[index], kern, grid_x, grid_y, stream, args, kern.entry);
+  return o;
+}
+
+// A split-KV call with per-sequence lengths (seqlens, int32 (B,)) and, paged, a block table (int32
+// (B, pages_per_seq)) over a pool k, v (pages, Hkv, page_size, D): the kernel's NAME_lens or
+// NAME_paged with the plan of its capacity, each sequence's causal mask at its bottom right. None
+// when no kernel serves it.
+std::optional<at::Tensor> run_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                    std::optional<double> scale, const at::Tensor& seqlens,
+                                    const std::optional<at::Tensor>& block_table) {
+  const int index = pick_cache(q, k, v, causal, seqlens, block_table);
+  if (index < 0) return std::nullopt;
+  const int device = q.get_device();
+  DeviceState& st = *g_devices[device];
+  if (!ensure_loaded(st, device)) return std::nullopt;
+  const Kernel& kern = g_kernels[index];
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  at::Tensor o = at::empty(qc.sizes(), qc.options());
+  int B = static_cast<int>(q.size(0)), H = static_cast<int>(q.size(1)), Hkv = static_cast<int>(k.size(1));
+  int L = static_cast<int>(q.size(2)), page_size = static_cast<int>(k.size(2));
+  int pages = block_table ? static_cast<int>(block_table->size(1)) : 0;
+  int Lk = block_table ? pages * page_size : page_size;   // the capacity: the split plan's length
+  int shift = 0;                                          // not read: each sequence's own bottom right
+  float s = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  void* qp = qc.data_ptr();
+  void* kp = kc.data_ptr();
+  void* vp = vc.data_ptr();
+  void* op = o.data_ptr();
+  void* lp = seqlens.data_ptr();
+  void* tp = block_table ? block_table->data_ptr() : nullptr;
+  void* wsp = nullptr;
+  at::Tensor workspace;
+  const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms);
+  int split_len = plan.split_len;
+  if (plan.workspace_bytes > 0) {         // as run(): the launch's own, its counters zeroed first
+    workspace = at::empty({plan.workspace_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+    workspace.narrow(0, 0, plan.counter_bytes).zero_();
+    wsp = workspace.data_ptr();
   }
-  if (launched != CUDA_SUCCESS) fail(launched, g_package + ": cuLaunchKernel(" + kern.entry + ")");
+  void* lens_args[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len, &lp};
+  void* paged_args[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len, &lp, &tp,
+                        &page_size, &pages};
+  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  enqueue(st, block_table ? st.paged_functions[index] : st.lens_functions[index], kern, plan.grid_x, plan.grid_y,
+          stream, block_table ? paged_args : lens_args, kern.entry + (block_table ? "_paged" : "_lens"));
   return o;
 }
 
@@ -449,4 +556,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("prepare", &prepare, "Load the kernels on a device; false if they cannot run there");
   m.def("run", &run, "Attention through the dispatch table, or None when SDPA must serve the call",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("bottom_right"), py::arg("scale"));
+  m.def("supports_cache", [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                             const at::Tensor& seqlens, const std::optional<at::Tensor>& block_table) {
+          return pick_cache(q, k, v, causal, seqlens, block_table) >= 0;
+        }, "Whether run_cache() would launch a kernel for these inputs");
+  m.def("run_cache", &run_cache, "Attention with per-sequence lengths (and a block table): a kernel, or None",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"), py::arg("seqlens"),
+        py::arg("block_table"));
 }
