@@ -168,8 +168,10 @@ def is_decode(s: Shape) -> bool:
 def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
     """The dispatch table: the decode routes (planned on the decode cases alone, each serving at
     most DECODE_ROWS query rows) and then the others (planned on every other case), as
-    :func:`_plan_part` plans each."""
-    measured = [(c.view.id, m) for c in contenders for m in c.cases]
+    :func:`_plan_part` plans each. Cases with per-sequence lengths or pages (D6, D7) plan no route:
+    a route's bucket is of one length for the whole batch, and the package sends such a call to the
+    layout entry of the kernel its capacity's contiguous route chose."""
+    measured = [(c.view.id, m) for c in contenders for m in c.cases if m.shape.layout == "contiguous"]
     decode = [(cid, m) for cid, m in measured if is_decode(m.shape)]
     rest = [(cid, m) for cid, m in measured if not is_decode(m.shape)]
     return _plan_part(contenders, decode, min_speedup, DECODE_ROWS) + _plan_part(contenders, rest, min_speedup, None)
