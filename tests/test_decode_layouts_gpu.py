@@ -144,5 +144,6 @@ def test_fast_times_a_ragged_batch_and_checks_its_outputs(built: Built, layout: 
     got = time_case(cand, shape, ("sdpa_default", "fa4"), rounds=2, reps=3, check=green_settings())
     assert not got.output_failure, got.output_failure
     assert got.outputs_checked > 0
-    assert [t.backend for t in got.timings] == ["evo", "sdpa_default"]   # SDPA padded to the longest, masked
-    assert "fa4" in got.unavailable                              # said why, never dropped silently
+    assert [t.backend for t in got.timings][:2] == ["evo", "sdpa_default"]   # SDPA padded to the longest, masked
+    timed = {t.backend for t in got.timings}
+    assert ("fa4" in timed) != ("fa4" in got.unavailable)        # FA4 timed, or why not: never dropped silently

@@ -524,6 +524,17 @@ def _fa4() -> tuple[Callable[..., Any] | None, str]:
     return flash_attn_func, ""
 
 
+@functools.cache
+def _fa4_varlen() -> tuple[Callable[..., Any] | None, str]:
+    """FlashAttention-4's ``flash_attn_varlen_func`` (lengths per sequence through ``seqused_k``, a
+    paged cache through ``page_table``) and "", or None and why it does not import."""
+    try:
+        from flash_attn.cute import flash_attn_varlen_func  # type: ignore[import-not-found]
+    except Exception as exc:  # noqa: BLE001 - as _fa4
+        return None, f"flash_attn.cute has no flash_attn_varlen_func: {one_line(exc)}"
+    return flash_attn_varlen_func, ""
+
+
 def fa4_unavailable(shape: Shape) -> str:
     """Why FlashAttention-4 cannot time ``shape`` ("" when it can): ``flash_attn.cute`` does not
     import, or the case's causal mask is at the top left with Lq != Lk (FA4 aligns a causal mask at
@@ -532,8 +543,7 @@ def fa4_unavailable(shape: Shape) -> str:
     if why:
         return why
     if shape.layout != "contiguous":
-        return (f"evo times FA4 through flash_attn_func on a contiguous cache only; its {shape.layout} "
-                "call (flash_attn_varlen_func with seqused_k / page_table) is not wired up")
+        return _fa4_varlen()[1]
     if shape.causal and shape.align == "top_left" and shape.Lk != shape.L:
         return "FA4 aligns a causal mask at the bottom right; this case's is at the top left with Lq != Lk"
     return ""
@@ -544,6 +554,8 @@ def fa4_op(shape: Shape) -> Op:
     (B, L, H, D) tensors, so it gets ``transpose(1, 2)`` views of our (B, H, L, D) inputs (no copy;
     the head dim stays contiguous), its own grouped heads, and ``causal`` (bottom-right aligned:
     :func:`fa4_unavailable` says which cases it cannot run)."""
+    if shape.layout != "contiguous":
+        return fa4_cache_op(shape)
     func, why = _fa4()
     if func is None:
         raise RuntimeError(why)
@@ -552,6 +564,29 @@ def fa4_op(shape: Shape) -> Op:
     def op(q: Any, k: Any, v: Any, o: Any) -> Any:
         out = func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, softmax_scale=None)
         return out[0] if isinstance(out, tuple) else out   # (out, lse) in flash_attn.cute
+
+    return op
+
+
+def fa4_cache_op(shape: Shape) -> Op:
+    """FlashAttention-4 on a problem with per-sequence lengths: ``flash_attn_varlen_func`` on
+    (B, L, H, D) views with ``seqused_k`` (each sequence's keys, its causal mask at their bottom
+    right, as ours) and, paged, ``page_table`` over the pool seen as (pages, page_size, Hkv, D)
+    (``transpose(1, 2)`` of ours, no copy). The index tensors are made once, outside the timed op.
+    A call FA4 refuses (a page size it does not take, say) makes the harness report it as unable
+    to run the case."""
+    from evo.gpu.layouts import cache_args
+
+    func, why = _fa4_varlen()
+    if func is None:
+        raise RuntimeError(why)
+    args = cache_args(shape, "cuda")
+    seqused, table, causal = args["seqlens"], args.get("block_table"), shape.causal
+
+    def op(q: Any, k: Any, v: Any, o: Any) -> Any:
+        out = func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), seqused_k=seqused, page_table=table,
+                   causal=causal, softmax_scale=None)
+        return out[0] if isinstance(out, tuple) else out
 
     return op
 
