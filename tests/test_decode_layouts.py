@@ -14,19 +14,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from evo.errors import EvoError
 from evo.family.manifest import load_family
 from evo.family.render import render
 from evo.family.space import launch_config, make_candidate, split_plan
+from evo.gpu.evaluate import layouts_of, supported
 from evo.gpu.draws import DECODE_SCORES, LAYOUT_KINDS, PAGE_SIZES, drawn_cases
 from evo.gpu.gate import SPIKES_TAIL, make_inputs, problem_reference, run_green, verdict
 from evo.gpu.layouts import cache_args, from_pages, kv_dims, to_pages
+from evo.gpu.runtime import check_cache, check_tensors
 from evo.gpu.suites import DRAW_KINDS, DrawSettings, GreenCase, GreenSettings, fast_cases
-from evo.results import Shape, Status
+from evo.results import CheckResult, Shape, Status, Timing
+from evo.store import open_store
+from store_fixture import FIXTURES, PARENT, built, evaluation, tiny
 
 SMS = 132
 FAMILY = load_family("flash_decode")
@@ -150,6 +156,7 @@ def test_layout_draws_span_what_the_issue_asks_for() -> None:
     assert all({0, 1, c.shape.Lk} <= set(c.shape.seqlens()) for c in cases)
     assert all(c.shape.B * c.shape.H * c.shape.L * c.shape.Lk <= DECODE_SCORES for c in cases)
     assert {c.shape.page_size for c in cases if c.shape.layout == "paged"} == set(PAGE_SIZES)
+    assert all(c.shape.pages_per_seq >= 2 for c in cases if c.shape.layout == "paged")
     assert all(c.inputs == "spikes" for c in cases)
     assert max(c.shape.Lk for c in cases) >= 16384 and {c.shape.L for c in cases} == set(range(1, 17))
     split = LAUNCH.split
@@ -205,3 +212,44 @@ def test_the_faulty_family_plants_the_page_fault_only_where_asked(monkeypatch: p
     planted = render(make_candidate("faulty_decode", {"DECODE_FAULT": "page_off_by_one"})).source
     assert "(j / page_size + 1) % pages" in planted and "(j / page_size + 1)" not in honest
     assert "evo_attn_d128_bf16_causal_paged(" in honest and "evo_attn_d64_fp16_full_lens(" in honest
+
+
+def test_the_store_keeps_a_checks_and_a_timings_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
+    lens = Shape("D6", 64, 32, 1, 128, False, "bf16", 8, 16000, "top_left", "lens", 100, 34)
+    paged = Shape("R24 sd=2.0 spike 2spk", 5, 8, 4, 64, True, "fp16", 2, 900, "top_left", "paged", 0, 17, 48)
+    with open_store(f"sqlite:///{tmp_path / 'evo.sqlite'}") as store:
+        item = tiny()
+        store.record_build(item, built(item, PARENT))
+        ev = evaluation(PARENT)
+        store.record_evaluation(replace(ev, checks=[*ev.checks, CheckResult(paged, 0, True, 1e-3, 1e-3, 3e-3)],
+                                        timings=[*ev.timings, Timing(lens, "evo", 300.0, 290.0, 310.0, [300.0])]))
+        (view,) = store.evaluations(PARENT)
+    assert view.checks[-1].shape == paged and view.timings[-1].shape == lens
+    assert view.checks[0].shape == ev.checks[0].shape                # a contiguous row reads as before
+
+
+def test_a_family_without_the_layout_entries_is_not_asked_them() -> None:
+    entries = render(make_candidate(FAMILY)).entries
+    plain = tuple(replace(e, launch=replace(e.launch, layouts=())) for e in entries)
+    assert layouts_of(entries) == BOTH and layouts_of(plain) == set()
+    cases = fast_cases(["decode"])
+    assert [s.case for s in supported(cases, entries)] == [s.case for s in cases]
+    assert [s.case for s in supported(cases, plain)] == ["D1", "D2", "D3", "D4", "D5"]
+
+
+def test_the_runtime_refuses_index_tensors_the_kernels_do_not_take() -> None:
+    q = torch.zeros(3, 8, 1, 64, dtype=torch.float16)
+    pool = torch.zeros(12, 2, 16, 64, dtype=torch.float16)
+    cpu = torch.device("cpu")
+    good, table = torch.tensor([5, 0, 64], dtype=torch.int32), torch.zeros(3, 4, dtype=torch.int32)
+    check_cache(q, good, table, cpu)
+    check_tensors(q, pool, pool, q.clone(), cpu, pool=True)           # a pool: any number of pages
+    with pytest.raises(EvoError, match="int32"):
+        check_cache(q, good.long(), None, cpu)
+    with pytest.raises(EvoError, match="shape"):
+        check_cache(q, good[:2], None, cpu)
+    with pytest.raises(EvoError, match="shape"):
+        check_cache(q, good, table.view(-1), cpu)
+    with pytest.raises(EvoError, match="batch"):
+        check_tensors(q, pool, pool, q.clone(), cpu)                   # not a pool: k needs q's batch

@@ -235,13 +235,13 @@ def _layout_problem(kind: str, settings: DrawSettings, rng: random.Random) -> tu
     are ragged and some lie past a sequence's end) on a capacity from the top half (log-uniform) of
     ``settings.decode_keys``, 1-16 query rows, 1-32 query heads per key/value head, the mask at each
     sequence's bottom right; ``decode_paged`` keeps them in shuffled pages of :data:`PAGE_SIZES`
-    keys. B * Hq * Lq * Lk stays within :data:`DECODE_SCORES`."""
+    keys, at least two to the capacity (so a wrong page-table entry always reads another page). B * Hq * Lq * Lk stays within :data:`DECODE_SCORES`."""
     lo, hi = settings.decode_keys
     group, Lq = rng.choice(DECODE_GROUPS), rng.randint(1, DECODE_ROWS)
     B, hkv = rng.randint(*LAYOUT_BATCH), rng.randint(1, 2)
     Lk = round(_log_uniform(rng, max(lo, math.isqrt(hi)), hi))
     Lk = max(2, min(Lk, DECODE_SCORES // (B * hkv * group * Lq)))
-    page = rng.choice(PAGE_SIZES) if kind == "decode_paged" else 0
+    page = rng.choice([p for p in PAGE_SIZES if 2 * p <= Lk]) if kind == "decode_paged" else 0   # 2+ pages
     return B, hkv * group, Lq, (hkv, "bottom_right", Lk), (LAYOUT_KINDS[kind], 0, rng.randint(0, 99999), page)
 
 
