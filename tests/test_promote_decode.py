@@ -37,7 +37,7 @@ from evo.toolchain.build import build_id_for, cache_dir
 
 DEVICE = {"name": "NVIDIA H100 80GB HBM3", "sm": "90"}
 NAME = "decode_pkg"
-DECODE = fast_cases(["decode"])                       # D1-D5, bf16, D = 128
+DECODE = fast_cases(["decode"])                       # D1-D7, bf16, D = 128
 PREFILL = [Shape("L8", 16, 32, 512, 128, False, "bf16", 8), Shape("L1", 1, 32, 4096, 128, False, "bf16", 8),
            Shape("L8", 16, 32, 512, 128, True, "bf16", 8)]
 BASE_US = 100.0
@@ -120,7 +120,7 @@ def test_decode_cases_are_planned_into_routes_of_their_own() -> None:
     decode = [r for r in routes if r.max_lq is not None]
     rest = [r for r in routes if r.max_lq is None]
     assert decode and all(r.max_lq == DECODE_ROWS and r.winner == ("dec" if r.shapes else None) for r in decode)
-    assert {s for r in decode for s in r.shapes} == set(DECODE)
+    assert {s for r in decode for s in r.shapes} == {s for s in DECODE if s.layout == "contiguous"}   # D6, D7: no route
     assert rest and all(r.winner == ("pre" if r.shapes else None) for r in rest)
     assert {s for r in rest for s in r.shapes} == set(PREFILL)
     assert routes == decode + rest and decode[0].limits().startswith("Lq <= 16, max(Lq, Lk) 1..")
@@ -145,7 +145,8 @@ def test_promote_ships_the_decode_kernel_with_its_split_config(package: Path, db
                               "waves": launch.split.waves}
         assert (k["threads"], k["rows_per_cta"], k["smem_bytes"]) == \
             (launch.threads, launch.rows_per_cta, launch.smem_bytes)
-    assert all(k["split"] is None for k in _table(package)["kernels"] if k["id"] == db["pre"])
+        assert k["layouts"] == ["lens", "paged"]                 # its _lens and _paged entries ship too
+    assert all(k["split"] is None and k["layouts"] == [] for k in _table(package)["kernels"] if k["id"] == db["pre"])
     assert sorted(p.name for p in (package / NAME / "kernels").iterdir()) == \
         sorted(f"{i}{ext}" for i in (db["dec"], db["pre"]) for ext in (".cu", ".cubin"))
 
