@@ -138,11 +138,7 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
         raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: {', '.join(LAUNCH_ABIS)}")
     if abi == "split_kv" and any(key not in launch for key in SPLIT_FORMULAS):
         raise EvoError(f"{mf}: [launch] abi = 'split_kv' needs {', '.join(SPLIT_FORMULAS)}")
-    layouts = launch.get("layouts", [])
-    if not (isinstance(layouts, list) and set(layouts) <= set(CACHE_LAYOUTS) and len(set(layouts)) == len(layouts)) \
-            or (layouts and abi != "split_kv"):
-        raise EvoError(f"{mf}: [launch] layouts must list distinct cache layouts of {', '.join(CACHE_LAYOUTS)}, "
-                       "and only a split_kv family has them (docs/kernel-abi.md, 'Ragged and paged caches')")
+    _check_layouts(launch.get("layouts", []), abi, mf)
     if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
         raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
     return Family(
@@ -164,6 +160,15 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
         successors=tuple(successors),
         search_default=bool(fam.get("search_default", True)),
     )
+
+
+def _check_layouts(layouts: Any, abi: str, mf: Path) -> None:
+    """``[launch] layouts``: distinct cache layouts of :data:`CACHE_LAYOUTS`, of a split_kv family only
+    (its entries then also export NAME_lens, NAME_paged: docs/kernel-abi.md, "Ragged and paged caches")."""
+    if not (isinstance(layouts, list) and set(layouts) <= set(CACHE_LAYOUTS) and len(set(layouts)) == len(layouts)) \
+            or (layouts and abi != "split_kv"):
+        raise EvoError(f"{mf}: [launch] layouts must list distinct cache layouts of {', '.join(CACHE_LAYOUTS)}, "
+                       "and only a split_kv family has them (docs/kernel-abi.md, 'Ragged and paged caches')")
 
 
 def _check_expressions(fam: Family, mf: Path) -> None:
