@@ -518,9 +518,9 @@ std::optional<at::Tensor> run_cache(const at::Tensor& q, const at::Tensor& k, co
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   at::Tensor o = at::empty(qc.sizes(), qc.options());
   int B = static_cast<int>(q.size(0)), H = static_cast<int>(q.size(1)), Hkv = static_cast<int>(k.size(1));
-  int L = static_cast<int>(q.size(2)), page_size = static_cast<int>(k.size(2));
-  int pages = block_table ? static_cast<int>(block_table->size(1)) : 0;
-  int Lk = block_table ? pages * page_size : page_size;   // the capacity: the split plan's length
+  int L = static_cast<int>(q.size(2)), rows = static_cast<int>(k.size(2));   // a pool's rows: its page size
+  int page_size = block_table ? rows : 0, pages = block_table ? static_cast<int>(block_table->size(1)) : 0;
+  int Lk = block_table ? pages * page_size : rows;        // the capacity: the split plan's length
   int shift = 0;                                          // not read: each sequence's own bottom right
   float s = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
   void* qp = qc.data_ptr();
