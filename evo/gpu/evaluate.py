@@ -355,6 +355,11 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     progress("loaded")
     if request.options.get("gemm"):
         ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"
+    if request.options.get("read_bytes"):   # evo bench's decode report: the read ceiling (evo.gpu.bandwidth)
+        from evo.gpu.bandwidth import read_ceiling
+
+        progress("read bandwidth")
+        ev.device["read_ceiling"] = json.dumps(read_ceiling(int(request.options["read_bytes"])).as_dict())
     if request.green and launch is not None and not _green(launch, request, entries or (), plan.salt, ev):
         return ev
     cases = supported(request.fast_cases, entries) if entries is not None else list(request.fast_cases)

@@ -75,7 +75,8 @@ class EvalRequest:
     (re-measure cached SDPA baselines after this many evaluations), ``interleave`` (time the
     baselines alongside the candidate instead of using the cache), ``backends`` (SDPA
     backends to compare with), ``package`` (time an installed promoted package instead of
-    the cubin), ``gemm`` (also measure the GEMM yardstick).
+    the cubin), ``gemm`` (also measure the GEMM yardstick), ``read_bytes`` (also measure the read
+    ceiling on buffers of at least this many bytes: :func:`evo.gpu.bandwidth.read_ceiling`).
     """
 
     build_id: str
