@@ -19,6 +19,7 @@ import pytest
 from evo.gpu.bandwidth import (
     KERNEL, L2_FACTOR, MAX_READ_BYTES, MIB, MIN_READ_BYTES, UNROLL, build_reader, hbm_peak, kv_bytes, read_sizes,
 )
+from evo.errors import EvoError
 from evo.gpu.suites import fast_cases
 from evo.gpu.timing import io_bytes
 from evo.gpu.worker import EvalRequest
@@ -202,6 +203,34 @@ def test_run_bench_asks_the_first_request_for_the_ceiling_and_records_it(tmp_pat
     assert problems == ["bad: red: wrong"] and record["read_ceiling"] == CEILING
 
 
+def test_a_ceiling_the_worker_could_not_measure_is_reported_with_why(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    why = "nvcc not found; install the CUDA toolkit or put nvcc on PATH"
+
+    class Worker:
+        def __init__(self, device: int, target: str) -> None:
+            pass
+
+        def __enter__(self) -> Worker:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
+            ev = decode_eval()
+            ev.device["read_ceiling_error"] = why
+            return ev
+
+    monkeypatch.setattr("evo.products.bench.Worker", Worker)
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
+    _, record, problems = run_bench([("c", EvalRequest("b" * 64, "x.cubin", (), fast_cases=(DECODE["D1"],)))],
+                                    out_dir=tmp_path / "benchmarks")
+    assert not problems and record["read_ceiling"] is None and record["read_ceiling_error"] == why
+    assert record["cases"][0]["pct_hbm_peak"]["evo"] is not None
+    assert f"Read ceiling: not measured in this run ({why}). HBM peak: 3350 GB/s" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
 def test_run_bench_without_decode_cases_asks_for_no_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[dict[str, Any]] = []
 
@@ -250,6 +279,13 @@ def test_the_worker_measures_the_ceiling_when_asked(monkeypatch: pytest.MonkeyPa
     got = json.loads(ev.device["read_ceiling"])
     assert got["bytes"] == 2048 * MIB and got["gbps"] == pytest.approx(2048 * MIB / 700e-6 / 1e9)
     assert got["method"] == "stand-in" and [s["us"] for s in got["sizes"]] == [400.0, 700.0]
+
+    def no_nvcc(largest: int) -> bandwidth.ReadCeiling:
+        raise EvoError("nvcc not found")
+
+    monkeypatch.setattr(bandwidth, "read_ceiling", no_nvcc)       # the evaluation goes on, and says why
+    ev = evaluate.evaluate(EvalRequest("p", "", (), green=False, options={"read_bytes": 1}), session)  # type: ignore[arg-type]
+    assert ev.device["read_ceiling_error"] == "nvcc not found" and "read_ceiling" not in ev.device
 
 
 # ----------------------------------------------------------------------------- the kernel's machine code

@@ -20,7 +20,8 @@ a shape a backend refuses), so none is dropped silently.
 A decode case (:func:`evo.products.routes.is_decode`; docs/decode.md, "GB/s") also records the
 bytes of K+V it holds and the bytes it must move (``kv_bytes``, ``io_bytes``), every backend's GB/s
 of those, and their percentage of the read ceiling measured in the same worker
-(:func:`evo.gpu.bandwidth.read_ceiling`, the record's ``read_ceiling``) and of the GPU's HBM peak
+(:func:`evo.gpu.bandwidth.read_ceiling`, the record's ``read_ceiling``; where the worker could not
+measure it, None and ``read_ceiling_error`` says why) and of the GPU's HBM peak
 (:func:`evo.gpu.bandwidth.hbm_peak`, the record's ``hbm_peak``).
 """
 
@@ -338,7 +339,8 @@ def _bandwidth_table(record: Mapping[str, Any]) -> str:
             "K+V is B x Hkv x Lk x D x 2 tensors x the element size, each sequence's own keys), and in "
             "parentheses its percentage of the read ceiling / of the HBM peak. Read ceiling: "
             + (f"**{ceiling['gbps']:.0f} GB/s**, measured in this run on a {ceiling['bytes'] / MIB:.0f} MiB buffer "
-               f"({ceiling['method']})" if ceiling else "not measured in this run")
+               f"({ceiling['method']})" if ceiling else "not measured in this run"
+               + (f" ({record['read_ceiling_error']})" if record.get("read_ceiling_error") else ""))
             + ". HBM peak: " + (f"{peak['gbps']:.0f} GB/s ({peak['source']})" if peak else "unknown for this GPU")
             + ".\n\n")
     lines = ["| case | K+V MiB | " + " | ".join(f"{b} GB/s" for b in backends) + " |",
@@ -471,6 +473,7 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
     problems = []
     gemm: float | None = None
     ceiling: dict[str, Any] | None = None
+    unmeasured = ""                                # why the worker could not measure the read ceiling
     largest = max((kv_bytes(s) for _, r in targets for s in r.fast_cases if is_decode(s)), default=0)
     with Worker(device, target) as worker:
         for cid, request in targets:
@@ -481,6 +484,7 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
                                              options=options), timeout_s)
             if "read_ceiling" in ev.device:    # measured before the cases: kept if the candidate then failed
                 ceiling = json.loads(ev.device["read_ceiling"])
+            unmeasured = ev.device.get("read_ceiling_error", unmeasured)
             if ev.status is not Status.FAST:
                 problems.append(f"{cid or request.build_id[:12]}: {ev.status.value}: {ev.reason}")
                 continue
@@ -491,6 +495,8 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
         raise EvoError("no benchmark succeeded: " + "; ".join(problems))
     record = make_record(results, gemm_tflops=gemm, sha=short_sha(paths.git_sha()), created=datetime.now(UTC),
                          package=package, backends=backends, read_ceiling=ceiling)
+    if "read_ceiling" in record and ceiling is None and unmeasured:
+        record["read_ceiling_error"] = unmeasured
     if package:  # rows the package routes to SDPA measure SDPA itself: say so per row
         routes = package_routes(package)
         for case in record["cases"]:
