@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The decode work of issue 34 on the GPU host, in calls that each fit the lending tool's 10 minutes.
+# Usage (repo root, .whl carried; EVO_GIT_SHA set to the tree's sha):
+#   scripts/gpu-decode.sh tests    # pytest -m gpu: the decode, layout and bandwidth files alone first, then all of it
+#   scripts/gpu-decode.sh study    # a flash_decode study over the decode suite (D1-D7), promote, package tests, bench
+#   scripts/gpu-decode.sh bench    # bench the package the study call left in /tmp (FA4 beside it when staged)
+# Each stage has its own time limit (a hang is aborted with faulthandler's traceback); logs, the
+# database, the package and the benchmark JSON go under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 EVO_HOME=/tmp/evohome
+mkdir -p "$EVO_HOME"
+EVO="python3 -m evo"
+DB=sqlite:////tmp/evohome/decode.sqlite
+STUDY=${EVO_STUDY:-dec2}
+PKG=${EVO_PKG:-evodec}
+stage() {  # stage NAME SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s, $(date +%T), git ${EVO_GIT_SHA:-unknown})" | tee -a "$OUT/summary.log"
+  local t0; t0=$(date +%s)
+  timeout -s ABRT -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  pkill -9 -f "multiprocessing.spawn" 2>/dev/null
+  echo "--- $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.log"
+  tail -"${TAIL:-25}" "$OUT/$name.log"
+}
+gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
+
+case ${1:-} in
+  tests)
+    stage env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; python3 -c "import torch; print(torch.__version__, torch.backends.cudnn.version())"'
+    stage pytest-decode 240 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_decode_layouts_gpu.py \
+      tests/test_bandwidth_gpu.py tests/test_decode_gpu.py tests/test_promote_decode_gpu.py
+    TAIL=40 stage pytest-gpu "${EVO_TESTS_S:-330}" python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider \
+      --continue-on-collection-errors tests ;;
+  study)
+    stage study "${EVO_STUDY_S:-300}" $EVO run --study "$STUDY" --db "$DB" --families flash_decode --cases decode \
+      --time-budget "${EVO_BUDGET:-200}" --jobs 16 --seed 1
+    stage promote 240 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --study $STUDY --db $DB --name $PKG --out /tmp/pkg \
+      --device '$(gpu)' --confirm && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG \
+      && cd /tmp && PYTHONPATH=/tmp/pkgsite:\$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs $PKG.tests"
+    python3 -c 'import sqlite3; c=sqlite3.connect("/tmp/evohome/decode.sqlite"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")'
+    gzip -c /tmp/evohome/decode.sqlite > "$OUT/decode.sqlite.gz"
+    tar czf "$OUT/$PKG-pkg.tgz" -C /tmp pkg ;;
+  bench)
+    [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the study call first, on the same warm machine"; exit 1; }
+    export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
+    stage explain 60 python3 -c "
+import torch, $PKG
+def t(*shape): return torch.randn(*shape, device='cuda', dtype=torch.bfloat16)
+q = t(64, 32, 1, 128)
+print('contiguous D2:', $PKG.explain(q, t(64, 8, 2048, 128), t(64, 8, 2048, 128), enable_gqa=True))
+lens = torch.randint(100, 16000, (64,), device='cuda', dtype=torch.int32)
+k = t(64, 8, 16000, 128)
+print('lens D6:', $PKG.explain(q, k, k, enable_gqa=True, seqlens=lens))
+pool = t(64 * 1000, 8, 16, 128)
+table = torch.randperm(64 * 1000, device='cuda', dtype=torch.int32).view(64, 1000)
+print('paged D7:', $PKG.explain(q, pool, pool, enable_gqa=True, seqlens=lens, block_table=table))
+big = t(1, 8, 131072, 128)
+print('contiguous D1:', $PKG.explain(t(1, 32, 1, 128), big, big, enable_gqa=True))
+"
+    TAIL=60 stage bench "${EVO_BENCH_S:-420}" $EVO bench --package "$PKG" --cases decode --out "$OUT/benchmarks" ;;
+  *) echo "usage: $0 tests|study|bench"; exit 2 ;;
+esac
