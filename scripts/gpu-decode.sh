@@ -35,9 +35,11 @@ case ${1:-} in
     TAIL=40 stage pytest-gpu "${EVO_TESTS_S:-330}" python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider \
       --continue-on-collection-errors tests ;;
   study)
-    stage study "${EVO_STUDY_S:-300}" $EVO run --study "$STUDY" --db "$DB" --families flash_decode --cases decode \
-      --time-budget "${EVO_BUDGET:-200}" --jobs 16 --seed 1
-    stage promote 240 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --study $STUDY --db $DB --name $PKG --out /tmp/pkg \
+    stage pytest-decode 200 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_decode_gpu.py \
+      tests/test_timing.py::test_time_graph_sdpa_is_positive_and_steady
+    stage study "${EVO_STUDY_S:-230}" $EVO run --study "$STUDY" --db "$DB" --families flash_decode --cases decode \
+      --time-budget "${EVO_BUDGET:-150}" --jobs 16 --seed 1
+    stage promote 200 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --study $STUDY --db $DB --name $PKG --out /tmp/pkg \
       --device '$(gpu)' --confirm && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG \
       && cd /tmp && PYTHONPATH=/tmp/pkgsite:\$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs $PKG.tests"
     python3 -c 'import sqlite3; c=sqlite3.connect("/tmp/evohome/decode.sqlite"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")'
