@@ -29,9 +29,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("flash_decode", {}),
     "wide": ("flash_decode", {"BLOCK_M": 32, "BLOCK_N": 128, "NUM_WARPS": 8, "STAGES": 2, "SPLIT_MIN": 256,
                               "WAVES": 4}),
-    # two warps of 32 keys each: BLOCK_N 32 at two warps spills 4-8 bytes in the _lens entries at
-    # D=128 (ptxas 13.0 stops at 168 registers there), so that point is resource-rejected as a whole
-    "narrow": ("flash_decode", {"BLOCK_N": 64, "NUM_WARPS": 2, "STAGES": 4, "SPLIT_MIN": 2048, "WAVES": 1}),
+    "narrow": ("flash_decode", {"BLOCK_N": 32, "NUM_WARPS": 2, "STAGES": 4, "SPLIT_MIN": 2048, "WAVES": 1}),
     "none": ("faulty_decode", {"DECODE_FAULT": "none"}),
     "one_max": ("faulty_decode", {"DECODE_FAULT": "one_max"}),
     "drop_last": ("faulty_decode", {"DECODE_FAULT": "drop_last"}),
