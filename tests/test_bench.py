@@ -91,6 +91,19 @@ def test_benchmarks_md_newest_first(tmp_path: Path) -> None:
     assert md.index("NVIDIA H200") < md.index("NVIDIA H100")
 
 
+def test_a_newer_package_record_supersedes_the_candidates_record_of_its_gpu_suite_and_dtype() -> None:
+    cands = json.loads(SAMPLE.read_text())
+    package = cands | {"package": "evoattn", "created": "2026-11-21T08:00:00+00:00"}
+    heading = "## NVIDIA H100 80GB HBM3: candidates, fast suite, fp16"
+    md = render_benchmarks_md([("c.json", cands), ("p.json", package)])
+    assert heading not in md and "package `evoattn`, fast suite, fp16" in md
+    assert "[c.json](benchmarks/c.json)" in md                                  # still indexed
+    newer = cands | {"created": "2026-11-22T08:00:00+00:00"}                    # a search after the package
+    assert heading in render_benchmarks_md([("c.json", newer), ("p.json", package)])
+    other = {**package, "cases": [{**c, "dtype": "bf16"} for c in package["cases"]]}
+    assert heading in render_benchmarks_md([("c.json", cands), ("p.json", other)])   # another dtype
+
+
 def test_benchmarks_md_without_records() -> None:
     assert "No benchmarks yet" in render_benchmarks_md([])
 

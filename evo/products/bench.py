@@ -397,12 +397,24 @@ def _suites(record: Mapping[str, Any]) -> set[str]:
     return suites_of([c["case"] for c in record.get("cases", [])])
 
 
+def _measured(record: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(GPU, suites, dtypes) of a record: what a package's record and a candidates' one share."""
+    dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])}))
+    return record["gpu"], "+".join(sorted(_suites(record))), dtypes
+
+
 def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The newest record of each (GPU, suite), newest first."""
+    """The newest record of each (GPU, suite), newest first, less a candidates record that a newer
+    package record of the same GPU, suites and dtypes supersedes (the package is what users install;
+    the History index keeps the other)."""
+    ordered = sorted(records, key=lambda nr: (nr[1]["created"], nr[0]))
     newest: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
-    for name, rec in sorted(records, key=lambda nr: (nr[1]["created"], nr[0])):
+    for name, rec in ordered:
         newest[(rec["gpu"], suite_of(rec))] = (name, rec)
-    return sorted(newest.values(), key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
+    packaged = {_measured(rec): rec["created"] for _, rec in ordered if rec.get("package")}
+    shown = [(name, rec) for name, rec in newest.values()
+             if rec.get("package") or rec.get("kind") == "seeds" or packaged.get(_measured(rec), "") <= rec["created"]]
+    return sorted(shown, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
 
 
 def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
