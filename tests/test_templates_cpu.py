@@ -121,8 +121,11 @@ def test_random_configs_compile(family: str, arch: str, tmp_path: Path, monkeypa
     # a space too large to list (flash_wgmma: 1.9 million valid points, 13 GB listed) is sampled: it has more than enough
     assert len(cands) == (min(RANDOM_CONFIGS, sum(1 for _ in _all(fam)) - 1) if listable(fam) else RANDOM_CONFIGS)
     narrowed = _one_bucket_each(fam, len(cands))
-    assert {(d, t) for f in narrowed for d in f.head_dims for t in f.dtypes} == \
-        {(d, t) for d in fam.head_dims for t in fam.dtypes}
+    if len(cands) >= len(fam.head_dims) * len(fam.dtypes):
+        assert {(d, t) for f in narrowed for d in f.head_dims for t in f.dtypes} == \
+            {(d, t) for d in fam.head_dims for t in fam.dtypes}
+    if len(cands) > len(fam.launch.get("layouts", [])):
+        assert {x for f in narrowed for x in f.launch.get("layouts", [])} == set(fam.launch.get("layouts", []))
     problems = []
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "cache"))
     results = build_batch([render(c, one) for c, one in zip(cands, narrowed, strict=True)], arch=arch)
@@ -135,12 +138,16 @@ def test_random_configs_compile(family: str, arch: str, tmp_path: Path, monkeypa
 
 
 def _one_bucket_each(fam: Family, n: int) -> list[Family]:
-    """The family narrowed to one (head dim, dtype) per random point, in turn, both masks kept:
-    each point's kernels of one bucket are compiled, and every bucket gets n / buckets points.
-    Compiling all of a point's buckets multiplied CI's longest test by their number (4, flash_wgmma 8) while
-    test_default_builds_clean compiles every bucket of the default anyway."""
+    """The family narrowed to one (head dim, dtype) per random point, in turn, both masks kept, and
+    a split-KV family to at most one of its cache layouts ([launch] layouts: none, lens, paged in
+    turn): each point's kernels of one bucket are compiled. Compiling all of a point's buckets
+    multiplied CI's longest test by their number (4, flash_wgmma 8; flash_decode's layout entries
+    tripled it again) while test_default_builds_clean compiles every bucket and layout of the
+    default anyway. A space of fewer points than buckets (faulty_decode) covers what it can."""
     buckets = [(d, t) for d in fam.head_dims for t in fam.dtypes]
-    if n < len(buckets):   # a space of fewer other points than buckets (faulty_decode): each point whole
-        return [fam] * n
+    layouts: list[dict[str, list[str]]] = [{}]
+    if fam.launch.get("layouts"):
+        layouts = [{"layouts": []}, *({"layouts": [x]} for x in fam.launch["layouts"])]
     return [dataclasses.replace(fam, head_dims=(buckets[i % len(buckets)][0],),
-                                dtypes=(buckets[i % len(buckets)][1],)) for i in range(n)]
+                                dtypes=(buckets[i % len(buckets)][1],),
+                                launch=fam.launch | layouts[i % len(layouts)]) for i in range(n)]
