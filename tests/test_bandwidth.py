@@ -26,6 +26,7 @@ from evo.gpu.worker import EvalRequest
 from evo.products.bench import make_record, render_benchmarks_md, run_bench
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.toolchain.sass import cuobjdump, dump_sass
+from test_bench import recording_worker
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91900", "driver": "580.1"}
 H100_L2 = 50 * MIB
@@ -179,22 +180,7 @@ def test_run_bench_asks_the_first_request_for_the_ceiling_and_records_it(tmp_pat
     measured = json.dumps(CEILING)
     answers = iter([Evaluation("a" * 64, Status.RED, "wrong", device=H100 | {"read_ceiling": measured}),
                     decode_eval()])
-
-    class Worker:
-        def __init__(self, device: int, target: str) -> None:
-            pass
-
-        def __enter__(self) -> Worker:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
-            sent.append(dict(request.options))
-            return next(answers)
-
-    monkeypatch.setattr("evo.products.bench.Worker", Worker)
+    monkeypatch.setattr("evo.products.bench.Worker", recording_worker(sent, lambda: next(answers)))
     monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
     targets = [("bad", EvalRequest("a" * 64, "x.cubin", (), fast_cases=(DECODE["D1"],))),
                ("good", EvalRequest("b" * 64, "y.cubin", (), fast_cases=(DECODE["D6"], DECODE["D5"])))]
@@ -207,22 +193,12 @@ def test_a_ceiling_the_worker_could_not_measure_is_reported_with_why(tmp_path: P
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     why = "nvcc not found; install the CUDA toolkit or put nvcc on PATH"
 
-    class Worker:
-        def __init__(self, device: int, target: str) -> None:
-            pass
+    def unmeasured() -> Evaluation:
+        ev = decode_eval()
+        ev.device["read_ceiling_error"] = why
+        return ev
 
-        def __enter__(self) -> Worker:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
-            ev = decode_eval()
-            ev.device["read_ceiling_error"] = why
-            return ev
-
-    monkeypatch.setattr("evo.products.bench.Worker", Worker)
+    monkeypatch.setattr("evo.products.bench.Worker", recording_worker([], unmeasured))
     monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
     _, record, problems = run_bench([("c", EvalRequest("b" * 64, "x.cubin", (), fast_cases=(DECODE["D1"],)))],
                                     out_dir=tmp_path / "benchmarks")
@@ -233,22 +209,8 @@ def test_a_ceiling_the_worker_could_not_measure_is_reported_with_why(tmp_path: P
 
 def test_run_bench_without_decode_cases_asks_for_no_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[dict[str, Any]] = []
-
-    class Worker:
-        def __init__(self, device: int, target: str) -> None:
-            pass
-
-        def __enter__(self) -> Worker:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def evaluate(self, request: EvalRequest, timeout_s: float) -> Evaluation:
-            sent.append(dict(request.options))
-            return Evaluation("b" * 64, Status.FAST, timings=[timing(F1, "evo", 5.0)], device=H100)
-
-    monkeypatch.setattr("evo.products.bench.Worker", Worker)
+    monkeypatch.setattr("evo.products.bench.Worker", recording_worker(
+        sent, lambda: Evaluation("b" * 64, Status.FAST, timings=[timing(F1, "evo", 5.0)], device=H100)))
     monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
     _, record, _ = run_bench([("c", EvalRequest("b" * 64, "x.cubin", (), fast_cases=(F1,)))], out_dir=tmp_path)
     assert sent[0]["read_bytes"] == 0 and "read_ceiling" not in record
