@@ -386,9 +386,9 @@ def suite_of(record: Mapping[str, Any]) -> str:
     """What a record measured, for grouping: a seeds campaign, a package or candidates, and its dtypes."""
     if record.get("kind") == "seeds":
         return "seed campaigns"
-    dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])})) or "no cases"
+    _, suites, dtypes = _measured(record)
+    dtypes = dtypes or "no cases"
     what = f"package `{record['package']}`" if record.get("package") else "candidates"
-    suites = "+".join(sorted(_suites(record)))
     return f"{what}, {suites} suite, {dtypes}" if suites else f"{what}, {dtypes}"
 
 
