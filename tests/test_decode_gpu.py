@@ -6,7 +6,6 @@ draws, and the split-KV workspace is left ready for the next launch, under CUDA 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,19 +42,25 @@ SHAPES = [(1, 32, 8, 1, 32768, 128, False), (1, 32, 8, 1, 32768, 128, True), (16
 Built = dict[str, tuple[CandidateKernels, tuple[Entry, ...]]]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+def load_configs(configs: dict[str, tuple[str, dict[str, Any]]], factory: pytest.TempPathFactory) -> Built:
+    """Each named (family, genes) point, the test families included, built into a fresh cache and
+    loaded on the current device with its entries; a point that does not build fails the caller."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
+        mp.setenv("EVO_CANDIDATES", str(factory.mktemp("candidates")))
         mp.setenv("EVO_TEMPLATE_PATH", str(Path(__file__).parent / "templates"))
-        rendered = [render(make_candidate(f, p)) for f, p in CONFIGS.values()]
+        rendered = [render(make_candidate(f, p)) for f, p in configs.values()]
         results = build_batch(rendered, default_arch())
     device = torch.cuda.current_device()
     loaded = {}
-    for name, r, x in zip(CONFIGS, results, rendered, strict=True):
+    for name, r, x in zip(configs, results, rendered, strict=True):
         assert r.status is Status.BUILT and r.cubin_path, f"{name}: {r.reason}\n{r.log[-3000:]}"
         loaded[name] = (CandidateKernels(r.cubin_path, x.entries, device), x.entries)
-    yield loaded
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return load_configs(CONFIGS, tmp_path_factory)
 
 
 def _decode_draws(entries: tuple[Entry, ...], salt: int) -> list[GreenCase]:

@@ -8,24 +8,20 @@ planted page-table fault of tests/templates/faulty_decode red on every paged dra
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from evo.family.render import Entry, render
-from evo.family.space import make_candidate
+from evo.family.render import Entry
 from evo.gpu.draws import LAYOUT_KINDS, drawn_cases
 from evo.gpu.gate import check_case, make_inputs, run_green, verdict
 from evo.gpu.layouts import cache_args, to_pages
-from evo.gpu.runtime import CandidateKernels
 from evo.gpu.suites import GreenCase, green_settings
 from evo.gpu.timing import time_case
 from evo.results import Shape, Status
-from evo.toolchain.build import build_batch, default_arch
+from test_decode_gpu import Built, load_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -41,22 +37,11 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 PROBLEMS = [(16, 32, 8, 1, 16000, 128, False, 100, 16), (8, 32, 8, 4, 4096, 128, True, 0, 16),
             (5, 8, 2, 16, 1000, 64, True, 0, 1), (6, 16, 4, 3, 3000, 64, False, 0, 48),
             (3, 4, 1, 2, 20000, 128, True, 1, 256), (4, 8, 8, 1, 37, 64, False, 0, 16)]
-Built = dict[str, tuple[CandidateKernels, tuple[Entry, ...]]]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
-        mp.setenv("EVO_TEMPLATE_PATH", str(Path(__file__).parent / "templates"))
-        rendered = [render(make_candidate(f, p)) for f, p in CONFIGS.values()]
-        results = build_batch(rendered, default_arch())
-    device = torch.cuda.current_device()
-    loaded = {}
-    for name, r, x in zip(CONFIGS, results, rendered, strict=True):
-        assert r.status is Status.BUILT and r.cubin_path, f"{name}: {r.reason}\n{r.log[-3000:]}"
-        loaded[name] = (CandidateKernels(r.cubin_path, x.entries, device), x.entries)
-    yield loaded
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return load_configs(CONFIGS, tmp_path_factory)
 
 
 def _shape(problem: tuple[Any, ...], dtype: str, layout: str, seed: int = 5) -> Shape:
