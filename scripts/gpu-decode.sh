@@ -7,24 +7,12 @@
 # Each stage has its own time limit (a hang is aborted with faulthandler's traceback); logs, the
 # database, the package and the benchmark JSON go under $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 EVO_HOME=/tmp/evohome
+source scripts/gpu-stages.sh
+export EVO_HOME=/tmp/evohome
 mkdir -p "$EVO_HOME"
-EVO="python3 -m evo"
 DB=sqlite:////tmp/evohome/decode.sqlite
 STUDY=${EVO_STUDY:-dec2}
 PKG=${EVO_PKG:-evodec}
-stage() {  # stage NAME SECONDS COMMAND...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s, $(date +%T), git ${EVO_GIT_SHA:-unknown})" | tee -a "$OUT/summary.log"
-  local t0; t0=$(date +%s)
-  timeout -s ABRT -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  pkill -9 -f "multiprocessing.spawn" 2>/dev/null
-  echo "--- $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.log"
-  tail -"${TAIL:-25}" "$OUT/$name.log"
-}
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
 
 case ${1:-} in

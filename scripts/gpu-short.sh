@@ -4,20 +4,7 @@
 # every log is packed into one archive at the end ($OUT/short.tgz), whatever happened.
 # Usage (repo root, .whl carried): scripts/gpu-short.sh
 set -uo pipefail
-OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
-EVO="python3 -m evo"
-stage() {  # stage NAME SECONDS COMMAND...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s, $(date +%T))" | tee -a "$OUT/summary.log"
-  local t0=$(date +%s)
-  timeout -s ABRT -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  pkill -9 -f "multiprocessing.spawn" 2>/dev/null
-  echo "--- $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.log"
-  tail -25 "$OUT/$name.log"
-}
+source scripts/gpu-stages.sh
 stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; python3 -c "import torch; print(torch.__version__, torch.backends.cudnn.version())"; python3 -m evo doctor'
 [ "${SHORT_TESTS_S:-190}" = 0 ] || stage tests ${SHORT_TESTS_S:-190} python3 -m pytest -v -rA -m gpu -p no:cacheprovider tests/test_gate_gpu.py tests/test_promote_gpu.py tests/test_worker_gpu.py
 stage wgmma ${SHORT_RUN_S:-170} $EVO run --study wgmma --families flash_wgmma --sampler evo --trials ${SHORT_TRIALS:-12} \

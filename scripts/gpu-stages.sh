@@ -1,0 +1,20 @@
+# Sourced by the time-boxed GPU scripts (gpu-short.sh, gpu-decode.sh): the carried wheels installed,
+# the environment set, and stage(), which runs one command under its own time limit.
+OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+EVO="python3 -m evo"
+
+# stage NAME SECONDS COMMAND...: COMMAND's output to $OUT/NAME.log, a hang aborted with Python's
+# faulthandler traceback, its worker processes killed; the summary line to $OUT/summary.log and the
+# log's last $TAIL lines (25) to the terminal.
+stage() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s, $(date +%T)${EVO_GIT_SHA:+, git $EVO_GIT_SHA})" | tee -a "$OUT/summary.log"
+  local t0; t0=$(date +%s)
+  timeout -s ABRT -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  pkill -9 -f "multiprocessing.spawn" 2>/dev/null
+  echo "--- $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.log"
+  tail -"${TAIL:-25}" "$OUT/$name.log"
+}
