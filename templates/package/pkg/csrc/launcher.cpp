@@ -445,6 +445,19 @@ void enqueue(const DeviceState& st, CUfunction function, const Kernel& kern, uns
   if (launched != CUDA_SUCCESS) fail(launched, g_package + ": cuLaunchKernel(" + name + ")");
 }
 
+// A split-KV launch's own workspace from torch's caching allocator on its stream (stream-ordered, so
+// no other launch can hold it meanwhile; inside a CUDA graph capture it comes from the graph's pool
+// and lives as long as the graph), uninitialized but for the counters, zeroed before the launch: a
+// split writes its part before the combine reads it (as evo/gpu/runtime.py does). Undefined when the
+// plan needs none (one split).
+at::Tensor split_workspace(const SplitLaunch& plan, int device) {
+  if (plan.workspace_bytes <= 0) return at::Tensor();
+  at::Tensor workspace =
+      at::empty({plan.workspace_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+  workspace.narrow(0, 0, plan.counter_bytes).zero_();
+  return workspace;
+}
+
 std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               bool causal, bool bottom_right, std::optional<double> scale) {
   const int index = pick(q, k, v, causal, bottom_right);
@@ -487,15 +500,8 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
     grid_x = plan.grid_x;
     grid_y = plan.grid_y;
     split_len = plan.split_len;
-    if (plan.workspace_bytes > 0) {
-      // The launch's own workspace from torch's caching allocator on its stream (stream-ordered, so
-      // no other launch can hold it meanwhile; inside a CUDA graph capture it comes from the graph's
-      // pool and lives as long as the graph), uninitialized but for the counters, zeroed before the
-      // launch: a split writes its part before the combine reads it (as evo/gpu/runtime.py does).
-      workspace = at::empty({plan.workspace_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
-      workspace.narrow(0, 0, plan.counter_bytes).zero_();
-      wsp = workspace.data_ptr();
-    }
+    workspace = split_workspace(plan, device);
+    if (workspace.defined()) wsp = workspace.data_ptr();
   }
 
   enqueue(st, st.functions[index], kern, grid_x, grid_y, stream, args, kern.entry);
@@ -533,11 +539,8 @@ std::optional<at::Tensor> run_cache(const at::Tensor& q, const at::Tensor& k, co
   at::Tensor workspace;
   const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms);
   int split_len = plan.split_len;
-  if (plan.workspace_bytes > 0) {         // as run(): the launch's own, its counters zeroed first
-    workspace = at::empty({plan.workspace_bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
-    workspace.narrow(0, 0, plan.counter_bytes).zero_();
-    wsp = workspace.data_ptr();
-  }
+  workspace = split_workspace(plan, device);
+  if (workspace.defined()) wsp = workspace.data_ptr();
   void* lens_args[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len, &lp};
   void* paged_args[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len, &lp, &tp,
                         &page_size, &pages};
