@@ -210,7 +210,7 @@ def test_the_faulty_family_plants_the_page_fault_only_where_asked(monkeypatch: p
     monkeypatch.setenv("EVO_TEMPLATE_PATH", str(Path(__file__).parent / "templates"))
     honest = render(make_candidate("faulty_decode", {"DECODE_FAULT": "none"})).source
     planted = render(make_candidate("faulty_decode", {"DECODE_FAULT": "page_off_by_one"})).source
-    assert "(j / page_size + 1) % pages" in planted and "(j / page_size + 1)" not in honest
+    assert "(slot[p] + 1) % pages" in planted and "(slot[p] + 1)" not in honest
     assert "evo_attn_d128_bf16_causal_paged(" in honest and "evo_attn_d64_fp16_full_lens(" in honest
 
 
