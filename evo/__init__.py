@@ -21,13 +21,13 @@ from evo.version import __version__
 
 __all__ = ["__version__", "bench_samplers", "benchmark", "benchmark_seeds", "build_candidates", "candidate", "doctor",
            "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "open_db", "promote_winners", "run",
-           "run_report", "show_candidate", "study_insights", "write_report"]
+           "run_report", "screen_errors", "show_candidate", "study_insights", "write_report"]
 API = frozenset(__all__) - {"__version__"}
 
 if TYPE_CHECKING:
     from evo.api import (bench_samplers, benchmark, benchmark_seeds, build_candidates, candidate, doctor,
                          evaluate_candidate, export_sweep, fast_shapes, lineage_graph, open_db, promote_winners, run,
-                         run_report, show_candidate, study_insights, write_report)
+                         run_report, screen_errors, show_candidate, study_insights, write_report)
 
 
 def __getattr__(name: str) -> Any:

@@ -54,6 +54,7 @@ from evo.analysis.insights import Importance, MoveStat, ResourceStat
 from evo.analysis.insights import Report as InsightsReport
 from evo.analysis.lineage import STATUS_STYLE, Lineage, Link, Node
 from evo.analysis.outcome import NextStep, RunReport
+from evo.analysis.screening import ScreenErrors
 from evo.errors import EvoError
 from evo.family.manifest import Family, Value, list_families, load_family
 from evo.family.render import Rendered, render
@@ -77,13 +78,13 @@ __all__ = [
     # workflows, one per command (docs/api.md)
     "bench_samplers", "benchmark", "benchmark_seeds", "build_candidates", "candidate", "doctor",
     "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "open_db", "promote_winners", "run",
-    "run_report", "show_candidate", "study_insights", "write_report",
+    "run_report", "screen_errors", "show_candidate", "study_insights", "write_report",
     # what they return
     "Benchmarked", "Best", "BuildResult", "Built", "CandidateRecord", "CandidateReport", "CandidateView",
     "CheckResult", "Evaluated", "Evaluation", "EvaluationView",
     "Exported", "Finding", "Importance", "InsightsReport", "Lineage", "Link", "MoveStat", "NextStep", "Node",
     "Outcome", "Promoted", "Relative", "Rendered", "Reporter", "ResourceStat", "RunReport", "RunSummary", "RunView",
-    "SamplerRun", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
+    "SamplerRun", "ScreenErrors", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
     # constants: the choices and defaults the functions take
     "BASELINES", "BASELINE_BACKENDS", "BENCH_COLUMNS", "BENCH_SAMPLERS", "DEFAULT_BASELINE", "DEFAULT_TOP", "DTYPES", "EVO",
     "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "SAMPLERS", "SDPA_BACKENDS", "START_MODES", "STATUS_STYLE",
@@ -484,7 +485,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
         jobs: int | None = None, gpus: str | None = None, heartbeat_s: int | None = None,
         grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
         start_from: Sequence[str] | None = None, start_top: int | None = None,
-        reporter: Reporter | None = None) -> RunSummary:
+        reporter: Reporter | None = None, screen: bool = True, pruner: Any = None) -> RunSummary:
     """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
 
     Measurements come from ``replay`` (a recorded sweep), else the worker ``target`` when one is
@@ -497,7 +498,9 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     ``interrupted``, and the summary so far comes back with ``interrupted`` set. ``start_from``:
     a new study's first trials are the best ``start_top`` (default 8) candidates of each of
     these studies (:mod:`evo.search.warmstart`). Families, FAST cases and sampler are checked
-    before any database file is made.
+    before any database file is made. On a GPU each new candidate is screened first and timed
+    in full only if ``pruner`` (an Optuna pruner; default :class:`~evo.search.pruner.EvoPruner`)
+    keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs").
     """
     from evo.search.driver import RunOptions
     from evo.search.fanout import start
@@ -513,7 +516,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
                       heartbeat_s=HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
                       grace_s=GRACE_S if grace_s is None else grace_s, target=target,
                       start_from=list(start_from) if start_from else None,
-                      start_top=DEFAULT_TOP if start_top is None else start_top)
+                      start_top=DEFAULT_TOP if start_top is None else start_top, screen=screen, pruner=pruner)
     return start(opts, gpus, reporter or NullReporter())
 
 
@@ -570,6 +573,17 @@ def study_insights(db: DB = None, study: str | None = None, *,
         if not is_read_only(store.url):
             insights.save(store, study, report)
     return report
+
+
+def screen_errors(db: DB = None, study: str | None = None) -> ScreenErrors:
+    """How well the screens of ``study`` (every study when None) foretold the full scores of the
+    candidates they kept (docs/design.md, "Rungs"): candidates screened and pruned, and per
+    candidate timed on both rungs its screened and full score (:class:`~evo.analysis.screening.ScreenErrors`;
+    ``.line()``, ``.document()``)."""
+    from evo.analysis.screening import screen_errors as errors
+
+    with _opened(db, create=False) as store:
+        return errors(store, study)
 
 
 @dataclass(frozen=True)

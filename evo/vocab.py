@@ -27,6 +27,7 @@ class Status(enum.StrEnum):
     RED = "red"                              # ran, failed GREEN
     GREEN = "green"                          # passed GREEN, not yet timed
     FAST = "fast"                            # GREEN and timed
+    PRUNED = "pruned"                        # GREEN, screened, pruned: never timed in full, never ranked
 
     @property
     def failed(self) -> bool:
@@ -35,11 +36,17 @@ class Status(enum.StrEnum):
 
 
 PASSED = frozenset({Status.GREEN, Status.FAST})                        # passed GREEN (what promote ships)
+GATED = frozenset({*PASSED, Status.PRUNED})                            # passed GREEN, pruned ones too (checks kept)
 BUILD_FAILED = frozenset({Status.COMPILE_FAILED, Status.RESOURCE_REJECTED})  # nvcc or the resource check said no
 WORKER_FAILED = frozenset({Status.CRASHED, Status.TIMEOUT})            # the worker process was lost on it
-EVALUATED = frozenset({Status.RED, *WORKER_FAILED, *PASSED})           # a GPU worker has seen it
+EVALUATED = frozenset({Status.RED, *WORKER_FAILED, *GATED})            # a GPU worker has seen it
 FAILED = frozenset({Status.INVALID, Status.RED, *BUILD_FAILED, *WORKER_FAILED})
 COMPILED = frozenset({Status.BUILT, Status.RESOURCE_REJECTED, *EVALUATED})  # nvcc produced a cubin
+
+# ----------------------------------------------------------------------------- rungs
+
+SCREEN, FULL = "screen", "full"  # a search's two rungs of FAST: a short screen, then the full protocol
+RUNGS = (SCREEN, FULL)           # (docs/design.md, "Rungs"); evo eval and evo bench time the full one only
 
 # ----------------------------------------------------------------------------- backends
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from evo import __version__, paths
-from evo.cli.run_cmds import throughput
+from evo.cli.run_cmds import screens, throughput
 from evo.search.records import RunSummary
 from evo.store.recording import newest_recording
 from synthetic_sweep import make_recording
@@ -281,3 +281,32 @@ def test_the_throughput_line_of_a_gpu_run_is_per_gpu_hour() -> None:
     assert throughput(one) == "throughput: 1 candidate measured in 1:05:09 on 1 GPU = 0.92 per GPU-hour"
     built = RunSummary("s", "build-only", 1, 200, finished=3, wall_s=12.0)
     assert throughput(built) == "throughput: nothing measured in 0:12 (building only: no GPU, no recording)"
+
+
+def test_a_run_in_rungs_says_how_busy_the_gpu_was_and_how_its_screens_fared() -> None:
+    s = RunSummary("s", "gpu", 1, 200, finished=90, measured_ids={str(i) for i in range(80)}, wall_s=400.0,
+                   screened=76, kept=6, screen_errors=[0.004, -0.012, 0.02], gpu_s={"GREEN": 80.0, "screen": 180.0,
+                                                                                     "full": 100.0})
+    assert throughput(s) == ("throughput: 80 candidates measured in 6:40 on 1 GPU = 720 per GPU-hour; "
+                             "GPU busy 90% of it (GREEN 20%, screen 45%, full 25%)")
+    assert screens(s) == ("screens: 76 candidates screened, 6 kept for the full protocol; "
+                          "screen vs full: median |error| 1.2%, worst +2.0% (n=3)")
+
+
+def test_full_only_asks_for_every_candidate_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from evo import api
+    from evo.cli import cli
+
+    asked: dict[str, Any] = {}
+
+    def run(db: object, **kw: Any) -> None:
+        asked.update(kw)
+        raise api.EvoError("stop here")
+
+    monkeypatch.setattr(api, "run", run)
+    CliRunner().invoke(cli, ["run", "--full-only", "--trials", "1"])
+    assert asked["screen"] is False
+    CliRunner().invoke(cli, ["run", "--trials", "1"])
+    assert asked["screen"] is True

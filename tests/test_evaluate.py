@@ -122,8 +122,9 @@ def fake_worker(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
         ev.device["cubin_sha256"] = "c" * 64
         return (lambda *a: None), (lambda q, k, v, o, *, causal, shift: None), list(request.entries)
 
-    def run_green(launch, cases, settings, salt):
+    def run_green(launch, cases, settings, salt, first_failure=False):
         calls["green"].append(cases)
+        calls.setdefault("first_failure", []).append(first_failure)
         calls.setdefault("settings", []).append(settings)
         ok = not calls.get("red")
         return [CheckResult(c.shape, 0, ok, 0.0, 0.0, 1.0, "" if ok else "mismatch") for c in cases]
@@ -171,8 +172,11 @@ def test_serve_gates_then_times_with_cached_baselines(fake_worker: dict[str, lis
     assert [e.status for e in conn.sent] == [Status.FAST] * 3
     assert fake_worker["time_case"] == ["baselines", "evo", "evo", "baselines", "evo"]   # re-measured at the 3rd
     assert [t.backend for t in conn.sent[0].timings][:2] == ["evo", "sdpa_flash"]
+    measured = {"full": [f"F1-fp16|{b}" for b in sorted(SDPA_BACKENDS)]}   # what the parent shares
     assert conn.sent[0].device == {"name": "Fake GPU", "salt": "0", "cubin_sha256": "c" * 64,
-                                   "green_drawn": str(len(set(KINDS) - set(LAYOUT_KINDS))), "fast_outputs_checked": "7"}   # one dtype
+                                   "green_drawn": str(len(set(KINDS) - set(LAYOUT_KINDS))), "fast_outputs_checked": "7",
+                                   "baselines_measured": json.dumps(measured)}   # one dtype
+    assert "baselines_measured" not in conn.sent[1].device and conn.sent[2].device["baselines_measured"]
     assert conn.sent[0].reason.endswith("timed on 1 FAST cases, 7 timed outputs checked")
     assert all(kw["check"] is not None for kw in fake_worker["time_kw"] if "check" in kw)
 
@@ -238,6 +242,34 @@ def test_a_search_request_times_its_paired_baseline_beside_the_candidate(fake_wo
         backends = [t.backend for t in ev.timings]
         assert backends[0] == "evo" and sorted(backends[1:]) == sorted(SDPA_BACKENDS)
         assert len(backends) == len(set(backends)) and ev.device["paired"] == "sdpa_default"
+
+
+def test_a_screen_times_the_candidate_alone_against_its_cached_scoring_baseline(fake_worker: dict[str, list]) -> None:
+    """A screen: GREEN stops at its first failure, the candidate is timed alone with screen
+    sampling and no output checks, the scoring baseline comes from the screen's cache (measured
+    the same way, again after ``screen_baseline_every`` screens), and the answer is green."""
+    from evo.gpu.evaluate import SCREEN_SAMPLING, serve
+
+    screen = {"quick": True, "paired": "sdpa_default", "rung": "screen", "first_failure": True,
+              "screen_baseline_every": 2}
+    conn = FakeConn([_request(**screen) for _ in range(3)] + [None])
+    serve(conn)
+    assert [e.status for e in conn.sent] == [Status.GREEN] * 3 and fake_worker["first_failure"] == [True] * 3
+    assert fake_worker["time_case"] == ["baselines", "evo", "evo", "baselines", "evo"]
+    kw = fake_worker["time_kw"]
+    assert all(k["rounds"] == SCREEN_SAMPLING["rounds"] and k["remeasure"] == 0 for k in kw)
+    assert all(k["check"] is None for k in kw if "check" in k)
+    ev = conn.sent[0]
+    assert [t.backend for t in ev.timings] == ["evo", "sdpa_default"] and "paired" not in ev.device
+    assert ev.device["rung"] == "screen" and ev.reason.endswith("screened on 1 FAST cases")
+    assert json.loads(ev.device["baselines_measured"]) == {"screen": ["F1-fp16|sdpa_default"]}
+
+
+def test_an_unknown_rung_is_an_error() -> None:
+    from evo.errors import EvoError
+
+    with pytest.raises(EvoError, match="unknown rung"):
+        Plan.of({"rung": "medium"})
 
 
 def test_plan_pairs_only_when_not_interleaved() -> None:
@@ -319,11 +351,11 @@ def test_a_session_uses_inherited_baselines_until_they_age(monkeypatch: pytest.M
     monkeypatch.setattr(evo.gpu.timing, "time_case", time_case)
     f1, f3 = Shape("F1", 1, 8, 512, 64, False), Shape("F3", 32, 8, 128, 64, False)
     session = evo.gpu.evaluate.Session()
-    session.inherit([Timing(f1, "sdpa_default", 10.0, 10.0, 10.0), Timing(f1, "sdpa_flash", 11.0, 11.0, 11.0)])
-    plan = Plan.of({"quick": True, "baseline_every": 2})
+    session.inherit({"full": [Timing(f1, "sdpa_default", 10.0, 10.0, 10.0), Timing(f1, "sdpa_flash", 11.0, 11.0, 11.0)]})
+    plan = Plan.of({"quick": True, "baseline_every": 2, "backends": ["sdpa_default", "sdpa_flash"]})
     assert [t.median_us for t in session.baselines(f1, plan)] == [10.0, 11.0] and measured == []
     assert [t.median_us for t in session.baselines(f3, plan)] == [12.0] and measured == [f3]
-    session.inherit([Timing(f3, "sdpa_default", 1.0, 1.0, 1.0)])          # it has F3 already: kept
+    session.inherit({"full": [Timing(f3, "sdpa_default", 1.0, 1.0, 1.0)]})          # it has F3 already: kept
     assert [t.median_us for t in session.baselines(f3, plan)] == [12.0]
-    session.evaluations = 2
+    session.caches["full"].uses = 2
     assert [t.median_us for t in session.baselines(f1, plan)] == [12.0] and measured == [f3, f1]

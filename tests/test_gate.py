@@ -221,6 +221,24 @@ def test_run_green_checks_every_case_and_seed_in_order() -> None:
     assert all(c.passed for c in checks)
 
 
+def test_run_green_runs_the_cheapest_checks_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gate, "check_case", lambda launch, case, seed, settings, **kw:
+                        CheckResult(case.shape, seed, True, 0.0, 0.0, 1.0))
+    wide = Shape("T3", 1, 64, 24, 32, causal=False)
+    checks = run_green(correct, [RAGGED, wide, FULL], SETTINGS, salt=3, device="cpu")   # by B*H*L*Lk*D
+    assert [(c.shape, c.seed) for c in checks] == [(FULL, 0), (FULL, 1), (RAGGED, 0), (RAGGED, 1), (wide, 0), (wide, 1)]
+
+
+def test_run_green_stops_at_the_first_failure_when_asked() -> None:
+    """A kernel that writes nothing fails its first check: a search needs no more to call it red;
+    a failing check of a dtype that does not gate does not stop it."""
+    checks = run_green(writes_nothing, [FULL, RAGGED], SETTINGS, salt=0, device="cpu", first_failure=True)
+    assert [(c.shape, c.seed, c.passed) for c in checks] == [(FULL, 0, False)]
+    assert verdict(checks)[0] is Status.RED
+    bf16_only = GreenSettings(seeds=(0,), multiplier=2.0, floors=SETTINGS.floors, guard_elements=64, gate_dtypes=("bf16",))
+    assert len(run_green(writes_nothing, [FULL, RAGGED], bf16_only, salt=0, device="cpu", first_failure=True)) == 2
+
+
 def test_run_green_lets_launch_errors_propagate() -> None:
     def crashes(*args: object) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -121,6 +121,23 @@ def test_a_paired_evaluator_asks_for_its_baseline_beside_every_candidate() -> No
     assert seen[0].options["paired"] == "sdpa_flash" and seen[0].options["quick"]
 
 
+def test_a_gpu_request_names_its_rung_and_shared_baselines_reach_the_pool() -> None:
+    from types import SimpleNamespace
+
+    from evo.search.evaluators import Job
+
+    seen, shared = [], []
+    ev = GpuEvaluator.__new__(GpuEvaluator)
+    ev.options, ev.timeout_s = {"quick": True, "first_failure": True}, 1.0
+    ev.pool = SimpleNamespace(map=lambda reqs, timeout: seen.extend(reqs) or iter(()), share=shared.append)
+    built = SimpleNamespace(build_id="b", cubin_path="x")
+    list(ev.evaluate([Job(SimpleNamespace(entries=()), built, True, (), "screen"),
+                      Job(SimpleNamespace(entries=()), built, False, ())]))
+    assert [r.options["rung"] for r in seen] == ["screen", "full"] and seen[0].options["first_failure"]
+    ev.share({"screen": []})
+    assert shared == [{"screen": []}] and GpuEvaluator.screens
+
+
 def test_a_gpu_request_is_made_only_when_the_pool_draws_it() -> None:
     """The pool draws a request only as a worker starts it, so a search's time budget can end a
     batch between evaluations: the evaluator must not draw jobs ahead of it."""

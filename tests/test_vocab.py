@@ -16,15 +16,16 @@ from evo.family import backends
 
 from evo import vocab
 from evo.results import Shape
-from evo.vocab import (BUILD_FAILED, COMPILED, EVALUATED, FAILED, PASSED, WORKER_FAILED, Status, assignment_text,
-                       gpu_slug, short_sha, value_text)
+from evo.vocab import (BUILD_FAILED, COMPILED, EVALUATED, FAILED, GATED, PASSED, WORKER_FAILED, Status,
+                       assignment_text, gpu_slug, short_sha, value_text)
 
 EVO_DIR = Path(vocab.__file__).parent
 
 
 def test_subsets_follow_the_taxonomy() -> None:
-    assert PASSED | FAILED | {Status.BUILT} == set(Status) and not PASSED & FAILED
-    assert PASSED | WORKER_FAILED | {Status.RED} == EVALUATED
+    assert GATED | FAILED | {Status.BUILT} == set(Status) and not GATED & FAILED
+    assert PASSED | {Status.PRUNED} == GATED and Status.PRUNED not in PASSED   # a pruned one is never shipped
+    assert GATED | WORKER_FAILED | {Status.RED} == EVALUATED
     assert BUILD_FAILED | WORKER_FAILED | {Status.RED, Status.INVALID} == FAILED
     assert set(Status) - {Status.INVALID, Status.COMPILE_FAILED} == COMPILED
     assert [s for s in Status if s.failed] == [s for s in Status if s in FAILED]

@@ -12,7 +12,7 @@ import pytest
 
 from evo.errors import EvoError
 from evo.family.render import Entry
-from evo.results import Status
+from evo.results import Shape, Status, Timing
 from evo.family.space import LaunchConfig
 from evo.gpu.worker import EvalRequest, Worker, WorkerPool, _child_env, gpu_count, require_gpu
 
@@ -100,13 +100,19 @@ def test_progress_keeps_a_long_request_alive_past_the_stall_limit(worker: Worker
     assert ev.status is Status.TIMEOUT and "no answer within 2 s" in ev.reason and "slow: still progressing" in ev.reason
 
 
-def test_a_replacement_child_inherits_the_baselines_its_predecessor_measured(worker: Worker) -> None:
-    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # a first child: nothing to carry
+def test_a_child_is_handed_the_baselines_measured_before_on_its_gpu(worker: Worker) -> None:
+    """What a child measured for its cache (named in its answer) goes to the requests of the same
+    cases, across a crash; what the host's other workers measured comes in through share()."""
+    f1 = Shape("F1", 1, 8, 512, 64, False)
+    carried = EvalRequest("b", "unused.cubin", (), fast_cases=(f1,), options={"act": "carried"})
+    assert worker.evaluate(carried, 30).reason == "0"                       # nothing measured yet
     worker.evaluate(req(act="baselines"), 30)
-    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # the same child keeps its own
+    assert worker.evaluate(carried, 30).reason == "1"                       # sdpa_default of F1, not evo's
     assert worker.evaluate(req(act="exit"), 30).status is Status.CRASHED
-    assert worker.evaluate(req(act="carried"), 30).reason == "1"            # sdpa_default of F1, not evo's
-    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # only with its first request
+    assert worker.evaluate(carried, 30).reason == "1"                       # the replacement inherits it
+    worker.share({"screen": [Timing(f1, "sdpa_default", 9.0, 9.0, 9.0)]})
+    assert worker.evaluate(carried, 30).reason == "2"
+    assert worker.evaluate(req(act="carried"), 30).reason == "0"            # a request of other cases: none
 
 
 def test_start_up_is_not_charged_to_the_first_request() -> None:

@@ -23,7 +23,7 @@ from evo.store import Store, short_id
 from evo.vocab import DEFAULT_BASELINE, value_text
 
 STATUS_STYLE = {
-    Status.FAST: "bold green", Status.GREEN: "green", Status.BUILT: "cyan", Status.RED: "red",
+    Status.FAST: "bold green", Status.GREEN: "green", Status.PRUNED: "dim green", Status.BUILT: "cyan", Status.RED: "red",
     Status.CRASHED: "magenta", Status.TIMEOUT: "magenta", Status.COMPILE_FAILED: "dim red",
     Status.RESOURCE_REJECTED: "dim yellow", Status.INVALID: "dim",
 }

@@ -62,7 +62,9 @@ class RunReport:
         the best candidate and its speedups, and the throughput :class:`RunSummary` defines.
         ``candidates_per_gpu_hour`` and ``trials_per_gpu_hour`` are null without a GPU (a
         replay's rate is ``candidates_per_hour``: per hour of wall time), and every rate is
-        null when the search loop never ran."""
+        null when the search loop never ran. The rungs: ``screened``, ``kept``, ``screen_errors``
+        (screened / full score - 1 per candidate timed on both), and ``gpu_s``, the GPU worker's
+        own seconds by part, with ``gpu_busy_share`` (their sum over the GPU-time held)."""
         s = self.summary
         best = None if s.best is None else {
             "trial": s.best.number, "candidate_id": s.best.candidate_id, "label": s.best.label,
@@ -74,7 +76,9 @@ class RunReport:
                 "recovered": s.recovered, "lost": s.lost, "stopped": s.stopped, "interrupted": s.interrupted,
                 "best": best, "measured": s.measured, "wall_s": s.wall_s, "workers": s.workers, "gpus": s.gpus,
                 "candidates_per_gpu_hour": s.candidates_per_gpu_hour, "trials_per_gpu_hour": s.trials_per_gpu_hour,
-                "candidates_per_hour": s.per_hour(s.measured), "trials_per_hour": s.per_hour(s.finished)}
+                "candidates_per_hour": s.per_hour(s.measured), "trials_per_hour": s.per_hour(s.finished),
+                "screened": s.screened, "kept": s.kept, "screen_errors": list(s.screen_errors),
+                "gpu_s": dict(s.gpu_s), "gpu_busy_share": s.busy_share}
 
 
 def run_report(store: Store, summary: RunSummary) -> RunReport:

@@ -2,9 +2,9 @@
 
 The commands parse options and print; :func:`evo.api.run`, :func:`evo.api.run_report`,
 :func:`evo.api.study_insights` and :func:`evo.api.export_sweep` do the work. ``evo run`` ends by
-saying where the results are, how many candidates it measured per GPU-hour, how fast the best
-candidate is against each SDPA baseline (in words), and what to run next; ``--summary-json``
-writes all of it to a file too.
+saying where the results are, how many candidates it measured per GPU-hour (and how busy the
+GPU was), how its screens fared, how fast the best candidate is against each SDPA baseline (in
+words), and what to run next; ``--summary-json`` writes all of it to a file too.
 """
 
 from __future__ import annotations
@@ -70,26 +70,34 @@ class SamplerChoice(click.Choice):
               "through today's manifests (docs/search.md)")
 @click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
               help="with --start-from: how many of each study's best (each bucket's leader comes too)")
+@click.option("--full-only", is_flag=True,
+              help="time every candidate with the full protocol (no screen, no pruning), as evo did before "
+              "rungs; evo eval and evo bench always do")
 @click.option("--summary-json", type=click.Path(path_type=Path), metavar="FILE",
               help="also write the summary to this file as JSON: trials by status, the best candidate, wall "
-              "seconds, GPUs, device, git sha, candidates measured and per GPU-hour (replaced atomically)")
+              "seconds, GPUs, device, git sha, candidates measured and per GPU-hour, screens (replaced atomically)")
 def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], cases: tuple[str, ...],
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
             gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int,
-            summary_json: Path | None) -> None:
+            full_only: bool, summary_json: Path | None) -> None:
     """Start or resume an evolution.
 
     Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
-    gated (GREEN) and timed (FAST); without one the newest recording under data/ is replayed
+    gated (GREEN, stopping at the first failing check) and screened: timed alone on a few FAST
+    cases; only a candidate whose screen leads some bucket (head dim x causal) goes on to the
+    full protocol on every case, the others are stored as pruned and never ranked (--full-only:
+    every candidate in full). Without a GPU the newest recording under data/ is replayed
     (measured values looked up, never invented).
 
     The summary counts this run's trials by status, says why it stopped, and gives its
     throughput: the candidates it measured itself (each once, however many trials drew it; not
     those answered from the database, invalid, failing to build or missing from a recording),
     the wall time of its search, the GPUs it used, and candidates per GPU-hour (a replay uses
-    no GPU: candidates replayed per hour). Then the best candidate against each SDPA backend,
-    where the results are and what to run next.
+    no GPU: candidates replayed per hour), with the share of that GPU time the worker was busy;
+    the candidates screened, pruned and timed in full, and how far the screens were off the full
+    scores. Then the best candidate against each SDPA backend, where the results are and what to
+    run next.
     """
     if summary_json is not None:
         check_writable(summary_json)
@@ -99,7 +107,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           cases=split_list(cases), sampler=sampler, seed=seed, study=study, replay=replay,
                           batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
                           heartbeat_s=heartbeat, grace_s=grace, start_from=split_list(start_from),
-                          start_top=start_top, reporter=reporter)
+                          start_top=start_top, reporter=reporter, screen=not full_only)
     finally:
         reporter.stop()
     report = api.run_report(summary, db)
@@ -137,6 +145,8 @@ def print_summary(report: api.RunReport) -> None:
         console.print(f"[yellow]{s.counts['unmeasured']} candidate(s) are not in the recording: "
                       f"reported as unmeasured, not invented[/]")
     console.print(throughput(s), soft_wrap=True)
+    if s.screened:
+        console.print(screens(s), soft_wrap=True)
     if s.best is None:
         console.print("best: no candidate timed yet")
     else:
@@ -158,7 +168,23 @@ def throughput(s: api.RunSummary) -> str:
         rate, per = s.candidates_per_gpu_hour, "per GPU-hour"
     else:
         line, rate, per = f"throughput: {n} replayed in {took}", s.per_hour(s.measured), "per hour (replay: no GPU)"
-    return f"{line} = {rate_text(rate)} {per}" if rate is not None else line
+    line = f"{line} = {rate_text(rate)} {per}" if rate is not None else line
+    busy = s.busy_share if s.gpus else None
+    if busy is None or not s.gpu_s:
+        return line
+    parts = ", ".join(f"{part} {sec / s.wall_s / s.gpus:.0%}" for part, sec in s.gpu_s.items() if sec)
+    return f"{line}; GPU busy {busy:.0%} of it ({parts})"
+
+
+def screens(s: api.RunSummary) -> str:
+    """One line: the candidates screened, how many the pruner kept for the full protocol, and
+    the screen's error on those timed on both rungs (screened / full score - 1)."""
+    line = f"screens: {s.screened} candidate{'' if s.screened == 1 else 's'} screened, {s.kept} kept for the full protocol"
+    errs = sorted(abs(x) for x in s.screen_errors)
+    if not errs:
+        return line
+    worst = max(s.screen_errors, key=abs)
+    return f"{line}; screen vs full: median |error| {errs[len(errs) // 2]:.1%}, worst {worst:+.1%} (n={len(errs)})"
 
 
 def clock_text(seconds: float) -> str:
@@ -209,13 +235,17 @@ def insights_cmd(study: str | None, db: str | None, baseline: str, top: int, as_
 
     Moves (child score / parent score per parameter change), parameter values that co-occur with
     spills or too much shared memory, and Optuna's parameter importances (of every study when
-    --study is left out).
+    --study is left out); then how well the screens foretold the full scores of the candidates
+    they kept (median and 90th percentile of |screened / full - 1|, the worst, the mean).
     """
     report = api.study_insights(db, study, baseline=baseline)
+    screened = api.screen_errors(db, study)
     if as_json:
-        print_json(report.document())
+        print_json(report.document() | {"screen": screened.document()})
         return
     _show_insights(report, top)
+    if screened.screened:
+        console.print(f"screens: {escape(screened.line())}", soft_wrap=True)
 
 
 def _fmt_effect(x: float) -> str:

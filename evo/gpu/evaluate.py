@@ -8,13 +8,23 @@ the outputs of its timed launches checked by GREEN's rule (a wrong one makes it 
 baselines are measured in this same process by the same method: once per shape and again
 every ``baseline_every`` evaluations (drift), or interleaved with the candidate when the
 request asks (``evo eval``, ``evo bench``). A search's request names the backend it is scored
-against (``paired``): that one is timed beside the candidate, round by round, every time, and
-only the others come from the cache, so the ratio a search scores is taken in one clock state.
+against (``paired``): on the full rung that one is timed beside the candidate, round by round,
+every time, and only the others come from the cache, so the ratio a search scores is taken in one
+clock state.
 (On an H100 a candidate alone read 3-5 % faster than beside SDPA on the long FAST cases, and so
 did SDPA itself: re-timed paired, 19 candidates' ratios moved by a median 0.96-1.03 per case,
 but by up to 9 % one way or the other for one candidate; dev/perf-notes.md, 2026-11-26.) The
 candidate's Timings come back together with the baseline Timings it was compared with, so both
 are stored with the evaluation.
+
+A search times in two rungs (``options["rung"]``, docs/design.md "Rungs"): a ``screen`` request
+runs GREEN (stopping at its first failing check, ``first_failure``), then times the candidate
+alone on the few cases it names, with :data:`SCREEN_SAMPLING` and no output checks, against the
+scoring baseline measured the same way and cached for the worker (re-measured every
+``screen_baseline_every`` screens); it answers ``green`` (passed and screened: the parent decides
+whether the full rung follows). A ``full`` request is the protocol above. Baselines measured for
+a cache are named in the device info (``baselines_measured``) so the parent can share them
+(:mod:`evo.gpu.baselines`).
 
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
@@ -54,15 +64,19 @@ from evo.errors import EvoError, LaunchRejected
 from evo.toolchain.machine_code import kernel_digests
 from evo.family.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
+from evo.vocab import FULL, RUNGS, SCREEN
+from evo.gpu.baselines import BaselineCache
 from evo.gpu.worker import EvalRequest, progress
 
 if TYPE_CHECKING:
     from evo.gpu.suites import GreenCase
 
-QUICK = {"rounds": 2, "reps": 5, "remeasure": 1}      # searches: enough to rank, a fraction of the time
+QUICK = {"rounds": 2, "reps": 5, "remeasure": 1}      # searches' full rung: enough to rank, a fraction of the time
 NORMAL = {"rounds": 3, "reps": 10, "remeasure": 2}
 INTERLEAVED = {"rounds": 3, "reps": 10, "remeasure": 2}  # evo eval / evo bench: the numbers people quote
-BASELINE_EVERY = 50
+SCREEN_SAMPLING = {"rounds": 1, "reps": 5, "remeasure": 0}  # a search's screen: one look at each op
+BASELINE_EVERY = 50          # full-rung evaluations between measurements of the cached baselines
+SCREEN_BASELINE_EVERY = 16   # screens between measurements of the scoring baseline the screen compares with
 
 
 @dataclass(frozen=True)
@@ -78,13 +92,20 @@ class Plan:
     remeasure: int = 2          # more attempts at a case whose spread is wide
     fidelity: bool = False      # profile every op after timing it (evo bench)
     paired: str | None = None   # not interleaved: the backend timed beside the candidate anyway
+    rung: str = FULL            # a search's screen (the candidate alone, against a cached baseline) or full
+    screen_every: int = SCREEN_BASELINE_EVERY
+    first_failure: bool = False  # GREEN stops at its first failing check (a search)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
         from evo.vocab import SDPA_BACKENDS
 
         interleave = bool(options.get("interleave", False))
-        base = INTERLEAVED if interleave else QUICK if options.get("quick") else NORMAL
+        rung = str(options.get("rung", FULL))
+        if rung not in RUNGS:
+            raise EvoError(f"unknown rung {rung!r}; one of {', '.join(RUNGS)}")
+        base = (SCREEN_SAMPLING if rung == SCREEN else INTERLEAVED if interleave
+                else QUICK if options.get("quick") else NORMAL)
         return cls(rounds=int(options.get("rounds", base["rounds"])),
                    reps=int(options.get("reps", base["reps"])),
                    interleave=interleave,
@@ -93,11 +114,15 @@ class Plan:
                    salt=int(options.get("salt", 0)),
                    remeasure=int(options.get("remeasure", base["remeasure"])),
                    fidelity=bool(options.get("fidelity", False)),
-                   paired=str(options["paired"]) if options.get("paired") else None)
+                   paired=str(options["paired"]) if options.get("paired") else None,
+                   rung=rung, screen_every=int(options.get("screen_baseline_every", SCREEN_BASELINE_EVERY)),
+                   first_failure=bool(options.get("first_failure", False)))
 
     def beside(self) -> tuple[str, ...]:
         """The backends timed round by round with the candidate: all of them when interleaved,
-        else the paired one (if any)."""
+        none on a screen (the candidate alone), else the paired one (if any)."""
+        if self.rung == SCREEN:
+            return ()
         return self.backends if self.interleave else (self.paired,) if self.paired else ()
 
 
@@ -149,32 +174,51 @@ def device_info() -> dict[str, str]:
 
 
 class Session:
-    """Per-process state: device facts, the baseline cache, the evaluation counter."""
+    """Per-process state: device facts and the baseline caches, one per rung (:mod:`evo.gpu.baselines`)."""
 
     def __init__(self) -> None:
         self.device = device_info()
-        self.evaluations = 0
-        self._baselines: dict[Shape, tuple[int, list[Timing]]] = {}
+        self.caches = {rung: BaselineCache() for rung in RUNGS}
 
-    def inherit(self, timings: Sequence[Timing]) -> None:
-        """Baselines a previous worker measured on this GPU (:mod:`evo.gpu.worker`), for the shapes
-        this worker has none of yet; they age from now like its own."""
-        by_shape: dict[Shape, list[Timing]] = {}
-        for t in timings:
-            by_shape.setdefault(t.shape, []).append(t)
-        for shape, got in by_shape.items():
-            self._baselines.setdefault(shape, (self.evaluations, got))
+    def inherit(self, carried: Mapping[str, Sequence[Timing]]) -> None:
+        """Baselines other workers measured on this GPU kind, per rung (:mod:`evo.gpu.worker`:
+        a replaced worker's, or the host's through the store), for what this one has none of."""
+        for rung, timings in carried.items():
+            if rung in self.caches:
+                self.caches[rung].inherit(timings)
+
+    def start(self, plan: Plan) -> None:
+        """A request that times against the cache of ``plan``'s rung: that cache is one use older."""
+        if not plan.interleave:
+            self.caches[plan.rung].uses += 1
 
     def baselines(self, shape: Shape, plan: Plan) -> list[Timing]:
-        """SDPA Timings for ``shape``: cached, re-measured once ``plan.baseline_every`` old."""
+        """The cached baseline Timings a request compares with on ``shape``: on a screen the
+        scoring one (``paired``), measured again every ``screen_every`` screens; on the full rung
+        every backend not timed beside the candidate, every ``baseline_every`` evaluations. Each
+        is measured alone and sampled as its rung samples (:meth:`Plan.of`)."""
         from evo.gpu.timing import time_case
 
-        hit = self._baselines.get(shape)
-        if hit is None or self.evaluations - hit[0] >= plan.baseline_every:
-            timings = time_case(None, shape, plan.backends, rounds=plan.rounds, reps=plan.reps,
-                                remeasure=plan.remeasure).timings
-            hit = self._baselines[shape] = (self.evaluations, timings)
-        return [t for t in hit[1] if t.backend in plan.backends]
+        if plan.interleave:
+            return []
+        backends: tuple[str, ...]
+        if plan.rung == SCREEN:
+            backends, every = ((plan.paired,) if plan.paired else ()), plan.screen_every
+        else:
+            backends, every = tuple(b for b in plan.backends if b not in plan.beside()), plan.baseline_every
+
+        def measure(s: Shape, which: tuple[str, ...]) -> list[Timing]:
+            return time_case(None, s, which, rounds=plan.rounds, reps=plan.reps, remeasure=plan.remeasure).timings
+
+        return self.caches[plan.rung].get(shape, backends, every, measure)
+
+    def measured(self, timings: Sequence[Timing]) -> dict[str, list[str]]:
+        """Per rung, ``tag|backend`` of the baselines measured for the caches since the last call
+        that are among ``timings`` (an evaluation's): what that evaluation names as measured."""
+        stored = {(t.shape, t.backend) for t in timings}
+        out = {rung: sorted(f"{t.shape.tag}|{t.backend}" for t in cache.drain() if (t.shape, t.backend) in stored)
+               for rung, cache in self.caches.items()}
+        return {rung: keys for rung, keys in out.items() if keys}
 
 
 def cubin_sha256(path: str | Path) -> str:
@@ -259,7 +303,7 @@ def green_plan(request: EvalRequest, entries: Sequence[Entry], salt: int) -> tup
     return core + drawn, len(drawn)
 
 
-def _green(launch: Callable[..., Any], request: EvalRequest, entries: Sequence[Entry], salt: int,
+def _green(launch: Callable[..., Any], request: EvalRequest, entries: Sequence[Entry], plan: Plan,
            ev: Evaluation) -> bool:
     from evo.gpu.gate import run_green, verdict
     from evo.gpu.suites import green_settings
@@ -269,10 +313,10 @@ def _green(launch: Callable[..., Any], request: EvalRequest, entries: Sequence[E
     if share != 1.0:                                     # promote's verification: a narrower tolerance
         settings = settings.share(share)
         ev.device["tolerance_share"] = f"{share:g}"
-    cases, drawn = green_plan(request, entries, salt)
+    cases, drawn = green_plan(request, entries, plan.salt)
     ev.device["green_drawn"] = str(drawn)
     t0 = time.perf_counter()
-    ev.checks = run_green(_reporting(launch), cases, settings, salt)
+    ev.checks = run_green(_reporting(launch), cases, settings, plan.salt, first_failure=plan.first_failure)
     ev.green_seconds = time.perf_counter() - t0
     status, ev.reason = verdict(ev.checks, settings.gate_dtypes)
     ev.status = status
@@ -297,17 +341,20 @@ def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], 
 
 def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases: Sequence[Shape],
           plan: Plan, session: Session, ev: Evaluation) -> None:
-    """Time every case (stopping at a wrong timed output: red, with the case and why)."""
+    """Time every case (stopping at a wrong timed output: red, with the case and why); a screen
+    times the candidate alone, checks no timed outputs and answers green (module docstring)."""
     from evo.gpu.layouts import cache_args
     from evo.gpu.suites import green_settings
     from evo.gpu.timing import recheck_failed, time_case
 
-    settings = green_settings()
+    screen = plan.rung == SCREEN
+    settings = None if screen else green_settings()
     checked = 0
     unavailable: dict[str, dict[str, str]] = {}
     beside = plan.beside()
     if beside:                                   # the baselines timed beside the candidate
         ev.device["paired"] = ",".join(beside)
+    session.start(plan)
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
@@ -318,7 +365,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
                 return op(q, k, v, o, causal=_causal, shift=_shift, **_cache)
 
             progress(f"FAST {shape.tag}")
-            known = [] if plan.interleave else [t for t in session.baselines(shape, plan) if t.backend not in beside]
+            known = session.baselines(shape, plan)
             got = time_case(cand, shape, beside, rounds=plan.rounds,
                             reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
                             check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
@@ -338,10 +385,11 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     failed = [t for t in ev.timings if recheck_failed(t)]
     if failed:
         ev.status, ev.reason = Status.RED, f"{failed[0].shape.tag}: {failed[0].flagged}"
-    else:
-        ev.status = Status.FAST
-        timed = f"timed on {len(cases)} FAST cases, {checked} timed outputs checked"
-        ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
+        return
+    ev.status = Status.GREEN if screen else Status.FAST
+    timed = f"screened on {len(cases)} FAST cases" if screen else \
+        f"timed on {len(cases)} FAST cases, {checked} timed outputs checked"
+    ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
 
 
 def evaluate(request: EvalRequest, session: Session) -> Evaluation:
@@ -349,8 +397,10 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     from evo.gpu.timing import gemm_tflops
 
     plan = Plan.of(request.options)
-    session.inherit(request.options.get("carried_baselines", ()))
+    session.inherit(request.options.get("carried_baselines", {}))
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
+    if "rung" in request.options:
+        ev.device["rung"] = plan.rung
     launch, op, entries = _candidate(request, ev)
     progress("loaded")
     if request.options.get("gemm"):
@@ -363,11 +413,14 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
             ev.device["read_ceiling"] = json.dumps(read_ceiling(int(request.options["read_bytes"])).as_dict())
         except EvoError as exc:     # no nvcc, say: the report says why, the cases are timed all the same
             ev.device["read_ceiling_error"] = str(exc)
-    if request.green and launch is not None and not _green(launch, request, entries or (), plan.salt, ev):
+    if request.green and launch is not None and not _green(launch, request, entries or (), plan, ev):
         return ev
     cases = supported(request.fast_cases, entries) if entries is not None else list(request.fast_cases)
     if cases:
         _fast(op, _recheck(launch, plan.salt), cases, plan, session, ev)
+    measured = session.measured(ev.timings)
+    if measured:           # the parent shares them with the host's other workers (evo.gpu.worker)
+        ev.device["baselines_measured"] = json.dumps(measured, sort_keys=True)
     return ev
 
 
@@ -424,5 +477,4 @@ def serve_requests(conn: Connection, answer: Callable[[EvalRequest, Session], Ev
         except Exception as exc:  # noqa: BLE001 - reported as crashed; the context may be poisoned
             conn.send(Evaluation(request.build_id, Status.CRASHED, _describe(exc), device=dict(session.device)))
             return
-        session.evaluations += 1
         conn.send(result)

@@ -24,10 +24,12 @@ out a search's five-minute budget for it stalled whole GPU searches (2026-11-23:
 flash_wgmma candidate held an H100 search for its last four minutes). Tests swap in CPU
 stand-ins as targets.
 
-A replacement child inherits the SDPA baselines its predecessor measured on this GPU: the
-parent keeps the latest baseline Timings of every answer and hands them to a fresh child with
-its first request (``options["carried_baselines"]``), so a crash or a stuck kernel costs the
-search a restart, not a re-measurement of every baseline (about 50 s on an H100 for 16 cases).
+A child is handed the cached baselines the parent knows for the request's cases
+(``options["carried_baselines"]``, per rung: :mod:`evo.gpu.baselines`): those its predecessors
+on this GPU measured (each answer names the ones it measured, ``baselines_measured``) and those
+the host's other workers measured, which the search hands in through :meth:`Worker.share`. So a
+crash or a stuck kernel costs the search a restart, not a re-measurement of every baseline
+(about 50 s on an H100 for 16 cases), and the workers of a host measure each baseline once.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import json
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -76,7 +79,10 @@ class EvalRequest:
     baselines alongside the candidate instead of using the cache), ``backends`` (SDPA
     backends to compare with), ``package`` (time an installed promoted package instead of
     the cubin), ``gemm`` (also measure the GEMM yardstick), ``read_bytes`` (also measure the read
-    ceiling on buffers of at least this many bytes: :func:`evo.gpu.bandwidth.read_ceiling`).
+    ceiling on buffers of at least this many bytes: :func:`evo.gpu.bandwidth.read_ceiling`),
+    ``rung`` (a search's ``screen`` or ``full``: :mod:`evo.gpu.evaluate`), ``first_failure``
+    (GREEN stops at its first failing check), ``screen_baseline_every``, ``carried_baselines``
+    (set by :class:`Worker`).
     """
 
     build_id: str
@@ -192,8 +198,7 @@ class Worker:
         self.target = target
         self.env = {"CUDA_VISIBLE_DEVICES": _child_env(device), **(env or {})}
         self.restarts = 0
-        self._baselines: dict[tuple[Shape, str], Timing] = {}   # (shape, backend) -> the latest one
-        self._served = 0                                     # requests the current child has answered
+        self._baselines: dict[tuple[str, Shape, str], Timing] = {}   # (rung, shape, backend) -> the latest one
         self._ctx = multiprocessing.get_context("spawn")
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: multiprocessing.connection.Connection | None = None
@@ -210,7 +215,7 @@ class Worker:
                                  name=f"evo-worker-gpu{self.device}", daemon=True)
         proc.start()
         child.close()  # the parent keeps only its end, so a dead child reads as EOF
-        self._proc, self._conn, self._ready, self._served = proc, parent, False, 0
+        self._proc, self._conn, self._ready = proc, parent, False
 
     def _await_ready(self) -> None:
         """Wait for the handshake; a target that cannot even import is a setup error."""
@@ -268,9 +273,9 @@ class Worker:
         if not self._ready:
             self._await_ready()
         assert self._conn is not None and self._proc is not None
-        if self.restarts and not self._served and self._baselines:
-            request = replace(request, options={**request.options,
-                                                "carried_baselines": list(self._baselines.values())})
+        carried = self._carried(request.fast_cases)
+        if carried:
+            request = replace(request, options={**request.options, "carried_baselines": carried})
         try:
             self._conn.send(request)
         except (OSError, BrokenPipeError):
@@ -294,8 +299,7 @@ class Worker:
             if message.status is Status.CRASHED:  # the child exits after a CUDA fault
                 self._restart()
             else:
-                self._served += 1
-                self._baselines |= {(t.shape, t.backend): t for t in message.timings if t.backend != EVO}
+                self.share(measured_baselines(message))
             return message
         now = time.monotonic()
         elapsed = now - start
@@ -308,6 +312,20 @@ class Worker:
         return Evaluation(request.build_id, Status.TIMEOUT,
                           f"no answer within {timeout_s:g} s on GPU {self.device}; worker killed; "
                           + timeout_kind(timeout_s, elapsed, reports, last))
+
+    def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:
+        """Cached baselines measured on this GPU kind (per rung), by this worker's children or by
+        the host's other workers: handed to the child with the requests that time their cases."""
+        self._baselines |= {(rung, t.shape, t.backend): t for rung, ts in baselines.items() for t in ts}
+
+    def _carried(self, cases: Sequence[Shape]) -> dict[str, list[Timing]]:
+        """The known baselines of ``cases``, per rung."""
+        wanted = set(cases)
+        out: dict[str, list[Timing]] = {}
+        for (rung, shape, _), t in self._baselines.items():
+            if shape in wanted:
+                out.setdefault(rung, []).append(t)
+        return out
 
     def _lost(self, request: EvalRequest, what: str) -> Evaluation:
         assert self._proc is not None
@@ -326,6 +344,14 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def measured_baselines(ev: Evaluation) -> dict[str, list[Timing]]:
+    """The baseline Timings an evaluation names as measured for a worker's cache, per rung
+    (its device info's ``baselines_measured``: ``{rung: ["tag|backend", ...]}``)."""
+    named = json.loads(ev.device.get("baselines_measured", "{}"))
+    by_key = {f"{t.shape.tag}|{t.backend}": t for t in ev.timings if t.backend != EVO}
+    return {rung: [by_key[k] for k in keys if k in by_key] for rung, keys in named.items()}
 
 
 def timeout_kind(budget_s: float, elapsed_s: float, reports: int, last: tuple[float, str] | None) -> str:
@@ -358,6 +384,11 @@ class WorkerPool:
 
     def __len__(self) -> int:
         return len(self.workers)
+
+    def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:
+        """:meth:`Worker.share` for every worker of the pool."""
+        for w in self.workers:
+            w.share(baselines)
 
     def _run(self, request: EvalRequest, timeout_s: float) -> Evaluation:
         worker = self._idle.get()

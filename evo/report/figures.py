@@ -17,7 +17,7 @@ from evo.vocab import EVO
 Figure = dict[str, Any]
 
 STATUS_COLORS = {
-    "fast": "#1a9850", "green": "#91cf60", "built": "#4575b4", "red": "#d73027", "crashed": "#c51b7d",
+    "fast": "#1a9850", "green": "#91cf60", "pruned": "#d9ef8b", "built": "#4575b4", "red": "#d73027", "crashed": "#c51b7d",
     "timeout": "#8e0152", "compile_failed": "#f46d43", "resource_rejected": "#e6a117", "invalid": "#9e9e9e",
 }
 CANDIDATE_COLOR = "#111111"

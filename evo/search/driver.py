@@ -7,7 +7,9 @@ FAST cases, baseline, objective, source) are fixed when it is created; options l
 continuing a study are taken from it (:mod:`evo.search.study`). Opening the database, Optuna's
 storage and the study happens under :func:`~evo.store.engine.schema_lock`, so any number of
 workers may start on one database at once. One call is one worker with (at most) one GPU;
-:mod:`evo.search.fanout` runs one per GPU.
+:mod:`evo.search.fanout` runs one per GPU. On a GPU a run screens new candidates and prunes
+them with :class:`~evo.search.pruner.EvoPruner` (or ``RunOptions.pruner``) unless
+``RunOptions.screen`` is off (``evo run --full-only``: every candidate in full, as before rungs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.pruners import BasePruner, NopPruner
 
 from evo import paths
 from evo.toolchain.build import default_arch
@@ -30,6 +33,7 @@ from evo.search import objective
 from evo.search.evaluators import BuildOnlyEvaluator, Evaluator, GpuEvaluator, ReplayEvaluator
 from evo.search.loop import Reporter, RunSummary, Search
 from evo.search.params import check_compatible
+from evo.search.pruner import EvoPruner
 from evo.search.resume import Retry
 from evo.search.samplers import make_sampler
 from evo.search.samplers import require as require_sampler
@@ -69,6 +73,8 @@ class RunOptions:
     target: str | None = None   # the worker process's "module:function" (None: the GPU worker, if a GPU is visible)
     start_from: list[str] | None = None  # a new study's first trials: these studies' best (evo.search.warmstart)
     start_top: int = DEFAULT_TOP          # how many from each
+    screen: bool = True                   # screen new candidates, the full protocol only for those kept (GPU only)
+    pruner: BasePruner | None = None      # what decides after a screen (None: EvoPruner)
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
@@ -78,8 +84,8 @@ def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator
             raise EvoError("a worker target measures; --replay measures nothing (leave one out)")
         return ReplayEvaluator(_replay(opts.replay, opts.arch))
     if opts.target is not None or gpu_count() > 0:
-        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0], options={"quick": True},
-                            target=opts.target or DEFAULT_TARGET)
+        return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0],
+                            options={"quick": True, "first_failure": True}, target=opts.target or DEFAULT_TARGET)
     found = newest_recording(paths.root() / "data")
     if found is not None:
         rec = _replay(found, opts.arch)
@@ -208,19 +214,21 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             if isinstance(ev, GpuEvaluator):
                 ev.pair(settings["baseline"])
             study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
-                               ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases))
+                               ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases),
+                               pruner=(opts.pruner or EvoPruner()) if opts.screen else NopPruner())
             check_compatible(study, families)
             if opts.start_from:
                 note(f"study {name}: " + start_from(study, rdb, opts.start_from, families, opts.start_top).summary())
         device = {"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()}
         options = {"trials": opts.trials, "time_budget_s": opts.time_budget_s, "sampler": opts.sampler,
-                   "seed": opts.seed, "batch": opts.batch, **settings}
+                   "seed": opts.seed, "batch": opts.batch, "screen": opts.screen and ev.screens, **settings}
         search: Search | None = None
         try:
             with store.recording("evo run", study=name, device=device, options=options,
                                  lease_s=opts.grace_s) as run_id:
                 search = Search(study, store, ev, families, cases, settings["baseline"], kind, run_id,
-                                storage=rdb, retry=retry, batch=opts.batch, reporter=reporter, ask_lock=ask_lock)
+                                storage=rdb, retry=retry, batch=opts.batch, reporter=reporter, ask_lock=ask_lock,
+                                screening=opts.screen)
                 return search.run(opts.trials, opts.time_budget_s)
         except KeyboardInterrupt:
             if search is None:

@@ -12,7 +12,9 @@ built ones. Three implementations:
 
 ``device`` names where evaluations come from; a stored evaluation is reused only when it was
 made on the same device (replayed measurements carry a ``replay:`` prefix, so they are never
-mistaken for this machine's).
+mistaken for this machine's). Only the GPU evaluator ``screens``: it times a job's ``screen`` rung
+as a short screen (:mod:`evo.gpu.evaluate`); a recording holds one measurement per candidate, so
+a replay answers every job from it, in full.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import abc
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +32,8 @@ from evo.toolchain.build import build_batch, build_id_for, compile_flags
 from evo.family.manifest import load_family
 from evo.family.render import Rendered
 from evo.store.recording import Record, Recording
-from evo.results import BuildResult, Evaluation, Shape, Status
-from evo.vocab import BUILD_FAILED, REPLAY_PREFIX
+from evo.results import BuildResult, Evaluation, Shape, Status, Timing
+from evo.vocab import BUILD_FAILED, FULL, REPLAY_PREFIX
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
 
 
@@ -45,12 +47,14 @@ class Unmeasured:
 @dataclass(frozen=True)
 class Job:
     """One built candidate to evaluate: GREEN unless it already passed on this device, then
-    FAST on ``cases`` (the selected cases this device has no timings for yet)."""
+    FAST on ``cases`` (the selected cases this device has no timings for yet, or a screen's),
+    in ``rung`` (``screen`` or ``full``: docs/design.md, "Rungs")."""
 
     rendered: Rendered
     build: BuildResult
     green: bool
     cases: tuple[Shape, ...]
+    rung: str = FULL
 
 
 class Evaluator(abc.ABC):
@@ -65,6 +69,9 @@ class Evaluator(abc.ABC):
     device: str = ""
     arch: str = ""
     not_evaluated: str = ""  # non-empty when this evaluator cannot run GREEN/FAST (why)
+    screens = False          # whether a screen job is timed as a screen (else as the full rung)
+    overlaps_builds = False  # whether the next batch is built while this one is evaluated (nvcc beside a GPU)
+    host = ""                # the host whose workers share cached baselines ("": none are shared)
 
     def build_id(self, item: Rendered) -> str:
         """The id ``item`` is stored and looked up under: its build id on this evaluator's arch."""
@@ -86,6 +93,11 @@ class Evaluator(abc.ABC):
         was timed the same way."""
         return ""
 
+    def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:  # noqa: B027 - optional
+        """Cached baselines (per rung) the host's other workers measured on this device kind
+        (:meth:`evo.store.Store.measured_baselines`), for this evaluator's workers to use instead
+        of measuring them again (nothing to do by default)."""
+
     def close(self) -> None:  # noqa: B027 - optional: most evaluators hold nothing to release
         """Release workers (nothing to release by default)."""
 
@@ -100,6 +112,7 @@ class GpuEvaluator(Evaluator):
 
     name = "gpu"
     gemm_pending = True  # the run's first request also measures the GEMM rate (evo report's roofline)
+    screens = overlaps_builds = True
 
     def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
                  timeout_s: float = 300.0, options: dict[str, Any] | None = None,
@@ -108,7 +121,8 @@ class GpuEvaluator(Evaluator):
         self.options = dict(options or {})
         self.pool = WorkerPool(devices, target)
         self.device = gpu_name(self.pool.workers[0].device)
-        self.where = {"host": socket.gethostname(), "gpu_index": str(self.pool.workers[0].device)}
+        self.host = socket.gethostname()
+        self.where = {"host": self.host, "gpu_index": str(self.pool.workers[0].device)}
 
     def pair(self, baseline: str) -> None:
         """Time ``baseline`` (the study's) beside every candidate, round by round, instead of
@@ -128,11 +142,14 @@ class GpuEvaluator(Evaluator):
             ev.device.update(self.where)
             yield ev
 
+    def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:
+        self.pool.share(baselines)
+
     def _request(self, job: Job) -> EvalRequest:
         """The worker's request for ``job``, with a fresh salt: every candidate is gated on inputs
         of its own, so no kernel can pass by matching inputs it has seen (the salt is kept in the
-        evaluation's device info). The run's first request also asks for the GEMM rate."""
-        options = self.options | {"salt": secrets.randbelow(2**31)}
+        evaluation's device info), and its rung. The run's first request also asks for the GEMM rate."""
+        options = self.options | {"salt": secrets.randbelow(2**31), "rung": job.rung}
         if self.gemm_pending:
             options["gemm"], self.gemm_pending = True, False
         return EvalRequest(job.build.build_id, job.build.cubin_path or "", job.rendered.entries, job.green,

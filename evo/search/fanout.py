@@ -177,7 +177,8 @@ def merge(parts: Sequence[RunSummary]) -> RunSummary:
     """One summary for several workers of one study. Throughput: the candidates each measured
     (their union: the store's claims let one worker measure a candidate) and the workers add
     up, and the wall time is the slowest worker's, so that a GPU-hour is one GPU held for an
-    hour whether its worker was busy or done; the devices are listed once each."""
+    hour whether its worker was busy or done; the devices are listed once each. Screens, the
+    kept, the screen errors and the workers' GPU seconds add up."""
     first = parts[0]
     out = replace(first, counts=collections.Counter(), stopped="")
     out.finished = sum(p.finished for p in parts)
@@ -191,6 +192,12 @@ def merge(parts: Sequence[RunSummary]) -> RunSummary:
     out.best = max(bests, key=lambda b: b.score) if bests else None
     out.interrupted = any(p.interrupted for p in parts)
     out.measured_ids = set().union(*(p.measured_ids for p in parts))
+    out.screened, out.kept = sum(p.screened for p in parts), sum(p.kept for p in parts)
+    out.screen_errors = [x for p in parts for x in p.screen_errors]
+    out.gpu_s = {}
+    for p in parts:
+        for part, seconds in p.gpu_s.items():
+            out.spent(part, seconds)
     out.workers = sum(p.workers for p in parts)
     out.wall_s = max(p.wall_s for p in parts)
     out.device = ", ".join(dict.fromkeys(p.device for p in parts if p.device))

@@ -9,20 +9,27 @@ manifest is stored as ``invalid`` and told FAIL at once; the rest are rendered, 
 whose outcome the store already holds (same build id, same device, or a build failure for the
 same arch) is answered from it -- never built or evaluated twice. A candidate another worker is
 measuring on the same kind of device right now (it holds the store's claim on the build id and
-device) is waited for and then answered from the store. What is left is built as one batch
-ahead of the GPU (build failures told at once), then gated and timed through the
-:class:`~evo.search.evaluators.Evaluator`, stored, and told: COMPLETE with the objective values,
-or FAIL with ``status`` and ``reason`` in the trial's user attrs (docs/search.md says why FAIL
-and not a made-up value). A COMPLETE trial also carries its GREEN margin, the worst
+device) is waited for and then answered from the store. What is left is built as one batch; on
+a GPU (:attr:`Evaluator.overlaps_builds <evo.search.evaluators.Evaluator.overlaps_builds>`) by
+nvcc in a thread of its own while the GPU evaluates the batch before (the next batch is asked
+for first: one batch of trials is in flight ahead of the GPU, whose outcomes the sampler has
+not seen when it proposes it), build failures told once the batch is built; then the built candidates are gated and timed through the
+:class:`~evo.search.evaluators.Evaluator`, in rungs where it screens (a short screen, the
+pruner, then the full protocol for the candidates kept: :mod:`evo.search.rungs`), stored, and
+told: COMPLETE with the objective values, PRUNED, or FAIL with ``status`` and ``reason`` in the
+trial's user attrs (docs/search.md says why FAIL and not a made-up value). Before each batch
+is evaluated, the cached baselines the host's workers measured on this kind of GPU since this
+run began are handed to the evaluator's workers (:meth:`~evo.store.Store.measured_baselines`). A COMPLETE trial also carries its GREEN margin, the worst
 max|err| / tolerance per head dim (user attr ``green_share``, :mod:`evo.gpu.margin`), which the
 evolutionary samplers read to keep what promote would refuse out of their elites. A worker with
 nothing left to start waits while other workers' trials run, so a trial of a worker that dies
 is still retried.
 
 The time budget (``evo run --time-budget``) is checked before each batch and before each
-evaluation: once it is spent no evaluation starts (one in progress finishes and is stored and
-told), and the trials of the batch's candidates left unevaluated are given back as Ctrl-C gives
-them back (FAIL ``abandoned``, enqueued again), so the next run on the study starts with them.
+request: once it is spent no request starts (one in progress finishes and is stored and told),
+and the trials of the candidates left unevaluated (or screened and kept, but not yet timed in
+full) are given back as Ctrl-C gives them back (FAIL ``abandoned``, enqueued again), so the next
+run on the study starts with them (a stored screen is judged again, not timed again).
 
 Lineage: the evolutionary sampler's parents and mutation come from its proposal; for every
 other trial the parent is the nearest completed candidate of the same family in the study
@@ -38,9 +45,11 @@ import contextlib
 import functools
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import optuna
@@ -52,9 +61,9 @@ from evo.errors import InvalidCandidate
 from evo.family.manifest import Family, Value
 from evo.family.render import render
 from evo.family.space import Candidate, all_candidates, combinations, listable, make_candidate
-from evo.results import Evaluation, Shape, Status
+from evo.results import BuildResult, Shape, Status
 from evo.search import objective
-from evo.search.evaluators import Evaluator, Job, Unmeasured
+from evo.search.evaluators import Evaluator, Unmeasured
 from evo.search.internals import has_waiting, one_write, queue_empty
 from evo.search.liveness import Liveness
 from evo.search.outcomes import Scoring
@@ -64,10 +73,11 @@ from evo.search.proposal import ProposalSampler, seen_keys
 from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
+from evo.search.rungs import Ladder, Work
 from evo.search.storeview import Known, known_outcome
 from evo.search.tell import Teller
 from evo.store.recording import record_key
-from evo.vocab import PASSED
+from evo.vocab import GATED
 
 __all__ = ["Best", "NullReporter", "Outcome", "Pending", "Reporter", "RunSummary", "Search",
            "best_trial"]
@@ -76,18 +86,32 @@ __all__ = ["Best", "NullReporter", "Outcome", "Pending", "Reporter", "RunSummary
 Asked = tuple[optuna.Trial, int, "tuple[Family, dict[str, Value]] | None"]  # trial, storage id, its draw if made
 
 
+@dataclass
+class Prepared:
+    """A batch told what the store could answer, its candidates claimed and their builds under
+    way: ``todo`` (build id -> trials) are this worker's to build and evaluate, with what the
+    store held for each (``known``), ``others`` are another worker's to wait for."""
+
+    todo: dict[str, list[Pending]]
+    known: dict[str, Known | None]
+    builds: Future[list[BuildResult | Unmeasured]] | None
+    others: dict[str, list[Pending]] = field(default_factory=dict)
+
+
 class Search:
     """One process's share of a study: run batches until a stop condition holds.
 
     Its collaborators: :class:`~evo.search.liveness.Liveness` (dead workers' trials and runs),
-    :class:`~evo.search.outcomes.Scoring` (what a measurement scores), :class:`~evo.search.tell.Teller`
-    (telling trials, the summary) and :func:`~evo.search.parents.parents` (lineage edges)."""
+    :class:`~evo.search.outcomes.Scoring` (what a measurement scores), :class:`~evo.search.rungs.Ladder`
+    (a batch through the rungs), :class:`~evo.search.tell.Teller` (telling trials, the summary) and
+    :func:`~evo.search.parents.parents` (lineage edges). ``screening``: whether new candidates are
+    screened first, where the evaluator can screen (docs/design.md, "Rungs")."""
 
     def __init__(self, study: optuna.Study, store: Any, evaluator: Evaluator, families: Sequence[Family],
                  cases: Sequence[Shape], baseline: str, objective_kind: str, run_id: Any, *,
                  storage: RDBStorage, retry: Retry, batch: int = 8, reporter: Reporter | None = None,
                  ask_lock: AbstractContextManager[Any] | None = None, poll_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, screening: bool = False) -> None:
         self.study, self.store, self.evaluator, self.rdb = study, store, evaluator, storage
         self.families = {f.name: f for f in families}
         self.run_id, self.batch, self.poll_s, self.clock = run_id, max(1, batch), poll_s, clock
@@ -104,10 +128,16 @@ class Search:
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
                                   metric_names=objective.names(objective_kind, cases),
                                   not_evaluated=evaluator.not_evaluated, device=evaluator.device)
-        self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired)
+        screening = screening and evaluator.screens
+        self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired, screening)
         self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
                                  period_s=interval / 2)
         self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
+        self.ladder = Ladder(study, storage, store, evaluator, self.scoring, self.summary, run_id, screening=screening,
+                             finish=self._finish_all, out_of_time=self._out_of_time)
+        self.builds = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-build")  # nvcc beside the GPU
+        run = store.get_run(run_id) if isinstance(run_id, int) else None
+        self.since = run.started if run is not None else datetime.now(UTC)  # cached baselines shared from then on
 
     def valid_keys(self) -> set[str]:
         """Every valid point of the listable families (:func:`evo.family.space.listable`), enumerated
@@ -141,23 +171,35 @@ class Search:
             self.valid_keys()
             self.time_budget_s, self.started = time_budget_s, self.clock()
             self.reporter.start(trials, counted(self.study.get_trials(deepcopy=False)))
+            ahead: Prepared | None = None   # the batch built while the one before it is evaluated
             while True:
                 self._recover()
                 asked, why = ask_batch(self, trials)
                 pending = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
+                if not pending and ahead is not None:   # nothing new to build: finish the batch in flight
+                    self._complete(ahead)
+                    ahead = None
+                    continue
                 if not pending and why:
                     s.stopped = why
                     break
                 if not pending:  # the rest is running in other workers: wait, and retry it if they die
                     time.sleep(self.poll_s)
                     continue
-                self._batch(pending)
+                after = self._prepare(pending)    # its builds start now, in the background
+                if ahead is not None:
+                    self._complete(ahead)         # the GPU evaluates the batch before meanwhile
+                ahead = after
+                if not self.evaluator.overlaps_builds:   # nothing to overlap: each batch whole, in turn
+                    self._complete(ahead)
+                    ahead = None
         except BaseException as exc:
             n = self.liveness.mirror(release(self.study, self.rdb, self.heartbeat.owned(),
                                              f"run stopped: {type(exc).__name__}"), dead_runs=False)
             s.stopped = f"interrupted ({n} open trial(s) re-queued)"
             raise
         finally:
+            self.builds.shutdown(wait=False, cancel_futures=True)
             self.liveness.stop()
             self.heartbeat.stop()
             trials_now = self.study.get_trials(deepcopy=False)
@@ -191,7 +233,9 @@ class Search:
 
     # ------------------------------------------------------------------ one batch
 
-    def _batch(self, pending: list[Pending]) -> None:
+    def _prepare(self, pending: list[Pending]) -> Prepared:
+        """Tell what needs no GPU (invalid candidates, outcomes the store holds), claim the rest
+        and start building this worker's share (:meth:`_start`)."""
         self.teller.know(t.user_attrs[CANDIDATE] for t in self.study.get_trials(deepcopy=False)
                          if t.state.is_finished() and CANDIDATE in t.user_attrs)
         for p in pending:
@@ -213,8 +257,18 @@ class Search:
             else:
                 fresh[bid] = known
         mine, others = self._claim_all({bid: groups[bid] for bid in fresh})
-        self._measure(mine)
-        self._await(others)
+        return self._start(mine, others)
+
+    def _complete(self, prepared: Prepared) -> None:
+        """Record the batch's builds, evaluate what built through the rungs (the trials of
+        candidates the time budget left unfinished given back), then wait for other workers'."""
+        builds = prepared.builds.result() if prepared.builds is not None else []
+        works = self._built(prepared, builds)
+        if works and self.evaluator.host:
+            self.evaluator.share(self.store.measured_baselines(self.evaluator.device, self.evaluator.host, self.since))
+        left = self.ladder.run(works)
+        self._give_back([p for w in left for p in w.ps])
+        self._await(prepared.others)
 
     def _claim_all(self, groups: dict[str, list[Pending]]) -> tuple[dict[str, list[Pending]], dict[str, list[Pending]]]:
         """Split candidates into those this worker now claims and those another one measures."""
@@ -260,7 +314,11 @@ class Search:
             self._measure(mine)
 
     def _measure(self, groups: dict[str, list[Pending]]) -> None:
-        """Build and evaluate candidates this worker claimed, reading the store once more first
+        """Build and evaluate, now, candidates this worker took over from a dead one."""
+        self._complete(self._start(groups))
+
+    def _start(self, groups: dict[str, list[Pending]], others: dict[str, list[Pending]] | None = None) -> Prepared:
+        """Start building the candidates this worker claimed, reading the store once more first
         (a claim taken over from a finished trial may come with its outcome stored)."""
         known = {bid: known_outcome(self.store, bid, self.evaluator.device) for bid in groups}
         todo = {}
@@ -271,8 +329,9 @@ class Search:
                 continue
             for p in ps:
                 self._finish(p, done)
-        if todo:
-            self._build_and_evaluate(todo, known)
+        items = [todo[b][0].rendered for b in todo]
+        builds = self.builds.submit(self.evaluator.build, items) if todo else None  # type: ignore[arg-type]
+        return Prepared(todo, known, builds, others or {})
 
     def _ask(self) -> Asked:
         """One trial asked under the ask lock, with its family and parameters when the sampler
@@ -296,12 +355,11 @@ class Search:
             except UpdateFinishedTrialError:  # failed as stale in that instant (beats that stalled): ask again
                 self.heartbeat.discard(tid)
 
-    def _build_and_evaluate(self, groups: dict[str, list[Pending]], known: dict[str, Known | None]) -> None:
-        bids = list(groups)
-        builds = self.evaluator.build([groups[b][0].rendered for b in bids])  # type: ignore[misc]
-        jobs: list[tuple[Job, str, Known | None]] = []
-        for bid, res in zip(bids, builds, strict=True):
-            ps = groups[bid]
+    def _built(self, prepared: Prepared, builds: Sequence[BuildResult | Unmeasured]) -> list[Work]:
+        """Record the batch's builds; tell the build failures (and, building only, the built);
+        the rest, with what the store held of each (a passed GREEN, a screen), are to evaluate."""
+        works = []
+        for (bid, ps), res in zip(prepared.todo.items(), builds, strict=True):
             if isinstance(res, Unmeasured):
                 self._finish_all(ps, Outcome(UNMEASURED, res.reason))
                 continue
@@ -312,28 +370,9 @@ class Search:
             if self.evaluator.not_evaluated:
                 self._finish_all(ps, Outcome(NOT_EVALUATED, self.evaluator.not_evaluated, candidate_id=cid))
                 continue
-            k = known[bid]
-            prior = k if k is not None and k.status in PASSED else None
-            if prior is not None and not prior.timed_beside(self.evaluator.paired()):
-                prior = replace(prior, timings=[])   # timed another way: every case again, GREEN's checks kept
-            need = self.scoring.missing(prior.timings) if prior else self.scoring.cases
-            jobs.append((Job(ps[0].rendered, res, prior is None, tuple(need)), cid, prior))  # type: ignore[arg-type]
-        if not jobs:
-            return
-        told = 0
-        for ev in self.evaluator.evaluate(self._in_time([j for j, _, _ in jobs])):
-            job, cid, prior = jobs[told]
-            self._finish_all(groups[job.build.build_id], self._evaluated(cid, ev, prior))
-            told += 1
-        self._give_back([p for job, _, _ in jobs[told:] for p in groups[job.build.build_id]])
-
-    def _in_time(self, jobs: Sequence[Job]) -> Iterator[Job]:
-        """``jobs`` in order until the time budget is spent. The evaluator draws a job only as it
-        starts it, so no evaluation starts past the budget; one in progress finishes."""
-        for job in jobs:
-            if self._out_of_time():
-                return
-            yield job
+            k = prepared.known[bid]
+            works.append(Work(ps, cid, res, k if k is not None and k.status in GATED else None))
+        return works
 
     def _give_back(self, ps: Sequence[Pending]) -> None:
         """Give up the trials of candidates built but never evaluated (the time budget ran out) as
@@ -346,14 +385,6 @@ class Search:
         for tid in ids:
             self.heartbeat.discard(tid)
         self.unstarted += self.liveness.mirror(released, dead_runs=False)
-
-    def _evaluated(self, cid: str, ev: Evaluation | Unmeasured, prior: Known | None) -> Outcome:
-        """The outcome of an evaluation (:meth:`Scoring.evaluated <evo.search.outcomes.Scoring.evaluated>`),
-        stored first and counted as measured (once per candidate) when it measured something."""
-        if not isinstance(ev, Unmeasured):
-            self.store.record_evaluation(ev, self.run_id, device=self.evaluator.device)
-            self.summary.measured_ids.add(cid)
-        return self.scoring.evaluated(cid, ev, prior)
 
     # ------------------------------------------------------------------ telling
 

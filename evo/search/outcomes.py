@@ -4,8 +4,9 @@ A study scores its candidates on its FAST cases against its baseline, as one geo
 one value per bucket (:mod:`evo.search.objective`). :class:`Scoring` turns what the store holds
 or what an evaluation returned into an :class:`~evo.search.records.Outcome`: values when every
 selected case was timed, else a FAIL status with the reason. A stored outcome is reused only
-when it is final (a build failure, red, crashed, timeout) or when it was timed as this study
-times (its baseline beside the candidate) on every case.
+when it is final (a build failure, red, crashed, timeout; ``pruned`` too while the search
+screens: the full-only protocol times a pruned candidate in full) or when it was timed as this
+study times (its baseline beside the candidate) on every case.
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ class Scoring:
     :meth:`Evaluator.paired <evo.search.evaluators.Evaluator.paired>`)."""
 
     def __init__(self, cases: Sequence[Shape], baseline: str, objective_kind: str,
-                 paired: Callable[[], str]) -> None:
+                 paired: Callable[[], str], screening: bool = False) -> None:
         self.cases, self.baseline, self.objective, self.paired = list(cases), baseline, objective_kind, paired
+        self.screening = screening
 
     def reuse(self, known: Known | None) -> Outcome | None:
         """A final outcome from the store, or None when the candidate still needs work."""
         if known is None:
             return None
-        if known.status in FAILED:
+        if known.status in FAILED or (self.screening and known.status is Status.PRUNED):
             return Outcome(known.status.value, known.reason, candidate_id=known.candidate_id, reused=True)
         if known.status in PASSED and known.timed_beside(self.paired()) and not objective.missing_cases(
                 known.timings, self.baseline, self.cases):

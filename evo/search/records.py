@@ -103,7 +103,15 @@ class RunSummary:
     when ``source`` is ``gpu`` (:attr:`gpus`), on none in a replay or a build-only run.
     :func:`evo.search.fanout.merge` adds up several workers' summaries: their measured
     candidates (a set: the store's claims let one worker measure a candidate, and one measured
-    twice would still count once) and their workers, over the slowest worker's wall time."""
+    twice would still count once) and their workers, over the slowest worker's wall time.
+
+    Rungs (docs/design.md): ``screened`` candidates came back from their screen passed and
+    screened, ``kept`` of them went on to the full protocol (the others are ``pruned`` in
+    ``counts``); ``screen_errors`` holds, for each candidate this run timed on both rungs,
+    screened score / full score - 1. ``gpu_s`` is the GPU worker's own time on this run's
+    evaluations (their GREEN and FAST seconds) by part: ``GREEN``, ``screen`` and ``full``
+    (FAST of each rung, cached baselines measured meanwhile included); wall time minus their
+    sum is the GPU waiting (for nvcc, the database, the sampler, a worker starting)."""
 
     study: str
     source: str
@@ -125,6 +133,14 @@ class RunSummary:
     measured_ids: set[str] = field(default_factory=set)  # candidates this run evaluated itself
     wall_s: float = 0.0               # seconds from the start of the search loop to its end (the slowest worker's)
     workers: int = 1                  # worker processes that ran it (one GPU each when source is gpu)
+    screened: int = 0                 # candidates screened (passed GREEN and timed on the screen)
+    kept: int = 0                     # of the screened: went on to the full protocol
+    screen_errors: list[float] = field(default_factory=list)  # screened / full score - 1, per candidate with both
+    gpu_s: dict[str, float] = field(default_factory=dict)  # the GPU worker's seconds: GREEN, screen, full
+
+    def spent(self, part: str, seconds: float) -> None:
+        """Add ``seconds`` of the GPU worker's time to ``part`` (:attr:`gpu_s`)."""
+        self.gpu_s[part] = self.gpu_s.get(part, 0.0) + seconds
 
     @property
     def measured(self) -> int:
@@ -156,6 +172,12 @@ class RunSummary:
     def trials_per_gpu_hour(self) -> float | None:
         """Trials told (``finished``, the reused and the failed included) per GPU-hour."""
         return self.per_gpu_hour(self.finished)
+
+    @property
+    def busy_share(self) -> float | None:
+        """The GPU workers' own time (``gpu_s``) over the GPU-time held (wall time x GPUs)."""
+        held = self.wall_s * self.gpus
+        return sum(self.gpu_s.values()) / held if held > 0 else None
 
 
 class Reporter(Protocol):

@@ -64,9 +64,10 @@ def given_up(trials: Sequence[FrozenTrial]) -> set[int]:
 
 
 def counted(trials: Sequence[FrozenTrial]) -> int:
-    """How many trials count toward ``--trials``: finished, and not given up."""
+    """How many trials count toward ``--trials``: finished (complete, pruned after their screen,
+    or failed), and not given up."""
     gone = given_up(trials)
-    return sum(t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.number not in gone)
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (t.state == TrialState.FAIL and t.number not in gone)
                for t in trials)
 
 

@@ -5,7 +5,9 @@ so same source, flags and arch) is final everywhere; an evaluation is reused on 
 was made on (red, crashed, timeout: final; green/fast: its timings, to which FAST adds only
 the cases still missing, and its GREEN checks, whose margin the search records), and a passed
 one only when it was timed as this search times (:attr:`Known.paired`, the baseline timed beside
-the candidate, against :meth:`Evaluator.paired <evo.search.evaluators.Evaluator.paired>`).
+the candidate, against :meth:`Evaluator.paired <evo.search.evaluators.Evaluator.paired>`). A
+screened candidate (``pruned``, or ``green`` from a screen whose full rung never ran) comes back
+with its GREEN checks and its screen's timings, and :attr:`Known.rung` says it was a screen.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from dataclasses import dataclass, field
 
 from evo.results import CheckResult, Status, Timing
 from evo.store import Store
-from evo.vocab import BUILD_FAILED, PASSED
-
+from evo.vocab import BUILD_FAILED, FULL, GATED
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Known:
     timings: list[Timing] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     paired: str = ""   # passed: the baselines its newest evaluation timed beside the candidate, comma-separated ("": cached)
+    rung: str = FULL   # passed: the rung of its newest evaluation (a search's screen, else full)
+    evaluation_id: int | None = None    # passed: the id of its newest evaluation
 
     def timed_beside(self, baseline: str) -> bool:
         """Whether ``baseline`` was timed beside the candidate ("": whether nothing was, as in a
@@ -47,7 +50,9 @@ def known_outcome(store: Store, build_id: str, device: str) -> Known | None:
     if not evaluations:
         return None
     last = evaluations[-1]
-    if last.status not in PASSED:
+    if last.status not in GATED:
         return Known(build_id, last.status, last.reason)
+    info = last.device_info
     return Known(build_id, last.status, last.reason, store.timings_for(build_id, device),
-                 [c for e in evaluations for c in e.checks], str(last.device_info.get("paired", "")))
+                 [c for e in evaluations for c in e.checks], str(info.get("paired", "")), str(info.get("rung", FULL)),
+                 last.id)

@@ -134,9 +134,12 @@ def _show(v: Any) -> str:
 
 
 def open_study(store: optuna.storages.RDBStorage, name: str, sampler: optuna.samplers.BaseSampler,
-               settings: Mapping[str, Any], directions: Sequence[str], metric_names: Sequence[str]) -> optuna.Study:
-    """Create or load the study; a new one records ``settings`` and its metric names."""
+               settings: Mapping[str, Any], directions: Sequence[str], metric_names: Sequence[str],
+               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+    """Create or load the study, with ``pruner`` (default: none, the full protocol for every
+    candidate); a new one records ``settings`` and its metric names."""
     study = optuna.create_study(storage=store, study_name=name, sampler=sampler,
+                                pruner=pruner or optuna.pruners.NopPruner(),
                                 directions=[optuna.study.StudyDirection[d.upper()] for d in directions],
                                 load_if_exists=True)
     if SETTINGS not in study.user_attrs:

@@ -2,7 +2,8 @@
 
 The order matters for a worker that dies half way: the store's trial row is written before
 ``tell``, so a trial the heartbeat check later fails is FAIL in both (the worker that fails it
-mirrors it in the store). A trial that another worker failed as stale meanwhile (this worker's
+mirrors it in the store). A trial whose candidate the pruner stopped after its screen is told
+PRUNED (Optuna's state for it), with no value in the store: a screen never ranks a candidate. A trial that another worker failed as stale meanwhile (this worker's
 heartbeats stalled past the grace period) cannot be told: it is counted as lost and noted, and
 its retry is answered from the store.
 """
@@ -18,6 +19,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from evo.family.space import Candidate
+from evo.results import Status
 from evo.gpu.margin import GREEN_SHARE, over_share
 from evo.search.internals import one_write
 from evo.search.params import CANDIDATE
@@ -77,7 +79,8 @@ class Teller:
         """The trial's user attrs (in one transaction: a FAIL trial with a ``status`` is an
         outcome, whole), the store's row, then Optuna's tell."""
         trial, cid = p.trial, outcome.candidate_id
-        state = TrialState.COMPLETE if outcome.values is not None else TrialState.FAIL
+        state = (TrialState.COMPLETE if outcome.values is not None else
+                 TrialState.PRUNED if outcome.status == Status.PRUNED else TrialState.FAIL)
         value = None if outcome.values is None else Best(0, "", "", outcome.values).score
         with one_write(trial, self.rdb, p.trial_id):  # all of them in one transaction
             for key, v in _attrs(outcome, label).items():
@@ -87,7 +90,7 @@ class Teller:
         if outcome.values is not None:
             self.study.tell(trial, outcome.values)
         else:
-            self.study.tell(trial, state=TrialState.FAIL)
+            self.study.tell(trial, state=state)
 
     def _lost(self, p: Pending, cid: str | None) -> None:
         """Our trial was failed as stale meanwhile (and re-queued): mirror FAIL, say so."""

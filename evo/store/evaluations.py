@@ -7,14 +7,18 @@ same on fresh and stored measurements.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from evo.errors import EvoError
-from evo.results import Evaluation, Timing
+from evo.results import Evaluation, Status, Timing
 from evo.store.base import StoreBase
+from evo.store.candidates import study_ids
 from evo.store.convert import eval_view, num, timing
 from evo.store.models import Candidate, Check, EvaluationRow, TimingRow
 from evo.store.views import EvaluationView
@@ -48,6 +52,50 @@ class EvaluationStore(StoreBase):
             cand.status, cand.reason = evaluation.status.value, evaluation.reason
             s.flush()
             return row.id
+
+    def set_status(self, evaluation_id: int, status: Status, reason: str) -> None:
+        """Give a stored evaluation, and its candidate, another status and reason (one
+        transaction): a search's screen, stored as soon as it came back, once the pruner has
+        pruned it (``pruned``)."""
+        with self._tx() as s:
+            row = s.get(EvaluationRow, evaluation_id)
+            if row is None:
+                raise EvoError(f"no evaluation {evaluation_id}")
+            row.status, row.reason = status.value, reason
+            row.candidate.status, row.candidate.reason = status.value, reason
+
+    def measured_baselines(self, device: str, host: str, since: datetime) -> dict[str, list[Timing]]:
+        """Per rung, the newest baseline Timing of each (case, backend) that a worker on ``host``
+        measured on ``device`` since ``since`` for its cache (the evaluations whose device info
+        names them under ``baselines_measured``, :mod:`evo.gpu.evaluate`): what the host's
+        workers share instead of measuring again."""
+        out: dict[str, dict[tuple[str, str], Timing]] = {}
+        with self._read() as s:
+            rows = s.execute(select(EvaluationRow.id, EvaluationRow.device_info)
+                             .where(EvaluationRow.device == device, EvaluationRow.created >= since)
+                             .order_by(EvaluationRow.id)).all()
+            named = {eid: json.loads(info["baselines_measured"]) for eid, info in rows
+                     if info.get("host") == host and info.get("baselines_measured")}
+            if not named:
+                return {}
+            q = select(TimingRow).where(TimingRow.evaluation_id.in_(named)).order_by(TimingRow.id)
+            for row in s.scalars(q):
+                t = timing(row)
+                key = f"{t.shape.tag}|{t.backend}"
+                for rung, keys in named[row.evaluation_id].items():
+                    if key in keys:
+                        out.setdefault(rung, {})[(t.shape.tag, t.backend)] = t
+        return {rung: list(ts.values()) for rung, ts in out.items()}
+
+    def rung_evaluations(self, study: str | None = None) -> list[tuple[str, Status, dict[str, Any]]]:
+        """(candidate id, status, device info) of every evaluation a search made in rungs (its
+        device info names its ``rung``), oldest first; only of ``study``'s candidates when given.
+        Checks and timings are not read."""
+        q = select(EvaluationRow.candidate_id, EvaluationRow.status, EvaluationRow.device_info).order_by(EvaluationRow.id)
+        if study is not None:
+            q = q.where(EvaluationRow.candidate_id.in_(study_ids(study)))
+        with self._read() as s:
+            return [(cid, Status(st), dict(info)) for cid, st, info in s.execute(q) if "rung" in info]
 
     def evaluations(self, candidate_id: str, device: str | None = None) -> list[EvaluationView]:
         """The candidate's evaluations, oldest first (only those on ``device`` when given)."""

@@ -265,8 +265,8 @@ def _evaluated_record(c: CandidateView, evs: Sequence[EvaluationView] | None,
                       timings: Mapping[str, tuple[str, list[Timing]]], arch: str) -> Record | None:
     """The record of an evaluated candidate, from its newest evaluation on the GPU (with its
     timings when FAST); None when it was not evaluated there, is of another arch, or only
-    passed GREEN (no final status)."""
-    if not evs or c.arch != arch or evs[-1].status is Status.GREEN:
+    passed GREEN (no final status: green, or pruned after a search's screen)."""
+    if not evs or c.arch != arch or evs[-1].status in (Status.GREEN, Status.PRUNED):
         return None
     rec = Record(c.family, c.family_version or 0, dict(c.params), evs[-1].status, evs[-1].reason, c.id)
     for t in timings.get(c.id, ("", []))[1] if rec.status is Status.FAST else []:

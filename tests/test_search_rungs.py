@@ -1,0 +1,224 @@
+"""A search in rungs on CPU: a stand-in evaluator that screens (no nvcc, no GPU, no worker
+process) behind the real loop, store and Optuna study. A pruned candidate is stored ``pruned``
+and never ranked, a kept one's full evaluation stores its screened score beside its full score,
+a run stopped between a candidate's screen and its full rung loses nothing, and --full-only
+times every candidate in full."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from evo.family.manifest import load_family
+from evo.family.space import all_candidates
+from evo.family.render import Rendered
+from evo.results import BuildResult, CheckResult, Evaluation, Status, Timing
+from evo.search.evaluators import Evaluator, Job, Unmeasured
+from evo.search.loop import Search
+from evo.search.params import trial_params
+from evo.search.pruner import SCREEN_ATTR, EvoPruner
+from evo.search.resume import Retry
+from evo.search.study import open_study, storage
+from evo.store import open_store
+from evo.gpu.suites import fast_cases
+from evo.vocab import PASSED
+from synthetic_sweep import speedup
+
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed")
+CASES = fast_cases(["F1", "F3", "F4", "F5", "F6", "F8"])   # short and long cases at D=64, long ones at D=128
+DEVICE = "Fake H100"
+
+
+class Screening(Evaluator):
+    """Builds nothing; answers a screen ``green`` and a full rung ``fast`` from the synthetic
+    sweep's speedups (the screen reads 1 % high), and keeps every job it was handed. ``stop_at``:
+    raise KeyboardInterrupt instead of starting that many-th job (Ctrl-C mid-rung)."""
+
+    name, device, arch, host = "gpu", DEVICE, "sm_90a", "h"
+    screens = overlaps_builds = True
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.jobs: list[Job] = []
+        self.stop_at = stop_at
+
+    def paired(self) -> str:
+        return "sdpa_default"
+
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        return [BuildResult(self.build_id(r), r.source_hash, self.arch, (), Status.BUILT, cubin_path="x")
+                for r in items]
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        for job in jobs:
+            if self.stop_at is not None and len(self.jobs) + 1 == self.stop_at:
+                raise KeyboardInterrupt
+            self.jobs.append(job)
+            yield answer(job)
+
+
+def answer(job: Job) -> Evaluation:
+    cand = job.rendered.candidate
+    screen = job.rung == "screen"
+    timings = []
+    for s in job.cases:
+        x = speedup(cand.family, cand.p, s) * (1.01 if screen else 1.0)
+        timings += [Timing(s, "evo", 10.0 / x, 10.0 / x, 10.0 / x), Timing(s, "sdpa_default", 10.0, 10.0, 10.0)]
+    checks = [CheckResult(s, 0, True, 1e-4, 1e-4, 1e-3) for s in job.cases[:1]] if job.green else []
+    device = {"name": DEVICE, "rung": job.rung} | ({} if screen else {"paired": "sdpa_default"})
+    return Evaluation(job.build.build_id, Status.GREEN if screen else Status.FAST, checks=checks, timings=timings,
+                      device=device, green_seconds=0.5 * job.green, fast_seconds=1.0 if screen else 8.0)
+
+
+def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s") -> Search:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store, retry = open_store(url), Retry()
+    rdb = storage(url, retry=retry)
+    st = open_study(rdb, study, optuna.samplers.RandomSampler(seed=3), {}, ["maximize"], ["geomean"],
+                    pruner=EvoPruner() if screening else None)
+    return Search(st, store, ev, [load_family("flash_mma")], CASES, "sdpa_default", "geomean",
+                  store.start_run("evo run", study=study), storage=rdb, retry=retry, batch=4, screening=screening)
+
+
+@pytest.fixture(scope="module")
+def screened_run(tmp_path_factory: pytest.TempPathFactory):
+    """One search of 8 trials in rungs: (url, search, summary, evaluator)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('rungs') / 'evo.sqlite'}"
+    ev = Screening()
+    s = search(url, ev)
+    return url, s, s.run(8), ev
+
+
+def test_each_candidate_is_screened_then_only_the_kept_are_timed_in_full(screened_run) -> None:
+    _, s, summary, ev = screened_run
+    screens = [j for j in ev.jobs if j.rung == "screen"]
+    full = [j for j in ev.jobs if j.rung == "full"]
+    assert screens and all(j.green for j in screens) and not any(j.green for j in full)
+    assert [c.tag for c in screens[0].cases] == ["F1-fp16", "F1c-fp16", "F3-fp16", "F3c-fp16", "F5-fp16", "F5c-fp16",
+                                                 "F8-fp16", "F8c-fp16"]
+    assert all(set(j.cases) == set(CASES) for j in full)
+    assert summary.screened == len(screens) and summary.kept == len(full) < len(screens)
+    assert summary.counts["pruned"] == len(screens) - len(full) and summary.counts["fast"] == len(full)
+    assert summary.gpu_s == {"GREEN": 0.5 * len(screens), "screen": 1.0 * len(screens), "full": 8.0 * len(full)}
+
+
+def test_a_pruned_candidate_is_stored_pruned_and_never_ranked(screened_run) -> None:
+    url, s, summary, _ = screened_run
+    store = open_store(url)
+    trials = s.study.get_trials(deepcopy=False)
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert pruned and all(t.user_attrs["status"] == "pruned" and t.user_attrs[SCREEN_ATTR] for t in pruned)
+    for t in pruned:
+        rec = store.get(t.user_attrs["candidate"])
+        assert rec.candidate.status is Status.PRUNED and rec.evaluations[-1].status is Status.PRUNED
+        assert "leads no bucket" in rec.evaluations[-1].reason and rec.trials[-1].value is None
+    ranked = {c.id for c, _ in store.best(50)} | {c.id for c in store.find_candidates(status=PASSED)}
+    assert not ranked & {t.user_attrs["candidate"] for t in pruned}
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert summary.best is not None and summary.best.number in {t.number for t in complete}
+
+
+def test_a_full_evaluation_stores_its_screened_score_beside_its_full_score(screened_run) -> None:
+    url, s, summary, _ = screened_run
+    store = open_store(url)
+    kept = [t for t in s.study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    errors = []
+    for t in kept:
+        screen, full = store.get(t.user_attrs["candidate"]).evaluations[-2:]
+        assert (screen.device_info["rung"], full.device_info["rung"]) == ("screen", "full")
+        assert full.device_info["screen_score"] == screen.device_info["screen_score"]
+        assert float(full.device_info["full_score"]) == pytest.approx(t.value)
+        assert float(screen.device_info["screen_score"]) == pytest.approx(t.user_attrs[SCREEN_ATTR]["all"], rel=1e-5)
+        errors.append(float(full.device_info["screen_score"]) / float(full.device_info["full_score"]) - 1)
+    assert kept and summary.screen_errors == pytest.approx(errors, abs=1e-5)
+    assert all(0.0 < x < 0.03 for x in errors)       # the stand-in's screen reads 1 % high, its cases a subset
+
+
+def test_the_screen_error_distribution_is_read_back_from_the_store(screened_run) -> None:
+    from evo import api
+
+    url, _, summary, _ = screened_run
+    errors = api.screen_errors(url, "s")
+    assert (errors.screened, errors.pruned) == (summary.screened, summary.counts["pruned"])
+    assert [p.error for p in errors.pairs] == pytest.approx(summary.screen_errors, abs=1e-5)
+    assert errors.line().startswith(f"{summary.screened} screened, {summary.counts['pruned']} pruned; screen vs full over")
+    doc = errors.document()
+    assert doc["max_abs_error"] == pytest.approx(max(abs(x) for x in summary.screen_errors), abs=1e-5)
+    assert api.screen_errors(url, "no such study").line() == "0 screened, 0 pruned; no candidate timed on both rungs yet"
+
+
+def test_a_run_stopped_between_screen_and_full_rung_loses_nothing(tmp_path: Path) -> None:
+    """Ctrl-C as the first kept candidate's full rung would start: its screen is stored and its
+    trial given back; the next run judges the stored screen again and times only the full rung."""
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    first = Screening(stop_at=2)                  # the first screen is always kept: its full rung is the 2nd job
+    with pytest.raises(KeyboardInterrupt):
+        search(url, first).run(2)
+    (screen,) = first.jobs
+    bid = screen.build.build_id
+    stored = open_store(url).get(bid)
+    assert stored.candidate.status is Status.GREEN and [e.device_info["rung"] for e in stored.evaluations] == ["screen"]
+    again = Screening()
+    search(url, again).run(2)
+    mine = [j.rung for j in again.jobs if j.build.build_id == bid]
+    assert mine == ["full"]
+    after = open_store(url).get(bid)
+    assert after.candidate.status is Status.FAST
+    assert [e.device_info["rung"] for e in after.evaluations] == ["screen", "full"]
+    assert "screen_score" in after.evaluations[-1].device_info
+
+
+class Overlapping(Screening):
+    """Notes whether the second batch's build had started by the time the first batch was
+    evaluated (waiting for it a while: a loop that builds and evaluates in turn never does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.builds, self.second = 0, threading.Event()
+        self.overlapped: bool | None = None
+
+    def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
+        self.builds += 1
+        if self.builds == 2:
+            self.second.set()
+        return super().build(items)
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[Evaluation | Unmeasured]:
+        if self.overlapped is None:
+            self.overlapped = self.second.wait(timeout=5)
+        yield from super().evaluate(jobs)
+
+
+def test_the_next_batch_is_built_while_this_one_is_evaluated(tmp_path: Path) -> None:
+    ev = Overlapping()
+    s = search(f"sqlite:///{tmp_path / 'evo.sqlite'}", ev, screening=False)
+    s.batch = 1
+    for cand in itertools.islice(all_candidates(load_family("flash_mma")), 2):   # two valid points
+        s.study.enqueue_trial(trial_params(cand))
+    s.run(2)
+    assert ev.builds == 2 and ev.overlapped
+
+
+def test_full_only_times_every_candidate_in_full(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    ev = Screening()
+    summary = search(url, ev, screening=False).run(2)
+    assert {j.rung for j in ev.jobs} == {"full"} and all(j.green for j in ev.jobs)
+    assert summary.screened == 0 and summary.counts["pruned"] == 0 and summary.counts["fast"] == len(ev.jobs)
+
+
+def test_full_only_times_a_pruned_candidate_in_full_keeping_its_checks(screened_run, tmp_path: Path) -> None:
+    url, s, _, _ = screened_run
+    pruned = next(t for t in s.study.get_trials(deepcopy=False) if t.state == TrialState.PRUNED)
+    ev = Screening()
+    again = search(url, ev, screening=False, study="again")
+    again.study.enqueue_trial(pruned.params)
+    again.run(1)
+    (job,) = ev.jobs
+    assert job.rung == "full" and not job.green and set(job.cases) == set(CASES)
+    assert job.build.build_id == pruned.user_attrs["candidate"]
