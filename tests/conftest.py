@@ -41,6 +41,15 @@ SMOKE: dict[str, frozenset[str] | None] = {
 }
 
 
+# Tests that build the same machine code: under pytest-xdist each group runs on one worker, one test
+# after another, so the build cache compiles the code once and the others take it (faulty_decode's
+# positive control is flash_decode's default code under another family's name).
+SAME_CODE: dict[str, tuple[str, ...]] = {
+    "flash_decode default": ("tests/test_decode_compile.py::", "::test_default_builds_clean[flash_decode-",
+                             "::test_default_builds_clean[faulty_decode-"),
+}
+
+
 def is_smoke(item: pytest.Item) -> bool:
     """Whether ``item`` is one of the SMOKE tests."""
     if item.path.name not in SMOKE:
@@ -76,6 +85,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.smoke)
         if "gpu" in item.keywords:   # under pytest-xdist (--dist loadgroup) one worker runs them, one at a time
             item.add_marker(pytest.mark.xdist_group("gpu"))
+        elif group := next((g for g, parts in SAME_CODE.items() if any(p in item.nodeid for p in parts)), None):
+            item.add_marker(pytest.mark.xdist_group(group))
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -30,17 +30,34 @@ def tiny(**params: object) -> Rendered:
     return render(make_candidate("tiny", params))  # type: ignore[arg-type]
 
 
+def counting_nvcc(folder: Path) -> tuple[str, Path]:
+    """An nvcc that writes a line to a log for each compile (not for --version) and runs the real one."""
+    script, log = folder / "nvcc", folder / "compiles.log"
+    script.write_text(f'#!/bin/sh\ncase "$*" in *-cubin*) echo "$*" >> {log} ;; esac\nexec {shutil.which("nvcc")} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script), log
+
+
+def compiles(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.is_file() else 0
+
+
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One real batch shared by the module: default, a syntax error, a spilling kernel, a duplicate."""
+    """One real batch shared by the module: default, a syntax error, a spilling kernel, a duplicate,
+    and the default and the syntax error again with a launch-only gene changed (SMEM_KB: the same
+    code, another launch)."""
     cache = tmp_path_factory.mktemp("candidates")
+    nvcc, log = counting_nvcc(tmp_path_factory.mktemp("nvcc"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
         mp.setenv("EVO_CANDIDATES", str(cache))
-        items = [tiny(), tiny(FAULT="syntax"), tiny(FAULT="spill"), tiny()]
+        if shutil.which("nvcc"):
+            mp.setenv("EVO_NVCC", nvcc)
+        items = [tiny(), tiny(FAULT="syntax"), tiny(FAULT="spill"), tiny(), tiny(SMEM_KB=2), tiny(FAULT="syntax", SMEM_KB=2)]
         done: list = []
         results = build_batch(items, arch="sm_90a", jobs=2, on_done=done.append)
-    return {"cache": cache, "items": items, "results": results, "done": done}
+    return {"cache": cache, "items": items, "results": results, "done": done, "compiles": compiles(log)}
 
 
 @needs_nvcc
@@ -86,7 +103,32 @@ def test_spilling_kernel_is_resource_rejected(batch: dict) -> None:
 @needs_nvcc
 def test_duplicates_are_built_once_and_reported_once(batch: dict) -> None:
     assert batch["results"][3] == batch["results"][0]
-    assert len(batch["done"]) == 3
+    assert len(batch["done"]) == 5
+
+
+@needs_nvcc
+def test_builds_of_the_same_code_compile_once_and_keep_their_own_launch(batch: dict) -> None:
+    first, other = batch["results"][0], batch["results"][4]
+    assert batch["compiles"] == 3                   # default, syntax error, spill; not the two SMEM_KB=2 builds
+    assert other.build_id != first.build_id and other.status is Status.BUILT and other.seconds == 0
+    assert Path(other.cubin_path).read_bytes() == Path(first.cubin_path).read_bytes()
+    assert {r.smem_dynamic for r in other.resources.values()} == {2048}    # checked against its own launch
+    metas = [json.loads((Path(r.cubin_path).parent / "meta.json").read_text()) for r in (first, other)]
+    assert metas[0]["code_id"] == metas[1]["code_id"] and [m["compiled_here"] for m in metas] == [True, False]
+    failed, again = batch["results"][1], batch["results"][5]
+    assert again.status is Status.COMPILE_FAILED and again.reason == failed.reason and again.log == failed.log
+
+
+@needs_nvcc
+def test_a_later_batch_takes_kept_code_without_compiling(batch: dict, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    monkeypatch.setenv("EVO_CANDIDATES", str(batch["cache"]))
+    nvcc, log = counting_nvcc(tmp_path)
+    monkeypatch.setenv("EVO_NVCC", nvcc)
+    (late,) = build_batch([tiny(SMEM_KB=300)], arch="sm_90a")
+    assert compiles(log) == 0 and not late.cached
+    assert late.status is Status.RESOURCE_REJECTED and "shared memory" in late.reason    # its launch, the kept code
+    assert Path(late.cubin_path).read_bytes() == Path(batch["results"][0].cubin_path).read_bytes()
 
 
 @needs_nvcc

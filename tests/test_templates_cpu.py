@@ -81,6 +81,12 @@ def test_faulty_switches_change_the_kernel() -> None:
     assert len(set(bodies.values())) == len(bodies), "some FAULT values render the same kernel"
 
 
+def test_faulty_decode_at_none_is_flash_decode_default_code() -> None:
+    # the positive control is the family's own kernel: one machine code (its build compiles nothing)
+    faulty, flash = load_family("faulty_decode"), load_family("flash_decode")
+    assert render(make_candidate(faulty), faulty).body == render(make_candidate(flash), flash).body
+
+
 def _build(cands: list[Candidate], fam: Family, arch: str, cache: Path,
            monkeypatch: pytest.MonkeyPatch) -> list[BuildResult]:
     monkeypatch.setenv("EVO_CANDIDATES", str(cache))

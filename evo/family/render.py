@@ -71,6 +71,13 @@ class Rendered:
     source_hash: str
     entries: tuple[Entry, ...]
 
+    @property
+    def body(self) -> str:
+        """The source below the two comment lines :func:`render` writes first (family, version and
+        params): what the compiler turns into code. Candidates that differ only in genes the code
+        never reads (a launch-only gene such as a split-KV family's SPLIT_MIN) have the same body."""
+        return self.source.split("\n", 2)[2]
+
     def entry(self, head_dim: int, dtype: str, causal: bool) -> Entry:
         name = entry_name(head_dim, dtype, causal)
         for e in self.entries:

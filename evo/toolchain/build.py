@@ -13,6 +13,16 @@ The build id is computed without compiling (:func:`build_id_for`): it hashes the
 version and build, and the headers included from outside the toolkit -- so editing any of them
 gives a new id instead of a stale cached verdict. The key is kept in each ``meta.json``.
 
+Machine code is shared: builds whose source differs only in evo's two comment lines at the top
+(family and params: :attr:`evo.family.render.Rendered.body` is the rest), with the same flags,
+arch, compiler and headers, compile to the same cubin and ptxas report. Their common *code id*
+names an object under ``candidates/.objects/``; a build whose object exists takes a hard link to
+its cubin and report instead of compiling (``meta.json`` gives each build's ``code_id`` and
+whether it was ``compiled_here``), and of such builds
+in one batch only the first is compiled. Launch-only genes (a split-KV family's SPLIT_MIN and
+WAVES) and a test family that renders another family's template (faulty_decode's positive
+control) compile once. Each build is still checked against its own launch configs.
+
 A family on another backend (:mod:`evo.family.backends`: a rendered Python module with Triton kernels)
 goes through the same cache: its module is checked and installed under its build id, whose key
 names the installed triton instead of nvcc; ``meta.json`` says which file is the artifact.
@@ -20,6 +30,7 @@ names the installed triton instead of nvcc; ``meta.json`` says which file is the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -52,6 +63,7 @@ REGISTERS_PER_BLOCK = 65536
 MAX_THREADS_PER_BLOCK = 1024
 CUBIN, SOURCE, LOG, META = "kernel.cubin", "kernel.cu", "ptxas.log", "meta.json"
 _STATUS_FILE = "status"
+OBJECTS = ".objects"   # under the cache: compiled machine code by code id (cubin and ptxas report)
 _ARCH = re.compile(r"sm_(\d+)(a?)")
 _UNREPORTED = Resources(registers=0, smem_static=0, spill_stores=0, spill_loads=0, stack_frame=0)
 _PROGRESS = re.compile(r"^\[\d+/\d+\] ([0-9a-f]{64})\s*$")
@@ -235,6 +247,13 @@ class _Plan:
     key: dict[str, Any]
     backend: str = "cuda"
 
+    @property
+    def code_id(self) -> str:
+        """The identity of this build's machine code: its key less the launch configs, the
+        source's hash replaced by its body's (module docstring)."""
+        body = hashlib.sha256(self.rendered.body.encode()).hexdigest()
+        return build_id({k: v for k, v in self.key.items() if k != "entries"} | {"source_hash": body})
+
 
 def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = None,
                 on_done: OnDone | None = None, *, timeout_s: int = 600) -> list[BuildResult]:
@@ -304,17 +323,43 @@ def _compile(todo: list[_Plan], arch: str, jobs: int, timeout_s: int,
     batch = Path(tempfile.mkdtemp(prefix="batch-", dir=staging))
     proc: subprocess.Popen[str] | None = None
     try:
+        same_code: dict[str, list[_Plan]] = {}
         for plan in todo:
             (batch / plan.build_id).mkdir()
             (batch / plan.build_id / SOURCE).write_text(plan.rendered.source)
-        (batch / "build.ninja").write_text(_ninja_file(todo, nvcc, arch, timeout_s))
-        pending = {p.build_id: p for p in todo}
+            same_code.setdefault(plan.code_id, []).append(plan)
 
         def finish(plan: _Plan, note: str = "") -> None:
             result = _finish(batch / plan.build_id, plan, arch, timeout_s, note)
             results[plan.build_id] = result
             if on_done:
                 on_done(result)
+
+        def share(code_id: str, source: Path, plans: Sequence[_Plan]) -> None:
+            for plan in plans:
+                _take_code(source, batch / plan.build_id, code_id)
+                finish(plan)
+
+        compile_first = []
+        for code_id, plans in same_code.items():
+            if _has_object(code_id):
+                share(code_id, _object_dir(code_id), plans)
+            else:
+                compile_first.append(plans[0])
+        if not compile_first:
+            return
+        (batch / "build.ninja").write_text(_ninja_file(compile_first, nvcc, arch, timeout_s))
+        pending = {p.build_id: p for p in compile_first}
+
+        def compiled(plan: _Plan, note: str = "") -> None:
+            folder, others = batch / plan.build_id, same_code[plan.code_id][1:]
+            if _keep_object(folder, plan.code_id):
+                share(plan.code_id, folder, others)
+            else:   # failed, killed or timed out: the others share the verdict, not an object
+                for other in others:
+                    _take_status(folder, batch / other.build_id)
+                    finish(other, note)
+            finish(plan, note)
 
         proc = subprocess.Popen([ninja, "-k", "0", "-j", str(jobs)], cwd=batch, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -325,10 +370,10 @@ def _compile(todo: list[_Plan], arch: str, jobs: int, timeout_s: int,
             tail = line.strip() or tail
             m = _PROGRESS.match(line)
             if m and m[1] in pending:
-                finish(pending.pop(m[1]))
+                compiled(pending.pop(m[1]))
         code = proc.wait()
         for plan in list(pending.values()):
-            finish(pending.pop(plan.build_id), f"ninja exited with {code}: {tail}")
+            compiled(pending.pop(plan.build_id), f"ninja exited with {code}: {tail}")
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()  # ninja stops its nvcc process groups on SIGTERM
@@ -338,6 +383,68 @@ def _compile(todo: list[_Plan], arch: str, jobs: int, timeout_s: int,
                 proc.kill()
                 proc.wait()
         shutil.rmtree(batch, ignore_errors=True)
+
+
+def _object_dir(code_id: str) -> Path:
+    """Where the machine code of ``code_id`` is kept (it may not exist)."""
+    return paths.candidates_dir().resolve() / OBJECTS / code_id[:2] / code_id
+
+
+def _has_object(code_id: str) -> bool:
+    folder = _object_dir(code_id)
+    return (folder / CUBIN).is_file() and (folder / LOG).is_file()
+
+
+def _keep_object(folder: Path, code_id: str) -> bool:
+    """Keep the cubin and ptxas report that nvcc wrote into ``folder`` as the object of ``code_id``
+    (hard links; a copy where links fail), unless nvcc failed; whether ``folder`` holds code to
+    share. Installed by renaming a complete folder, so an object is never half there; the first
+    writer wins, and an object that cannot be kept only costs a later compile."""
+    try:
+        code = int((folder / _STATUS_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    if code != 0 or not (folder / CUBIN).is_file():
+        return False
+    if not _has_object(code_id):
+        final = _object_dir(code_id)
+        staging = Path(tempfile.mkdtemp(prefix="object-", dir=folder.parent.parent))
+        try:
+            for name in (CUBIN, LOG):
+                _link(folder / name, staging / name)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(staging, final)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def _take_code(source: Path, folder: Path, code_id: str) -> None:
+    """Give the build in ``folder`` the cubin and ptxas report of ``source`` (an object or the
+    build that compiled it), as a compile that took no time (``meta.json``: not ``compiled_here``)."""
+    for name in (CUBIN, LOG):
+        _link(source / name, folder / name)
+    (folder / _STATUS_FILE).write_text("0 0 0\n")
+    (folder / OBJECTS).write_text(code_id)   # a marker: _install records that it compiled nothing
+
+
+def _take_status(source: Path, folder: Path) -> None:
+    """Give the build in ``folder`` the outcome of a compile of the same code that did not give a
+    cubin: its log and exit status (absent when it was interrupted), no time of its own."""
+    if (source / LOG).is_file():
+        _link(source / LOG, folder / LOG)
+    try:
+        code = (source / _STATUS_FILE).read_text().split()[0]
+    except (OSError, IndexError):
+        return
+    (folder / _STATUS_FILE).write_text(f"{code} 0 0\n")
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _ninja_file(todo: list[_Plan], nvcc: str, arch: str, timeout_s: int) -> str:
@@ -429,6 +536,9 @@ def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
     """Write meta.json and rename the folder into the cache (atomic; the first writer wins)."""
     (folder / _STATUS_FILE).unlink(missing_ok=True)
     (folder / f"{CUBIN}.part").unlink(missing_ok=True)
+    shared = folder / OBJECTS
+    code = {"code_id": plan.code_id, "compiled_here": not shared.is_file()} if plan.backend == "cuda" else {}
+    shared.unlink(missing_ok=True)
     artifact = backends.backend(plan.backend).artifact
     cand = plan.rendered.candidate
     meta = {
@@ -437,7 +547,7 @@ def _install(folder: Path, plan: _Plan, result: BuildResult) -> BuildResult:
         "seconds": result.seconds, "resources": {k: asdict(v) for k, v in result.resources.items()},
         "family": cand.family, "family_version": plan.rendered.family_version, "params": cand.p,
         "label": cand.label(), "key": plan.key, "artifact": artifact,
-        **({"nvcc": nvcc_version()} if plan.backend == "cuda" else {}),
+        **({"nvcc": nvcc_version()} if plan.backend == "cuda" else {}), **code,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
