@@ -288,7 +288,7 @@ def test_a_run_in_rungs_says_how_busy_the_gpu_was_and_how_its_screens_fared() ->
                    screened=76, kept=6, screen_errors=[0.004, -0.012, 0.02], gpu_s={"GREEN": 80.0, "screen": 180.0,
                                                                                      "full": 100.0})
     assert throughput(s) == ("throughput: 80 candidates measured in 6:40 on 1 GPU = 720 per GPU-hour; "
-                             "GPU busy 90% of it (GREEN 20%, screen 45%, full 25%)")
+                             "GPU busy 90% of it (GREEN 20%, screen 45%, full 25%) = 800 per busy GPU-hour")
     assert screens(s) == ("screens: 76 candidates screened, 6 kept for the full protocol; "
                           "screen vs full: median |error| 1.2%, worst +2.0% (n=3)")
 

@@ -152,6 +152,31 @@ def test_the_screen_error_distribution_is_read_back_from_the_store(screened_run)
     assert api.screen_errors(url, "no such study").line() == "0 screened, 0 pruned; no candidate timed on both rungs yet"
 
 
+def test_the_gpu_check_script_reads_the_studys_figures(screened_run, tmp_path: Path) -> None:
+    """scripts/screen_check.py without a GPU (no time to time anything): the run's throughput
+    from its summary, the screens, and the screen's error over the top by screen (the pruned
+    among them still missing: exit 1) and for the best by full score."""
+    import importlib.util
+    import json
+
+    url, s, summary, _ = screened_run
+    spec = importlib.util.spec_from_file_location("screen_check", Path(__file__).parents[1] / "scripts" / "screen_check.py")
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    (tmp_path / "run.json").write_text(json.dumps({"measured": summary.measured, "candidates_per_gpu_hour": 720.0}))
+    code = check.main(["--study", "s", "--db", url, "--summary", str(tmp_path / "run.json"), "--top", "3",
+                       "--out", str(tmp_path / "out.json")])
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["throughput"]["candidates_per_gpu_hour"] == 720.0
+    assert doc["screens"] == {"screened": summary.screened, "pruned": summary.counts["pruned"], "kept": None,
+                              "timed_in_full_by_this_check": 0}
+    top = doc["top_by_screen"]
+    assert top["asked"] == 3 and top["n"] + len(top["missing"]) == 3 and code == (1 if top["missing"] else 0)
+    assert doc["best_by_full"]["n"] == 1 and doc["all"]["pairs"] == summary.kept
+    assert check.main(["--study", "none", "--db", url]) == 2
+
+
 def test_a_run_stopped_between_screen_and_full_rung_loses_nothing(tmp_path: Path) -> None:
     """Ctrl-C as the first kept candidate's full rung would start: its screen is stored and its
     trial given back; the next run judges the stored screen again and times only the full rung."""

@@ -173,13 +173,16 @@ def throughput(s: api.RunSummary) -> str:
     if busy is None or not s.gpu_s:
         return line
     parts = ", ".join(f"{part} {sec / s.wall_s / s.gpus:.0%}" for part, sec in s.gpu_s.items() if sec)
-    return f"{line}; GPU busy {busy:.0%} of it ({parts})"
+    per_busy = s.candidates_per_busy_gpu_hour
+    tail = f" = {rate_text(per_busy)} per busy GPU-hour" if per_busy else ""
+    return f"{line}; GPU busy {busy:.0%} of it ({parts}){tail}"
 
 
 def screens(s: api.RunSummary) -> str:
     """One line: the candidates screened, how many the pruner kept for the full protocol, and
     the screen's error on those timed on both rungs (screened / full score - 1)."""
-    line = f"screens: {s.screened} candidate{'' if s.screened == 1 else 's'} screened, {s.kept} kept for the full protocol"
+    n = f"{s.screened} candidate{'' if s.screened == 1 else 's'}"
+    line = f"screens: {n} screened, {s.kept} kept for the full protocol"
     errs = sorted(abs(x) for x in s.screen_errors)
     if not errs:
         return line

@@ -179,6 +179,13 @@ class RunSummary:
         held = self.wall_s * self.gpus
         return sum(self.gpu_s.values()) / held if held > 0 else None
 
+    @property
+    def candidates_per_busy_gpu_hour(self) -> float | None:
+        """Candidates measured per hour of the GPU workers' own time (``gpu_s``): what the
+        measurements cost, the GPU's waits for nvcc, the database and the sampler left out."""
+        busy = sum(self.gpu_s.values())
+        return self.measured / (busy / 3600) if busy > 0 and self.gpus else None
+
 
 class Reporter(Protocol):
     """What a search tells about its progress (an extension point: the CLI's progress bar, the

@@ -67,8 +67,8 @@ def counted(trials: Sequence[FrozenTrial]) -> int:
     """How many trials count toward ``--trials``: finished (complete, pruned after their screen,
     or failed), and not given up."""
     gone = given_up(trials)
-    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (t.state == TrialState.FAIL and t.number not in gone)
-               for t in trials)
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+               or (t.state == TrialState.FAIL and t.number not in gone) for t in trials)
 
 
 def requeue(study: optuna.Study, t: FrozenTrial, max_retry: int = MAX_RETRY) -> bool:

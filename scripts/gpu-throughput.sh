@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 35's measurement on one GPU, in one call of at most 560 s: `evo run` with its defaults
+# (default families and FAST cases, the evo sampler, rungs on) for a fixed time budget, then the
+# top 10 candidates by screen that the search pruned timed with the full protocol, and
+# $OUT/throughput.json: candidates per GPU-hour and the screen's error (scripts/screen_check.py
+# says what each figure counts). Logs, the run's summary and the database come back under $OUT.
+#
+# The command (repo root, the wheel carried as .whl/*.whl, as scripts/gpu-short.sh):
+#     scripts/gpu-throughput.sh
+# Knobs: TP_BUDGET (the search's --time-budget, 270 s), TP_SEED (1), TP_CHECK_S (the check's limit,
+# 180 s; it starts no full evaluation after TP_CHECK_S - 40 s), TP_FLAGS (more `evo run` options,
+# e.g. --full-only for the protocol before rungs, to compare on the same seed).
+set -uo pipefail
+source scripts/gpu-stages.sh
+export EVO_HOME=${EVO_HOME:-/tmp/evo-throughput}     # database and build cache off $OUT (the cubins are large)
+BUDGET=${TP_BUDGET:-270}
+CHECK_S=${TP_CHECK_S:-180}
+stage env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; nproc'
+# --trials far above what the budget allows: the time budget is what ends the search
+stage run $((BUDGET + 70)) $EVO run --study tp --trials 100000 --seed "${TP_SEED:-1}" --time-budget "$BUDGET" \
+  --summary-json "$OUT/run.json" ${TP_FLAGS:-}
+stage check "$CHECK_S" python3 scripts/screen_check.py --study tp --summary "$OUT/run.json" --top 10 \
+  --time-budget $((CHECK_S - 40)) --out "$OUT/throughput.json"
+cat "$OUT/throughput.json" 2>/dev/null | head -40
+python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' \
+  "$EVO_HOME/db/evo.sqlite" 2>/dev/null
+gzip -c "$EVO_HOME/db/evo.sqlite" > "$OUT/evo.sqlite.gz" 2>/dev/null
