@@ -30,6 +30,7 @@ from evo.gpu.gate import SPIKES_TAIL, make_inputs, problem_reference, run_green,
 from evo.gpu.layouts import cache_args, from_pages, kv_dims, to_pages
 from evo.gpu.runtime import check_cache, check_tensors
 from evo.gpu.suites import DRAW_KINDS, DrawSettings, GreenCase, GreenSettings, fast_cases
+from evo.products.verify import Bucket, cases_for
 from evo.results import CheckResult, Shape, Status, Timing
 from evo.store import open_store
 from store_fixture import FIXTURES, PARENT, built, evaluation, tiny
@@ -204,6 +205,21 @@ def test_a_page_table_read_off_by_one_is_red_on_every_paged_draw(salt: int) -> N
     for case in cases:                                           # each check alone catches it
         status, why = _green(ragged_split_kv("page_off_by_one"), [case], salt)
         assert status is Status.RED and ("max|err|" in why or "in output" in why), why
+
+
+def test_promotes_checks_of_a_paged_route_pass_the_honest_kernel_and_catch_the_page_fault() -> None:
+    """Promote's verification of a layout route (evo.products.verify.cases_for on a paged bucket,
+    issue 34; a lens bucket's checks are the same problems in one cache) is green on the honest
+    stand-in and red on the page-table fault in each of its checks of two pages or more (the
+    many-heads ones, at capacity 1, have one page: no other to read)."""
+    cases = cases_for([Bucket((64, "fp16", True), 1, 300, (250,), 48, "paged", (16,))], 3)
+    assert {c.shape.layout for c in cases} == {"paged"} and len(cases) >= 6
+    status, reason = _green(ragged_split_kv(), cases, 3)
+    assert status is Status.GREEN, reason
+    paged = [c for c in cases if c.shape.pages_per_seq >= 2]
+    assert len(paged) >= 4
+    for case in paged:
+        assert _green(ragged_split_kv("page_off_by_one"), [case], 3)[0] is Status.RED, case.shape
 
 
 def test_the_faulty_family_plants_the_page_fault_only_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:

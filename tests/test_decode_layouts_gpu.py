@@ -3,7 +3,8 @@ caches"): right against the float64 reference in both dtypes on small versions o
 suite's ragged batch and on edges (sequences of 0 and 1 keys, pages of 1 to 256 keys, causal at each
 sequence's bottom right), green on GREEN's layout draws, bit-identical to the contiguous entry where
 every sequence fills the cache, timed by FAST with its outputs checked beside padded SDPA; and the
-planted page-table fault of tests/templates/faulty_decode red on every paged draw."""
+planted page-table fault of tests/templates/faulty_decode red on every paged draw. Promote's checks of a
+layout route (evo.products.verify.cases_for on a lens or paged bucket) pass, and catch that fault."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import pytest
 import torch
 
 from evo.family.render import Entry
-from evo.gpu.draws import LAYOUT_KINDS, drawn_cases
+from evo.gpu.draws import LAYOUT_KINDS, drawn_cases, verified_heads
 from evo.gpu.gate import check_case, make_inputs, run_green, verdict
 from evo.gpu.layouts import cache_args, to_pages
+from evo.gpu.margin import TOLERANCE_SHARE
 from evo.gpu.suites import GreenCase, green_settings
 from evo.gpu.timing import time_case
+from evo.products.verify import Bucket, cases_for
 from evo.results import Shape, Status
 from test_decode_gpu import Built, load_configs
 
@@ -132,3 +135,18 @@ def test_fast_times_a_ragged_batch_and_checks_its_outputs(built: Built, layout: 
     assert [t.backend for t in got.timings][:2] == ["evo", "sdpa_default"]   # SDPA padded to the longest, masked
     timed = {t.backend for t in got.timings}
     assert ("fa4" in timed) != ("fa4" in got.unavailable)        # FA4 timed, or why not: never dropped silently
+
+
+@pytest.mark.parametrize("layout", ["lens", "paged"])
+def test_promotes_checks_of_a_layout_route_pass_and_catch_the_page_fault(built: Built, layout: str) -> None:
+    """What promote runs before it routes calls with seqlens (and a block table) to a kernel: its
+    checks of a layout route's bucket of capacities (ragged batches over the bucket's edges and ragged
+    capacities, pages of 1, 16, 48 and 256 keys, the route's heads), at promote's share of GREEN's
+    tolerance. Green on the kernel; a paged route's checks are red on the planted page fault."""
+    bucket = Bucket((128, "bf16", True), 1, 4096, (4000,), verified_heads(1, 128), layout, (16,) if layout == "paged" else ())
+    cases = cases_for([bucket], 11)
+    settings = green_settings().share(TOLERANCE_SHARE)
+    status, reason = verdict(run_green(built["default"][0], cases, settings, 11))
+    assert status is Status.GREEN, reason
+    if layout == "paged":
+        assert verdict(run_green(built["page_off_by_one"][0], cases, settings, 11))[0] is Status.RED

@@ -407,9 +407,11 @@ def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, d
         assert all(b.lo <= b.top and all(b.lo <= n <= b.top for n in b.measured) for b in buckets)
     full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)
     heads = [verified_heads(lo, 64) for lo in (1, 2049, 257)]         # or a FAST case's B * H, if more
-    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,), heads[0]), (full, 2049, 16384, (8192,), heads[1]),
-                                           (causal, 257, 2048, (512,), heads[2])]
-    assert kernels[db["B"]][2] == ((full, 257, 2048, (512,), heads[2]),)  # the top bucket: twice F5's 8192
+    plain = ("contiguous", ())                                        # no cache layout, no pages
+    assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,), heads[0], *plain),
+                                           (full, 2049, 16384, (8192,), heads[1], *plain),
+                                           (causal, 257, 2048, (512,), heads[2], *plain)]
+    assert kernels[db["B"]][2] == ((full, 257, 2048, (512,), heads[2], *plain),)  # the top bucket: twice F5's 8192
     (folder, name, had_files), = fake_gpu_verify["tests"]
     assert name == NAME and had_files and not folder.exists()       # ran in the scratch folder
     v = _json(tmp_path / NAME, "PROVENANCE.json")["verification"]
@@ -473,8 +475,8 @@ def test_a_kernel_verified_over_the_same_buckets_is_not_verified_again(fake_gpu_
         return NS(view=NS(id=cid), cubin=Path(f"{cid}.cubin"), entries={})
 
     def route(cid: str, lo: int, hi: int) -> NS:
-        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), top=hi, shapes=[NS(L=lo, Lk=lo)],
-                  max_bh=64)
+        return NS(winner=cid, key=(64, "fp16", False), bucket=NS(lo=lo, hi=hi), top=hi,
+                  shapes=[NS(L=lo, Lk=lo, page_size=0)], max_bh=64, layout="contiguous")
 
     passed: dict[str, Any] = {}
     first = _verify([shipped("a"), shipped("b")], [route("a", 1, 256), route("b", 257, 2048)], 9, passed)

@@ -1,7 +1,11 @@
 """evo promote with a split-KV decode kernel (issue 34): decode cases are planned into routes of
-their own, the package ships the flash_decode cubin with its split configuration and evo's split-plan
-module, its dispatch rule sends decode problems to the decode kernel and prefill problems to their
-own routes, ``explain``'s text names the decode route, and the package's split plan is evo's runtime's.
+their own, and the ragged and paged cases (D6, D7) into layout routes of theirs, won only where the
+kernel beat SDPA's padded fallback on them; the package ships the flash_decode cubin with its split
+configuration and evo's split-plan module, its dispatch rule sends decode problems to the decode
+kernel, calls with seqlens / block_table to the _lens / _paged entry of their layout route and
+prefill problems to their own routes, ``explain``'s text names the route and entry, promote verifies
+a layout route on ragged and paged batches of its capacities, and the package's split plan is evo's
+runtime's.
 
 The database holds fake but complete records (as in tests/test_promote.py): a flash_decode
 candidate timed on the decode suite and a flash_mma candidate timed on LLM prefill cases; cubins
@@ -16,7 +20,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,10 +32,12 @@ from evo.family import splitkv
 from evo.family.manifest import load_family
 from evo.family.render import Rendered, render
 from evo.family.space import SplitConfig, launch_config, make_candidate, split_plan
-from evo.gpu.draws import DECODE_ROWS, MAX_BUCKET_LEN
+from evo.gpu.draws import DECODE_ROWS, DECODE_SCORES, MAX_BUCKET_LEN, PAGE_SIZES, verified_group
 from evo.gpu.suites import fast_cases
+from evo.products import promote as promoting
+from evo.products import verify as verifier
 from evo.products.promote import promote
-from evo.products.routes import Contender, Measured, is_decode, plan_routes
+from evo.products.routes import Contender, Measured, Shipped, is_decode, plan_routes
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
 from evo.store import CandidateView, Store, open_store
 from evo.toolchain.build import build_id_for, cache_dir
@@ -113,17 +120,41 @@ def test_the_decode_suite_and_only_it_is_decode() -> None:
 
 
 def test_decode_cases_are_planned_into_routes_of_their_own() -> None:
-    """The decode cases make decode routes (max_lq = DECODE_ROWS, buckets of their own cache
-    lengths); the prefill cases keep routes planned on them alone."""
+    """The contiguous decode cases make decode routes (max_lq = DECODE_ROWS, buckets of their own
+    cache lengths), D6 a lens route and D7 a paged one (bucketed by capacity, each sequence's causal
+    mask at its bottom right); the prefill cases keep routes planned on them alone."""
     routes = plan_routes([_contender("dec", {s: 2.5 for s in DECODE} | {s: 0.3 for s in PREFILL}),
                           _contender("pre", {s: 0.7 for s in DECODE} | {s: 1.6 for s in PREFILL})])
-    decode = [r for r in routes if r.max_lq is not None]
-    rest = [r for r in routes if r.max_lq is None]
+    by = {layout: [r for r in routes if r.max_lq is not None and r.layout == layout]
+          for layout in ("contiguous", "lens", "paged")}
+    decode, rest = by["contiguous"], [r for r in routes if r.max_lq is None]
     assert decode and all(r.max_lq == DECODE_ROWS and r.winner == ("dec" if r.shapes else None) for r in decode)
-    assert {s for r in decode for s in r.shapes} == {s for s in DECODE if s.layout == "contiguous"}   # D6, D7: no route
+    assert {s for r in decode for s in r.shapes} == {s for s in DECODE if s.layout == "contiguous"}
+    for layout, case in (("lens", "D6"), ("paged", "D7")):
+        (route,) = by[layout]
+        assert [s.case for s in route.shapes] == [case] and route.winner == "dec" and route.max_lq == DECODE_ROWS
+        assert (route.bucket.lo, route.top) == (1, MAX_BUCKET_LEN)   # twice D6's capacity, past promote's checks
+        assert route.limits() == (f"Lq <= 16, max(Lq, Lk) 1..{MAX_BUCKET_LEN}, B*Hq <= 65535, "
+                                  f"Hq/Hkv <= {verified_group(65535)}")
     assert rest and all(r.winner == ("pre" if r.shapes else None) for r in rest)
     assert {s for r in rest for s in r.shapes} == set(PREFILL)
-    assert routes == decode + rest and decode[0].limits().startswith("Lq <= 16, max(Lq, Lk) 1..")
+    assert routes == decode + by["lens"] + by["paged"] + rest
+    assert decode[0].limits().startswith("Lq <= 16, max(Lq, Lk) 1..")
+
+
+def test_a_layout_route_is_the_kernels_only_where_it_beat_sdpas_padded_call() -> None:
+    """The kernel that wins the contiguous decode cases but loses D7 to SDPA's gather-pad-and-mask
+    (say, a slow paged entry) gets the lens route and no paged one (a key's routes of a layout are
+    planned only where some kernel won one: the package then says no paged route was promoted for
+    it); each layout is planned on its own cases, a causal one with each sequence's mask at its
+    bottom right."""
+    speed = {s: 2.5 for s in DECODE} | {s: 0.9 for s in DECODE if s.layout == "paged"}
+    routes = plan_routes([_contender("dec", speed)])
+    assert {r.layout: r.winner for r in routes if r.layout != "contiguous"} == {"lens": "dec"}
+    assert all(r.winner == "dec" for r in routes if r.layout == "contiguous" and r.shapes)
+    causal = [replace(s, case="D6c", causal=True) for s in DECODE if s.layout == "lens"]
+    (route,) = plan_routes([_contender("dec", {s: 2.0 for s in causal})])
+    assert route.aligns == ("bottom_right",) and route.limits().endswith("each sequence's causal mask at its bottom right")
 
 
 def test_decode_routes_go_to_sdpa_where_no_kernel_beats_it() -> None:
@@ -159,6 +190,9 @@ def test_the_table_routes_decode_to_the_decode_kernel_and_prefill_to_its_own(pac
         {(False, db["dec"], 16), (True, db["dec"], 16)}
     assert all(r["candidate"] is None for r in routes if not r["cases"])     # buckets no case was timed in
     assert {r["candidate"] for r in routes if not r["max_lq"] and r["cases"]} == {db["pre"]}
+    assert {(r["layout"], tuple(r["cases"])) for r in routes if r["layout"] != "contiguous"} == \
+        {("lens", ("D6-bf16",)), ("paged", ("D7-bf16",))}
+    assert {r["layout"] for r in routes if not r["max_lq"]} == {"contiguous"}
 
 
 def test_the_package_copies_evos_split_plan_verbatim(package: Path) -> None:
@@ -170,14 +204,69 @@ SERVED = [s for s in DECODE if s.Lk <= MAX_BUCKET_LEN]   # promote's checks stop
 
 @pytest.mark.parametrize("shape", SERVED, ids=lambda s: s.tag)
 def test_decode_problems_route_to_the_decode_kernel(package: Path, db: dict[str, str], shape: Shape) -> None:
+    """D2-D5 go to the decode routes; D6 (seqlens) to the lens route and D7 (a block table too) to
+    the paged one, whose kernel runs its _lens / _paged entry."""
     rules = _module(package, "_routes")
-    p = rules.Problem(shape.B, shape.H, shape.Hkv, shape.L, shape.Lk, shape.D, shape.dtype, shape.causal, shape.align)
+    p = rules.Problem(shape.B, shape.H, shape.Hkv, shape.L, shape.Lk, shape.D, shape.dtype, shape.causal, shape.align,
+                      shape.layout)
     route, why = rules.route_for(_table(package)["routes"], p)
-    assert why == "" and route["candidate"] == db["dec"] and route["max_lq"] == 16
+    assert why == "" and route["candidate"] == db["dec"] and route["max_lq"] == 16 and route["layout"] == shape.layout
     assert route["entry"] == f"evo_attn_d128_bf16_{'causal' if shape.causal else 'full'}"
+    kind, entry = ("decode", route["entry"]) if shape.layout == "contiguous" else \
+        (shape.layout, f"{route['entry']}_{shape.layout}")
     text = rules.served(route)
-    assert text.startswith(f"kernel {route['entry']} of candidate {db['dec'][:12]} (its decode route D=128 bf16 ")
+    assert text.startswith(f"kernel {entry} of candidate {db['dec'][:12]} (its {kind} route D=128 bf16 ")
     assert "serves Lq <= 16, max(Lq, Lk) " in text
+
+
+def test_a_layout_call_takes_no_other_route(package: Path) -> None:
+    """A ragged call of a key with no layout route of its layout is SDPA's, whatever the decode
+    routes serve; a contiguous call never takes a layout route."""
+    rules = _module(package, "_routes")
+    routes = _table(package)["routes"]
+    p = rules.Problem(16, 32, 8, 1, 4096, 128, "bf16", True, "bottom_right", "lens")      # D5c's bucket
+    route, why = rules.route_for(routes, p)
+    assert route is None and why == "no lens route was promoted for D=128 bf16 causal"
+    route, _ = rules.route_for(routes, p._replace(layout="contiguous"))
+    assert route is not None and route["layout"] == "contiguous"
+
+
+def _shipped(cid: str) -> Shipped:
+    view = CandidateView(cid, "flash_decode", 1, {}, cid, Status.FAST, "", None, "sm_90a", (), None, None)  # type: ignore[arg-type]
+    return Shipped(view, {}, Path("k.cubin"), "", {})
+
+
+def test_promote_verifies_a_layout_route_on_ragged_and_paged_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buckets promote hands the GPU verification for the decode kernel hold its lens and paged
+    routes (with D7's page size), and their checks are that layout's problems over each capacity of
+    the bucket: 3-8 sequences of their own lengths (the capacity, 0 and 1 keys), 1-16 query rows (16
+    at the top), pages of every size GREEN draws, within the reference's budget, and the route's
+    heads and query heads per key/value head at its shortest capacity."""
+    routes = plan_routes([_contender("dec", {s: 2.5 for s in DECODE})])
+    seen: list[tuple[str, tuple[verifier.Bucket, ...]]] = []
+
+    def verify_kernels(todo: list[tuple[str, Path, list[Any], tuple[verifier.Bucket, ...]]], seed: int,
+                       on_pass: Callable[[str, int], None]) -> None:
+        for cid, _, _, buckets in todo:
+            seen.append((cid, buckets))
+            on_pass(cid, 1)
+
+    monkeypatch.setattr(verifier, "verify_kernels", verify_kernels)
+    promoting._verify([_shipped("dec")], routes, 5, {})
+    ((cid, buckets),) = seen
+    layouts = {b.layout: b for b in buckets if b.layout != "contiguous"}
+    assert cid == "dec" and set(layouts) == {"lens", "paged"} and layouts["paged"].pages == (16,)
+    for layout, bucket in layouts.items():
+        cases = verifier.cases_for([bucket], 5)
+        shapes = [c.shape for c in cases]
+        assert {s.layout for s in shapes} == {layout} and all(c.inputs == "spikes" for c in cases[:-2])
+        assert {1, 2, MAX_BUCKET_LEN - 1, MAX_BUCKET_LEN} <= {s.Lk for s in shapes}
+        assert all({0, 1, s.Lk} <= set(s.seqlens()) for s in shapes if s.B >= 3)
+        assert max(s.L for s in shapes) == DECODE_ROWS and all(s.L <= DECODE_ROWS for s in shapes)
+        assert all(s.B * s.H * s.L * s.Lk <= DECODE_SCORES for s in shapes[:-2])
+        assert [(s.B * s.H, s.Lk, s.H // s.Hkv) for s in shapes[-2:]] == [(65535, 1, 1), (65535, 1, verified_group(65535))]
+        if layout == "paged":
+            assert {s.page_size for s in shapes} == set(PAGE_SIZES) | {1}
 
 
 @pytest.mark.parametrize("shape", [*PREFILL, Shape("X", 8, 32, 17, 128, False, "bf16", 8, 4096)],

@@ -1,8 +1,10 @@
 """A promoted package serves decode through a split-KV kernel (issue 34): flash_decode, built for
 this GPU and stored green with decode timings, is promoted (unverified, to keep this test short),
 pip-installed, and called on decode shapes; every output is compared with a float64 reference, and
-``explain`` must name the decode kernel; so must calls with per-sequence lengths (``seqlens``) and
-paged caches (``block_table``), served by its _lens and _paged entries. The problems run in an order where a launch with more tiles
+``explain`` must name the decode kernel; calls with per-sequence lengths (``seqlens``) and paged
+caches (``block_table``) go to the layout routes that its timings on ragged and paged cases won, served
+by its _lens and _paged entries, and the package's own GPU test of those routes passes. The problems
+run in an order where a launch with more tiles
 follows one with fewer, and the other way round, on the package's one reused workspace: the class of
 bug where one plan's counters lie over another's partial results (found on an H100 in evo's runtime)."""
 
@@ -23,6 +25,10 @@ pytestmark = pytest.mark.gpu
 NAME = "decode_gpu_pkg"
 TIMED = [Shape("DA", 4, 32, 1, 128, False, "bf16", 8, 4096), Shape("DB", 1, 32, 1, 128, False, "bf16", 8, 16384),
          Shape("DC", 4, 32, 4, 128, True, "bf16", 8, 4096, "bottom_right")]
+# ragged and paged batches, full and causal: the layout routes (capacities 1..16384, twice 8192)
+TIMED += [Shape(f"D{layout[0].upper()}{'c' if causal else ''}", 8, 32, 1, 128, causal, "bf16", 8, 8192, "top_left",
+                layout, 100, 34, 16 if layout == "paged" else 0)
+          for layout in ("lens", "paged") for causal in (False, True)]
 # (B, Hq, Hkv, Lq, Lk, causal): one tile split many ways, then 32 tiles, then back, each twice
 PROBLEMS = [(1, 8, 1, 1, 16384, False), (4, 32, 8, 1, 8192, False), (1, 8, 1, 1, 16000, False),
             (1, 32, 8, 4, 3000, True), (4, 32, 8, 4, 4096, True), (2, 16, 2, 16, 7777, True),
@@ -168,8 +174,14 @@ def test_an_installed_package_serves_decode_with_the_split_kv_kernel(tmp_path: P
     for row in rows:
         print(row)
         causal, page = row["problem"][-2:]
-        entry = f"evo_attn_d128_bf16_{'causal' if causal else 'full'}"
-        assert row["explain"].startswith(f"kernel {entry} of candidate {build_id[:12]} (its decode route "), row
-        assert f"through its {'paged' if page else 'lens'} entry {entry}_{'paged' if page else 'lens'}" in row["explain"]
+        layout = "paged" if page else "lens"
+        entry = f"evo_attn_d128_bf16_{'causal' if causal else 'full'}_{layout}"
+        assert row["explain"].startswith(f"kernel {entry} of candidate {build_id[:12]} (its {layout} route "), row
         assert row["err"] <= row["tol"] and row["zeros"], row
     assert len(rows) == len(CACHE_PROBLEMS)
+
+    # the package's own GPU test of its layout routes
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "--pyargs",
+                          f"{NAME}.tests", "-k", "layout_route"], capture_output=True, text=True, timeout=900,
+                         cwd=tmp_path, env=env)
+    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]

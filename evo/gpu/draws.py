@@ -453,6 +453,42 @@ def grouped_cases(key: Key, lengths: Collection[int], *, prefix: str = "P", star
     return out
 
 
+def layout_bucket_cases(settings: DrawSettings, key: Key, layout: str, lo: int, top: int, heads: int, seed: int, *,
+                        pages: Collection[int] = (), prefix: str = "P", start: int = 0) -> list[GreenCase]:
+    """Promote's checks of one kernel's ``layout`` entry (``lens`` or ``paged``) over a layout route's
+    bucket of capacities ``lo..top`` (:mod:`evo.products.routes`): at each of the bucket's lengths
+    (:func:`bucket_lengths`) as the capacity, :data:`LAYOUT_BATCH` sequences of their own lengths
+    (the capacity, 0 and 1 keys among them, :meth:`evo.results.Shape.seqlens`), two spiked keys in
+    each far apart, 1 to :data:`DECODE_ROWS` query rows (all of them at the top), query heads per
+    key/value head from :data:`DECODE_GROUPS`, each sequence's mask at its bottom right, B * Hq * Lq *
+    Lk within :data:`DECODE_SCORES`; paged in shuffled pages whose size goes round
+    :data:`PAGE_SIZES` and ``pages`` (the route's measured page sizes), two pages to a capacity at
+    least where that fits. Then, as :func:`domain_cases` checks a contiguous route, the route's
+    ``heads`` (B * Hq) at capacity ``lo``, with a key/value head per query head and with one per
+    sequence (:func:`verified_group`). Names count from ``start``."""
+    D, dtype, causal = key
+    rng = random.Random(seed * 1_000_003 + 11)
+    sizes = sorted({*PAGE_SIZES, *pages})
+
+    def cache(capacity: int, i: int) -> Cache:
+        fit = [p for p in sizes if 2 * p <= capacity] or [1]
+        return layout, 0, rng.randint(0, 99999), fit[i % len(fit)] if layout == "paged" else 0
+
+    out: list[GreenCase] = []
+    for i, L in enumerate(bucket_lengths(lo, top, rng)):
+        B, hkv = rng.randint(*LAYOUT_BATCH), rng.randint(1, 2)
+        room = max(1, DECODE_SCORES // (B * hkv * L))            # query rows x query heads per K/V head
+        Lq = min(DECODE_ROWS if top == L else rng.randint(1, DECODE_ROWS), room)
+        group = min(rng.choice(DECODE_GROUPS), max(1, room // Lq))
+        out.append(_stressed(prefix, start + len(out), (B, hkv * group, Lq, D, causal, dtype), False, True, settings,
+                             rng, "spikes", (hkv, "bottom_right", L), cache(L, i)))
+    B, H = heads_split(heads)
+    for hkv in (H, 1):
+        out.append(_stressed(prefix, start + len(out), (B, H, 1, D, causal, dtype), False, False, settings, rng,
+                             attention=(hkv, "bottom_right", lo), cache=cache(lo, len(out))))
+    return out
+
+
 def bucket_cases(settings: DrawSettings, key: Key, lo: int, top: int, seed: int, *,
                  prefix: str = "P", start: int = 0) -> list[GreenCase]:
     """Promote's checks of one kernel over one dispatch bucket ``lo..top``: its edges and ragged

@@ -9,7 +9,10 @@ with the best measured speedup over SDPA on that bucket's FAST cases, if it beat
 a bucket without one is served by SDPA. Decode cases (few query rows against a longer cache,
 :func:`evo.products.routes.is_decode`) are bucketed apart: their routes serve at most that many query
 rows, and the package tries them before a key's other routes, so a split-KV decode kernel
-(``templates/flash_decode``, docs/decode.md) serves decode and the prefill routes keep theirs. Only candidates whose status in the database is
+(``templates/flash_decode``, docs/decode.md) serves decode and the prefill routes keep theirs. Decode
+cases with per-sequence lengths or pages (D6, D7) plan layout routes of their own, which alone serve
+calls with ``seqlens=`` / ``block_table=`` (through the kernel's ``_lens`` / ``_paged`` entry), verified
+on ragged and paged batches of their capacities. Only candidates whose status in the database is
 green or fast, with passing GREEN checks, are considered, and only cubins of the arch the
 timings were taken on ship. Everything the package needs (cubins, sources, the table, the
 GREEN suite for its tests, provenance) is written next to Python sources rendered from
@@ -337,7 +340,8 @@ def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str,
                            else _nothing_to_promote(contenders, baseline, dev))
         winners = list(dict.fromkeys(r.winner for r in routes if r.winner))
         by_id = {c.view.id: c for c in contenders}
-        shipped = [_ship(store, by_id[w].view, [r.key for r in routes if r.winner == w], dev) for w in winners]
+        shipped = [_ship(store, by_id[w].view, list(dict.fromkeys(r.key for r in routes if r.winner == w)), dev)
+                   for w in winners]
         late = [x for s in shipped for x in excluded_entries(
             s.view.id, kernel_digests(s.cubin), [e.name for e in s.entries.values()], red)]
         if not late:
@@ -371,7 +375,8 @@ def _verify(shipped: Sequence[Shipped], routes: Sequence[Route], seed: int,
     those ``passed`` already holds with the same buckets (an earlier round of a re-planned
     promotion verified them); each kernel that passes goes into ``passed`` with its check count."""
     buckets = {s.view.id: tuple(verifier.Bucket(r.key, r.bucket.lo, r.top,
-                                                tuple(sorted({length_of(x) for x in r.shapes})), r.max_bh)
+                                                tuple(sorted({length_of(x) for x in r.shapes})), r.max_bh,
+                                                r.layout, tuple(sorted({x.page_size for x in r.shapes if x.page_size})))
                                 for r in routes if r.winner == s.view.id) for s in shipped}
     todo = [(s.view.id, s.cubin, list(s.entries.values()), buckets[s.view.id]) for s in shipped
             if s.view.id not in passed or passed[s.view.id][0] != buckets[s.view.id]]
@@ -495,7 +500,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
         d, dt, causal = r.key
         table.append({"head_dim": d, "dtype": dt, "causal": causal, "min_len": r.bucket.lo,
                       "max_len": r.top, "max_bh": r.max_bh, "max_group": r.max_group, "cross": r.cross,
-                      "aligns": list(r.aligns), "max_lq": r.max_lq,
+                      "aligns": list(r.aligns), "max_lq": r.max_lq, "layout": r.layout,
                       "kernel": index[(r.winner, r.key)] if r.winner else None,
                       "candidate": r.winner, "entry": entry_name(*r.key) if r.winner else None,
                       "speedup": r.speedup, "lengths": sorted({length_of(s) for s in r.shapes}),

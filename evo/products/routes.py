@@ -20,6 +20,13 @@ problems of at most ``max_lq`` query rows. The package tries a key's decode rout
 other routes after them, so a decode kernel serves the decode buckets it won and the prefill routes
 keep theirs.
 
+Decode cases with per-sequence lengths or pages (``Shape.layout`` ``lens`` or ``paged``: D6, D7) plan
+layout routes of their own, one set per layout, bucketed by the capacity (the longest a sequence can
+be): a call with ``seqlens=`` (and ``block_table=``) goes only to a route of its layout, whose kernel
+serves it through its ``_lens`` / ``_paged`` entry where it beat SDPA's padded fallback on those
+cases, and to SDPA otherwise (no layout route of its key, or none that beat SDPA). A layout route
+serves at most ``max_lq`` query rows and each sequence's causal mask at its own bottom right.
+
 Promote (:mod:`evo.products.promote`) feeds it the database's timings; the confirmation
 (:mod:`evo.products.confirm`) and the verification (:mod:`evo.products.verify`) read its records.
 """
@@ -37,7 +44,7 @@ from evo.errors import EvoError
 from evo.family.render import Entry
 from evo.gpu.draws import DECODE_ROWS, ROUTE_ALIGNS, bucket_top, route_length, verified_group, verified_heads
 from evo.gpu.timing import recheck_failed
-from evo.results import Shape, Timing
+from evo.results import LAYOUTS, Shape, Timing
 from evo.scoring import geomean, latest
 from evo.store import CandidateView
 from evo.vocab import DEFAULT_BASELINE, EVO
@@ -106,6 +113,7 @@ class Route:
     max_bh: int = 0                            # the most B * Hq the kernel is verified for here
     max_group: int = 1                         # the most Hq / Hkv the kernel is verified for here
     max_lq: int | None = None                  # a decode route: the most query rows it serves (None: any)
+    layout: str = "contiguous"                 # lens, paged: a route of calls with seqlens (and block_table)
 
     @property
     def top(self) -> int:
@@ -121,14 +129,20 @@ class Route:
     @property
     def aligns(self) -> tuple[str, ...]:
         """The causal alignments served when Lq != Lk (none for a non-causal route, where the
-        alignment means nothing): both corners, each checked both ways at every bucket's edges."""
-        return ROUTE_ALIGNS if self.key[2] else ()
+        alignment means nothing): both corners, each checked both ways at every bucket's edges; a
+        layout route's mask is at each sequence's bottom right, where its checks put it."""
+        if not self.key[2]:
+            return ()
+        return ROUTE_ALIGNS if self.layout == "contiguous" else ("bottom_right",)
 
     def limits(self) -> str:
-        """What the route serves, in words (the package's explain() says the same)."""
+        """What the route serves, in words (the package's explain() says the same). Lk of a layout
+        route is the capacity: the cache's length (a paged one's pages_per_seq x page_size)."""
         rows = f"Lq <= {self.max_lq}, " if self.max_lq is not None else ""
         text = (f"{rows}max(Lq, Lk) {self.bucket.lo}..{self.top}, B*Hq <= {self.max_bh}, "
                 f"Hq/Hkv <= {self.max_group}")
+        if self.layout != "contiguous":
+            return text + (", each sequence's causal mask at its bottom right" if self.aligns else "")
         return text + (", Lq != Lk with the causal mask at either corner" if self.aligns else
                        ", Lq != Lk" if self.cross else ", Lq == Lk only")
 
@@ -166,22 +180,26 @@ def is_decode(s: Shape) -> bool:
 
 
 def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
-    """The dispatch table: the decode routes (planned on the decode cases alone, each serving at
-    most DECODE_ROWS query rows) and then the others (planned on every other case), as
-    :func:`_plan_part` plans each. Cases with per-sequence lengths or pages (D6, D7) plan no route:
-    a route's bucket is of one length for the whole batch, and the package sends such a call to the
-    layout entry of the kernel its capacity's contiguous route chose."""
-    measured = [(c.view.id, m) for c in contenders for m in c.cases if m.shape.layout == "contiguous"]
-    decode = [(cid, m) for cid, m in measured if is_decode(m.shape)]
-    rest = [(cid, m) for cid, m in measured if not is_decode(m.shape)]
-    return _plan_part(contenders, decode, min_speedup, DECODE_ROWS) + _plan_part(contenders, rest, min_speedup, None)
+    """The dispatch table: the decode routes (planned on the contiguous decode cases alone, each
+    serving at most DECODE_ROWS query rows), the layout routes of each cache layout (planned on that
+    layout's cases alone, bucketed by capacity, DECODE_ROWS query rows too), then the others
+    (planned on every other case), as :func:`_plan_part` plans each."""
+    def part(layout: str, decode: bool) -> list[tuple[str, Measured]]:
+        """Every contender's measurements of the cases of ``layout``, decode or not."""
+        return [(c.view.id, m) for c in contenders for m in c.cases
+                if m.shape.layout == layout and is_decode(m.shape) == decode]
+
+    routes = _plan_part(contenders, part("contiguous", True), min_speedup, DECODE_ROWS)
+    for layout in LAYOUTS[1:]:
+        routes += _plan_part(contenders, part(layout, True), min_speedup, DECODE_ROWS, layout)
+    return routes + _plan_part(contenders, part("contiguous", False), min_speedup, None)
 
 
 def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Measured]], min_speedup: float,
-               max_lq: int | None) -> list[Route]:
-    """The routes of ``measured`` (a part of the contenders' cases): every bucket of every key that
-    has at least one winner, each closed at the longest length promote verifies in it (the top
-    bucket at twice its longest measured length, :func:`evo.gpu.draws.bucket_top`).
+               max_lq: int | None, layout: str = "contiguous") -> list[Route]:
+    """The routes of ``measured`` (a part of the contenders' cases, all of ``layout``): every bucket
+    of every key that has at least one winner, each closed at the longest length promote verifies in
+    it (the top bucket at twice its longest measured length, :func:`evo.gpu.draws.bucket_top`).
 
     A bucket's winner covers the most of its cases (scores over different case sets are not
     comparable), then has the highest geometric-mean speedup, which must exceed ``min_speedup``.
@@ -207,10 +225,11 @@ def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Me
             group = served_group(heads, ordered)
             if ranked and -ranked[0][1] > min_speedup:
                 rows.append(Route(key, closed, ordered, ranked[0][2], -ranked[0][1], max_bh=heads, max_group=group,
-                                  max_lq=max_lq))
+                                  max_lq=max_lq, layout=layout))
             else:
                 best = (ranked[0][2], -ranked[0][1]) if ranked else None
-                rows.append(Route(key, closed, ordered, best=best, max_bh=heads, max_group=group, max_lq=max_lq))
+                rows.append(Route(key, closed, ordered, best=best, max_bh=heads, max_group=group, max_lq=max_lq,
+                                  layout=layout))
         if any(r.winner for r in rows):
             routes += rows
     return routes

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from evo.gpu.draws import bucket_cases, domain_cases, grouped_cases, llm_bucket_cases, stress_cases
+from evo.gpu.draws import bucket_cases, domain_cases, grouped_cases, layout_bucket_cases, llm_bucket_cases, stress_cases
 from evo.errors import EvoError
 from evo.gpu.margin import TOLERANCE_SHARE  # why 0.75: evo.gpu.margin
 from evo.family.render import Entry
@@ -69,13 +69,16 @@ def require_gpu() -> None:
 class Bucket(NamedTuple):
     """A dispatch bucket a kernel serves: its key (head dim, dtype, causal), the shortest and
     longest length to check (of the longer of Lq and Lk: :func:`evo.gpu.draws.route_length`), the
-    lengths the search measured in it, and the most B * H it is checked at (0: no many-heads check)."""
+    lengths the search measured in it, the most B * H it is checked at (0: no many-heads check),
+    and its cache layout (a layout route's: ``lens`` or ``paged``, with the page sizes measured)."""
 
     key: Key
     lo: int
     top: int
     measured: tuple[int, ...] = ()
     heads: int = 0
+    layout: str = "contiguous"
+    pages: tuple[int, ...] = ()
 
 
 def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
@@ -87,10 +90,17 @@ def cases_for(buckets: Sequence[Bucket], seed: int) -> list[GreenCase]:
     longest: :func:`evo.gpu.draws.domain_cases`), then the package's own stress and grouped-heads
     tests (:func:`evo.gpu.draws.stress_cases`, :func:`evo.gpu.draws.grouped_cases`) at the measured
     lengths and one below each, so that what the package's tests would refuse is found here, where
-    promote can plan without it. A route serves what these cover (:mod:`evo.products.routes`)."""
+    promote can plan without it. A layout route's bucket gets the checks of its cache layout instead
+    (:func:`evo.gpu.draws.layout_bucket_cases`: its ``_lens`` or ``_paged`` entry on ragged batches
+    of every capacity of the bucket's edges and ragged lengths, and its B * H). A route serves what
+    these cover (:mod:`evo.products.routes`)."""
     draws = green_settings().draws or DrawSettings()
     cases: list[GreenCase] = []
     for i, b in enumerate(buckets):
+        if b.layout != "contiguous":
+            cases += layout_bucket_cases(draws, b.key, b.layout, b.lo, b.top, b.heads, seed + i, pages=b.pages,
+                                         start=len(cases))
+            continue
         cases += bucket_cases(draws, b.key, b.lo, b.top, seed + i, start=len(cases))
         cases += llm_bucket_cases(draws, b.key, b.lo, b.top, seed + i, start=len(cases))
         if b.heads:

@@ -55,7 +55,7 @@ def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
 
 def _explain_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, enable_gqa: bool,
                    seqlens: torch.Tensor, block_table: torch.Tensor | None) -> str:
-    """:func:`explain` of a call with per-sequence lengths (and a block table): the decode route of
+    """:func:`explain` of a call with per-sequence lengths (and a block table): the layout route of
     its capacity and that kernel's _lens / _paged entry, or why SDPA serves it (the pages gathered
     back, the keys past each length masked)."""
     layout = "paged" if block_table is not None else "lens"
@@ -67,17 +67,15 @@ def _explain_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     capacity = key.shape[2] * (block_table.shape[1] if block_table is not None else 1)
     B, Hq, Lq, D = query.shape
     problem = Problem(B, Hq, key.shape[1], Lq, capacity, D, _DTYPES.get(query.dtype, str(query.dtype)), is_causal,
-                      "bottom_right" if is_causal else "top_left")
+                      "bottom_right" if is_causal else "top_left", layout)
     route, why = route_for(_launcher.table()["routes"], problem)
     if route is None:
         return fallback + why
-    if layout not in (_launcher.table()["kernels"][route["kernel"]].get("layouts") or []):
-        return fallback + f"the kernel of its route, {route['entry']}, has no {layout} entry"
     lib = _launcher.get()
     if lib is None or not lib.supports_cache(query, key, value, is_causal, seqlens, block_table):
         return fallback + ("the kernels do not run here, or the inputs are not theirs (int32 contiguous seqlens "
                            "(B,) and block_table (B, pages_per_seq) on q's device, 16-byte aligned tensors)")
-    return f"{served(route)}, through its {layout} entry {route['entry']}_{layout} on a capacity of {capacity} keys"
+    return f"{served(route)}, on a capacity of {capacity} keys"
 
 
 def problem_of(query: torch.Tensor, key: torch.Tensor, is_causal: bool, causal_align: str) -> Problem:

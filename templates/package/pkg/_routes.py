@@ -11,7 +11,12 @@ bucket ``min_len..max_len`` of the *longer* of the query and key lengths; it ser
 and its kernel is not None (None: no kernel beat SDPA there). A decode route (``max_lq`` set: promote
 planned it on the decode cases, a few query rows against a long cache) serves only problems of at
 most ``max_lq`` query rows; a key's decode routes are tried before its other routes, so a decode
-problem goes to the decode route of its bucket when there is one, and to the other routes otherwise. Each limit is what promote ran the
+problem goes to the decode route of its bucket when there is one, and to the other routes otherwise.
+A layout route (``layout`` ``lens`` or ``paged``: promote planned it on decode cases with per-sequence
+lengths, or in pages) serves only calls with ``seqlens=`` (``block_table=`` too for ``paged``), through
+its kernel's ``_lens`` / ``_paged`` entry, bucketed by the capacity (Lk: the cache's length, a paged
+one's pages_per_seq x page_size), each sequence's causal mask at its own bottom right; such a call
+takes no other route. Each limit is what promote ran the
 route's kernel on before it wrote the package (the bucket's edges and ragged lengths, with the other
 length drawn shorter both ways, grouped heads, both corners of a causal mask, the many-heads checks
 with one key/value head per query head and one per batch). Past it, SDPA serves the call.
@@ -41,6 +46,7 @@ class Problem(NamedTuple):
     dtype: str
     causal: bool
     align: str = "top_left"
+    layout: str = "contiguous"     # "lens": a call with seqlens (Lk its capacity); "paged": with block_table too
 
     @property
     def length(self) -> int:
@@ -63,12 +69,19 @@ def is_decode(route: Route) -> bool:
     return bool(route.get("max_lq"))
 
 
+def layout_of(route: Route) -> str:
+    """The calls ``route`` serves: ``contiguous`` (no seqlens), ``lens`` or ``paged``."""
+    return str(route.get("layout") or "contiguous")
+
+
 def limits(route: Route) -> str:
     """What a route serves, in words: its query rows (a decode route), its bucket of max(Lq, Lk),
-    heads, group and uneven lengths."""
+    heads, group and uneven lengths (a layout route: where each sequence's causal mask is)."""
     rows = f"Lq <= {route['max_lq']}, " if is_decode(route) else ""
     text = (f"{rows}max(Lq, Lk) {route['min_len']}..{route['max_len']}, B*Hq <= {route['max_bh']}, "
             f"Hq/Hkv <= {route.get('max_group', 1)}")
+    if layout_of(route) != "contiguous":
+        return text + (", each sequence's causal mask at its bottom right" if route["causal"] else "")
     if not route.get("cross"):
         return text + ", Lq == Lk only"
     aligns = route.get("aligns") or []
@@ -78,10 +91,18 @@ def limits(route: Route) -> str:
     return text + ", Lq != Lk"
 
 
+def _kind(route: Route) -> str:
+    """``route``, ``decode route``, ``lens route`` or ``paged route``."""
+    layout = layout_of(route)
+    return f"{layout} route" if layout != "contiguous" else "decode route" if is_decode(route) else "route"
+
+
 def served(route: Route) -> str:
-    """Why ``route``'s kernel serves a problem, in words (explain() says it)."""
-    kind = "decode route" if is_decode(route) else "route"
-    return (f"kernel {route['entry']} of candidate {route['candidate'][:12]} (its {kind} {key_text(route)} "
+    """Why ``route``'s kernel serves a problem, in words (explain() says it): the entry that runs (a
+    layout route's: the kernel's ``_lens`` / ``_paged`` entry) and what the route serves."""
+    layout = layout_of(route)
+    entry = route["entry"] + ("" if layout == "contiguous" else f"_{layout}")
+    return (f"kernel {entry} of candidate {route['candidate'][:12]} (its {_kind(route)} {key_text(route)} "
             f"serves {limits(route)}: what promote verified it on)")
 
 
@@ -93,14 +114,17 @@ def ordered(routes: Sequence[Route]) -> list[Route]:
 
 def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
     """The route that serves ``p`` and "", or None and why SDPA serves it (one clause): the first of
-    its key's routes (in :func:`ordered` order) whose query rows and bucket take it."""
+    its key's routes of its layout (in :func:`ordered` order) whose query rows and bucket take it."""
     key = f"D={p.D} {p.dtype} {'causal' if p.causal else 'full'}"
-    mine = [r for r in ordered(routes) if (r["head_dim"], r["dtype"], bool(r["causal"])) == (p.D, p.dtype, p.causal)]
+    mine = [r for r in ordered(routes) if (r["head_dim"], r["dtype"], bool(r["causal"])) == (p.D, p.dtype, p.causal)
+            and layout_of(r) == p.layout]
     if not mine:
-        return None, f"no kernel was promoted for {key}"
+        which = "kernel" if p.layout == "contiguous" else f"{p.layout} route"
+        return None, f"no {which} was promoted for {key}"
     fits = [r for r in mine if not is_decode(r) or p.Lq <= r["max_lq"]]
     if not fits:
-        return None, (f"Lq={p.Lq} is past {max(r['max_lq'] for r in mine)}, the most query rows of the decode "
+        kind = "decode" if p.layout == "contiguous" else p.layout
+        return None, (f"Lq={p.Lq} is past {max(r['max_lq'] for r in mine)}, the most query rows of the {kind} "
                       f"routes promoted for {key} (and it has no other route)")
     route = next((r for r in fits if p.length <= r["max_len"]), None)
     if route is None:
@@ -110,9 +134,9 @@ def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
 
 
 def _where(route: Route) -> str:
-    """``the route D=64 fp16 full max(Lq, Lk) 1..256`` (a decode route: with its query rows)."""
+    """``the route D=64 fp16 full max(Lq, Lk) 1..256`` (a decode or layout route: with its query rows)."""
     if is_decode(route):
-        return (f"the decode route {key_text(route)} Lq <= {route['max_lq']}, "
+        return (f"the {_kind(route)} {key_text(route)} Lq <= {route['max_lq']}, "
                 f"max(Lq, Lk) {route['min_len']}..{route['max_len']}")
     return f"the route {key_text(route)} max(Lq, Lk) {route['min_len']}..{route['max_len']}"
 

@@ -8,7 +8,8 @@
 // zeroed on the stream before it. No host sync and no allocation outside torch's caching allocator, so
 // calls can be captured in a CUDA graph once the kernels are loaded. A split-KV kernel may also
 // export per-sequence-length and paged entries (NAME_lens, NAME_paged: docs/kernel-abi.md, "Ragged
-// and paged caches"), which run_cache() launches for calls that pass seqlens (and a block table).
+// and paged caches"), which run_cache() launches for calls that pass seqlens (and a block table),
+// through the routes of that layout alone.
 //
 // Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
 // microseconds of host time, or returns None when the kernels do not cover it (the caller then
@@ -113,9 +114,13 @@ struct Kernel {
   bool paged = false;      // ... and NAME_paged (a paged cache)
 };
 
-// (head_dim, dtype, causal, max(Lq, Lk) <= max_len) -> kernel, serving B*Hq <= max_bh, Hq/Hkv <=
+// (layout, head_dim, dtype, causal, max(Lq, Lk) <= max_len) -> kernel, serving B*Hq <= max_bh, Hq/Hkv <=
 // max_group, and Lq != Lk only when cross and (causal) at an alignment promote verified;
-// kernel < 0: SDPA. The package's _routes.py states the same rule for explain().
+// kernel < 0: SDPA. A call with seqlens (and a block table) takes only the routes of its layout, whose
+// kernel runs its NAME_lens (NAME_paged) entry, Lk its capacity. The package's _routes.py states the
+// same rule for explain().
+enum Layout { kContiguous = 0, kLens = 1, kPaged = 2 };
+
 struct Route {
   int64_t head_dim;
   at::ScalarType dtype;
@@ -128,6 +133,7 @@ struct Route {
   bool bottom_right;   // ... at the bottom right (shift Lk - Lq)
   int64_t max_lq;      // a decode route: the most query rows it serves (0: any)
   int kernel;
+  int layout;          // Layout: the calls it serves
 };
 
 struct DeviceState {
@@ -300,14 +306,15 @@ bool within(const Route& r, int64_t bh, int64_t group, bool uneven, bool causal,
   return r.cross && (!causal || (bottom_right ? r.bottom_right : r.top_left));
 }
 
-// The kernel of the route for q's head dim, dtype and query rows on Lk keys (B sequences, Hkv key/value
-// heads), or -1 when none serves it or the kernels do not run on q's device.
-int route_kernel(const at::Tensor& q, int64_t B, int64_t Hkv, int64_t Lk, bool causal, bool bottom_right) {
+// The kernel of the route of `layout` for q's head dim, dtype and query rows on Lk keys (B sequences, Hkv
+// key/value heads), or -1 when none serves it or the kernels do not run on q's device.
+int route_kernel(const at::Tensor& q, int64_t B, int64_t Hkv, int64_t Lk, bool causal, bool bottom_right,
+                 int layout) {
   const int64_t Hq = q.size(1), Lq = q.size(2), D = q.size(3);
   const int64_t length = std::max(Lq, Lk);
   for (const Route& r : g_routes) {
-    if (r.head_dim == D && r.dtype == q.scalar_type() && r.causal == causal && (r.max_lq == 0 || Lq <= r.max_lq) &&
-        length <= r.max_len) {
+    if (r.layout == layout && r.head_dim == D && r.dtype == q.scalar_type() && r.causal == causal &&
+        (r.max_lq == 0 || Lq <= r.max_lq) && length <= r.max_len) {
       if (!within(r, B * Hq, Hq / Hkv, Lq != Lk, causal, bottom_right)) return -1;
       DeviceState* st = state(q.get_device());
       return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
@@ -326,7 +333,7 @@ int pick(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool cau
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
     return -1;                                                       // forward only: SDPA has autograd
   if (!aligned(q) || !aligned(k) || !aligned(v)) return -1;
-  return route_kernel(q, q.size(0), k.size(1), k.size(2), causal, bottom_right);
+  return route_kernel(q, q.size(0), k.size(1), k.size(2), causal, bottom_right, kContiguous);
 }
 
 // Whether t is a contiguous int32 tensor on q's device of `dims` dimensions, the first q's batch.
@@ -336,9 +343,10 @@ bool index_tensor(const at::Tensor& t, const at::Tensor& q, int64_t dims) {
 }
 
 // The kernel that serves a call with per-sequence lengths (seqlens) and, paged, a block table, or -1:
-// the route of its capacity (Lk, or pages_per_seq x page_size) with the mask at the bottom right of
-// each sequence, whose kernel exports that layout. k and v: (B, Hkv, Lk, D), or the pool (pages,
-// Hkv, page_size, D). The lengths stay on the device: each must be within the capacity.
+// the route of that layout for its capacity (Lk, or pages_per_seq x page_size) with the mask at the
+// bottom right of each sequence (configure checked that its kernel exports the layout). k and v: (B,
+// Hkv, Lk, D), or the pool (pages, Hkv, page_size, D). The lengths stay on the device: each must be
+// within the capacity.
 int pick_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, const at::Tensor& seqlens,
                const std::optional<at::Tensor>& block_table) {
   if (g_kernels.empty() || !q.is_cuda() || q.dim() != 4 || k.dim() != 4 || v.sizes() != k.sizes()) return -1;
@@ -354,23 +362,21 @@ int pick_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
   if (B * Hq > kMaxGridY || q.numel() > kMaxElements || k.numel() > kMaxElements) return -1;
   const int64_t Lk = block_table ? block_table->size(1) * k.size(2) : k.size(2);
   if (Lk > kMaxElements) return -1;
-  const int index = route_kernel(q, B, Hkv, Lk, causal, true);
-  if (index < 0) return -1;
-  return (block_table ? g_kernels[index].paged : g_kernels[index].lens) ? index : -1;
+  return route_kernel(q, B, Hkv, Lk, causal, true, block_table ? kPaged : kLens);
 }
 
 // ---- the Python-facing functions -------------------------------------------------------------
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
 // persistent, head_dim, split, layouts);
-// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel), the
-// decode routes (max_lq > 0) first, each kind in increasing max_len per key (_routes.ordered); past
+// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout),
+// the decode routes (max_lq > 0) first, each kind in increasing max_len per key (_routes.ordered); past
 // the last max_len of a key, and past any other limit of a route, SDPA serves the call (promote
-// verified no further); planner: _splitkv.launch_numbers.
+// verified no further); layout "contiguous", "lens" or "paged"; planner: _splitkv.launch_numbers.
 using KernelArgs = std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool, int, std::vector<int>,
                               std::vector<std::string>>;
 using RouteArgs = std::tuple<int64_t, std::string, bool, int64_t, int64_t, int64_t, bool,
-                             std::vector<std::string>, int64_t, int>;
+                             std::vector<std::string>, int64_t, int, std::string>;
 
 void configure(const std::string& package, const std::vector<py::bytes>& images,
                const std::vector<KernelArgs>& kernels, const std::vector<RouteArgs>& routes, int arch_major,
@@ -395,8 +401,15 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
       g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, lens,
                            paged});
     }
-    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel] : routes) {
+    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout_name] :
+         routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
+      TORCH_CHECK(layout_name == "contiguous" || layout_name == "lens" || layout_name == "paged",
+                  "unknown cache layout ", layout_name);
+      const int layout = layout_name == "lens" ? kLens : layout_name == "paged" ? kPaged : kContiguous;
+      TORCH_CHECK(kernel < 0 || layout == kContiguous ||
+                  (layout == kLens ? g_kernels[kernel].lens : g_kernels[kernel].paged),
+                  "a ", layout_name, " route's kernel must export its ", layout_name, " entry");
       TORCH_CHECK(max_len >= 1 && max_bh >= 1 && max_group >= 1, "a route needs finite length, heads and group limits");
       TORCH_CHECK(max_lq >= 0, "a route's max_lq is 0 (any) or the most query rows it serves");
       bool top_left = false, bottom_right = false;
@@ -405,7 +418,7 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
         (a == "top_left" ? top_left : bottom_right) = true;
       }
       g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, max_bh, max_group, cross, top_left,
-                          bottom_right, max_lq, kernel});
+                          bottom_right, max_lq, kernel, layout});
     }
     g_planner = new py::object(planner);
     g_major = arch_major;
