@@ -7,6 +7,7 @@ times every candidate in full."""
 from __future__ import annotations
 
 import itertools
+import shutil
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from evo.family.render import Rendered
 from evo.results import BuildResult, CheckResult, Evaluation, Status, Timing
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.loop import Search
+from evo.search.objective import names as objective_names
 from evo.search.params import trial_params
 from evo.search.pruner import SCREEN_ATTR, EvoPruner
 from evo.search.resume import Retry
@@ -75,20 +77,39 @@ def answer(job: Job) -> Evaluation:
                       device=device, green_seconds=0.5 * job.green, fast_seconds=1.0 if screen else 8.0)
 
 
-def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s") -> Search:
+def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s", objective: str = "geomean") -> Search:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store, retry = open_store(url), Retry()
     rdb = storage(url, retry=retry)
-    st = open_study(rdb, study, optuna.samplers.RandomSampler(seed=3), {}, ["maximize"], ["geomean"],
+    metrics = objective_names(objective, CASES)
+    st = open_study(rdb, study, optuna.samplers.RandomSampler(seed=3), {}, ["maximize"] * len(metrics), metrics,
                     pruner=EvoPruner() if screening else None)
-    return Search(st, store, ev, [load_family("flash_mma")], CASES, "sdpa_default", "geomean",
+    return Search(st, store, ev, [load_family("flash_mma")], CASES, "sdpa_default", objective,
                   store.start_run("evo run", study=study), storage=rdb, retry=retry, batch=4, screening=screening)
 
 
 @pytest.fixture(scope="module")
-def screened_run(tmp_path_factory: pytest.TempPathFactory):
+def blank(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database with evo's and Optuna's tables and nothing else, made once (that is the slow
+    part); each test searches in a copy."""
+    path = tmp_path_factory.mktemp("blank") / "evo.sqlite"
+    open_store(f"sqlite:///{path}").close()
+    storage(f"sqlite:///{path}").engine.dispose()
+    return path
+
+
+@pytest.fixture
+def db(blank: Path, tmp_path: Path) -> str:
+    shutil.copy(blank, tmp_path / "evo.sqlite")
+    return f"sqlite:///{tmp_path / 'evo.sqlite'}"
+
+
+@pytest.fixture(scope="module")
+def screened_run(blank: Path, tmp_path_factory: pytest.TempPathFactory):
     """One search of 8 trials in rungs: (url, search, summary, evaluator)."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('rungs') / 'evo.sqlite'}"
+    path = tmp_path_factory.mktemp("rungs") / "evo.sqlite"
+    shutil.copy(blank, path)
+    url = f"sqlite:///{path}"
     ev = Screening()
     s = search(url, ev)
     return url, s, s.run(8), ev
@@ -177,10 +198,10 @@ def test_the_gpu_check_script_reads_the_studys_figures(screened_run, tmp_path: P
     assert check.main(["--study", "none", "--db", url]) == 2
 
 
-def test_a_run_stopped_between_screen_and_full_rung_loses_nothing(tmp_path: Path) -> None:
+def test_a_run_stopped_between_screen_and_full_rung_loses_nothing(db: str) -> None:
     """Ctrl-C as the first kept candidate's full rung would start: its screen is stored and its
     trial given back; the next run judges the stored screen again and times only the full rung."""
-    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    url = db
     first = Screening(stop_at=2)                  # the first screen is always kept: its full rung is the 2nd job
     with pytest.raises(KeyboardInterrupt):
         search(url, first).run(2)
@@ -219,9 +240,9 @@ class Overlapping(Screening):
         yield from super().evaluate(jobs)
 
 
-def test_the_next_batch_is_built_while_this_one_is_evaluated(tmp_path: Path) -> None:
+def test_the_next_batch_is_built_while_this_one_is_evaluated(db: str) -> None:
     ev = Overlapping()
-    s = search(f"sqlite:///{tmp_path / 'evo.sqlite'}", ev, screening=False)
+    s = search(db, ev, screening=False)
     s.batch = 1
     for cand in itertools.islice(all_candidates(load_family("flash_mma")), 2):   # two valid points
         s.study.enqueue_trial(trial_params(cand))
@@ -229,10 +250,19 @@ def test_the_next_batch_is_built_while_this_one_is_evaluated(tmp_path: Path) -> 
     assert ev.builds == 2 and ev.overlapped
 
 
-def test_full_only_times_every_candidate_in_full(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+def test_a_study_of_one_value_per_bucket_is_pruned_by_the_pruner_itself(db: str) -> None:
+    """Optuna's trials report nothing for several objectives: the pruner is asked directly."""
+    s = search(db, Screening(), objective="per-bucket")
+    summary = s.run(3)
+    told = [t for t in s.study.get_trials(deepcopy=False) if SCREEN_ATTR in t.user_attrs]
+    assert summary.screened == len(told) >= 2 and summary.kept >= 1
+    assert {t.state for t in told} <= {TrialState.COMPLETE, TrialState.PRUNED}
+    assert all(len(t.values) == 4 for t in told if t.state == TrialState.COMPLETE)
+
+
+def test_full_only_times_every_candidate_in_full(db: str) -> None:
     ev = Screening()
-    summary = search(url, ev, screening=False).run(2)
+    summary = search(db, ev, screening=False).run(2)
     assert {j.rung for j in ev.jobs} == {"full"} and all(j.green for j in ev.jobs)
     assert summary.screened == 0 and summary.counts["pruned"] == 0 and summary.counts["fast"] == len(ev.jobs)
 
