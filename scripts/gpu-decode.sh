@@ -4,8 +4,22 @@
 #   scripts/gpu-decode.sh tests    # pytest -m gpu: the decode, layout and bandwidth files alone first, then all of it
 #   scripts/gpu-decode.sh study    # a flash_decode study over the decode suite (D1-D7), promote, package tests, bench
 #   scripts/gpu-decode.sh bench    # bench the package the study call left in /tmp (FA4 beside it when staged)
+#   scripts/gpu-decode.sh paged    # the paged path and layout routes: decode GPU tests, then D2/D6/D7 timed
 # Each stage has its own time limit (a hang is aborted with faulthandler's traceback); logs, the
 # database, the package and the benchmark JSON go under $OUT.
+#
+# `paged` (issue 34: the paged entry's tile-ahead page lookup, the package's layout routes) is one
+# call of about 400 s, at most 560, on one H100 (the lending tool: run with carry [".whl"]):
+#     EVO_GIT_SHA=$(git rev-parse --short HEAD) scripts/gpu-decode.sh paged
+#  1. pytest-decode (270 s): tests/test_decode_layouts_gpu.py (the _lens / _paged entries against the
+#     reference, GREEN's layout draws, the page fault red, promote's layout-route checks),
+#     tests/test_decode_gpu.py, tests/test_promote_decode_gpu.py (a package serving seqlens /
+#     block_table calls through its layout routes, and its own layout-route GPU test).
+#  2. eval-paged (150 s): `evo eval flash_decode` at its defaults (the genes of dec2's best,
+#     0d24bc8ad0dd) on D2, D6, D7: GREEN, then FAST beside every SDPA backend, in a fresh database.
+#  3. bench-paged (150 s): `evo bench` of that candidate on the same cases beside SDPA's default,
+#     with the read ceiling measured in the same worker: bench-paged.log and $OUT/benchmarks.
+#     The acceptance reads D7 / D6 there (<= 1.05); at bd4c025 it was 1291 / 690 us = 1.87.
 set -uo pipefail
 source scripts/gpu-stages.sh
 export EVO_HOME=/tmp/evohome
@@ -51,5 +65,13 @@ big = t(1, 8, 131072, 128)
 print('contiguous D1:', $PKG.explain(t(1, 32, 1, 128), big, big, enable_gqa=True))
 "
     TAIL=60 stage bench "${EVO_BENCH_S:-420}" $EVO bench --package "$PKG" --cases decode --out "$OUT/benchmarks" ;;
-  *) echo "usage: $0 tests|study|bench"; exit 2 ;;
+  paged)
+    stage pytest-decode "${EVO_TESTS_S:-270}" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider \
+      tests/test_decode_layouts_gpu.py tests/test_decode_gpu.py tests/test_promote_decode_gpu.py
+    rm -f /tmp/evohome/paged.sqlite*
+    PAGED_DB=sqlite:////tmp/evohome/paged.sqlite
+    stage eval-paged 150 $EVO eval flash_decode --cases D2,D6,D7 --dtype bf16 --db $PAGED_DB
+    TAIL=40 stage bench-paged 150 $EVO bench --best 1 --cases D2,D6,D7 --backends sdpa_default --db $PAGED_DB \
+      --out "$OUT/benchmarks" ;;
+  *) echo "usage: $0 tests|study|bench|paged"; exit 2 ;;
 esac
