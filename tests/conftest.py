@@ -79,7 +79,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+def is_heavy(item: pytest.Item) -> bool:
+    """Whether ``item`` compiles kernels with nvcc (marked ``slow``, or reading the shared build cache):
+    the long tests, which run first so that no worker is left alone with one at the end of the suite."""
+    return "slow" in item.keywords or "build_cache" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not is_heavy(item))   # stable: otherwise in collection order
     for item in items:
         if is_smoke(item):
             item.add_marker(pytest.mark.smoke)
