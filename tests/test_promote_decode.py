@@ -35,6 +35,7 @@ from evo.family.space import SplitConfig, launch_config, make_candidate, split_p
 from evo.gpu.draws import DECODE_ROWS, DECODE_SCORES, MAX_BUCKET_LEN, PAGE_SIZES, verified_group
 from evo.gpu.suites import fast_cases
 from evo.products import promote as promoting
+from evo.products.bench import served_by
 from evo.products import verify as verifier
 from evo.products.promote import promote
 from evo.products.routes import Contender, Measured, Shipped, is_decode, plan_routes
@@ -229,6 +230,19 @@ def test_a_layout_call_takes_no_other_route(package: Path) -> None:
     assert route is None and why == "no lens route was promoted for D=128 bf16 causal"
     route, _ = rules.route_for(routes, p._replace(layout="contiguous"))
     assert route is not None and route["layout"] == "contiguous"
+
+
+def test_evo_bench_names_the_kernel_a_package_serves_each_decode_case_with(package: Path, db: dict[str, str]) -> None:
+    """``evo bench --package`` labels each row with the kernel the package's rule picks: D6 and D7
+    by their layout routes, a ragged case of a key with no layout route as SDPA's, D2-D5 by the
+    decode routes (their query rows within max_lq), D1 past every route as SDPA's."""
+    routes = _table(package)["routes"]
+    for s in DECODE:
+        want = "sdpa" if s.case == "D1" else db["dec"]
+        assert served_by(routes, s.as_dict()) == want, s.case
+    d6 = next(s for s in DECODE if s.layout == "lens")
+    assert served_by(routes, replace(d6, causal=True).as_dict()) == "sdpa"      # no causal lens route
+    assert served_by(routes, replace(next(s for s in DECODE if s.case == "D2"), L=17).as_dict()) != db["dec"]
 
 
 def _shipped(cid: str) -> Shipped:

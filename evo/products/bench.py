@@ -168,15 +168,24 @@ def package_routes(name: str) -> list[dict[str, Any]]:
 
 def served_by(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> str:
     """Which kernel a package's dispatch table sends ``case`` to: a candidate id, or ``sdpa``
-    (fallback). The package's rule (its ``_routes.py`` and C++ launcher): the route of the key
-    whose bucket holds max(Lq, Lk), within its heads (B * Hq), group (Hq / Hkv) and, for Lq != Lk,
-    its ``cross`` and causal ``aligns``; a limit a route does not state is the narrowest (no
-    ``max_bh``: none, as in packages older than it)."""
+    (fallback). The package's rule (its ``_routes.py`` and C++ launcher): of the routes of the
+    case's key and cache layout (a ragged or paged case takes only its layout's routes) that serve
+    its query rows (a decode route's ``max_lq``), decode routes first, the one whose bucket holds
+    max(Lq, Lk), within its heads (B * Hq), group (Hq / Hkv) and, for Lq != Lk, its ``cross`` and
+    causal ``aligns``; a limit a route does not state is the narrowest (no ``max_bh``: none, as in
+    packages older than it)."""
     L, H = case["L"], case["H"]
     Lk, Hkv, align = case.get("Lk", L), case.get("Hkv", H), case.get("align", "top_left")
-    key = (case["D"], case["dtype"], bool(case["causal"]))
-    mine = sorted((r for r in routes if (r["head_dim"], r["dtype"], bool(r["causal"])) == key),
-                  key=lambda r: math.inf if r["max_len"] is None else r["max_len"])
+    key = (case["D"], case["dtype"], bool(case["causal"]), case.get("layout", "contiguous"))
+
+    def takes_rows(r: Mapping[str, Any]) -> bool:
+        """A decode route serves at most its ``max_lq`` query rows; any other route, any number."""
+        most = r.get("max_lq")
+        return not most or most >= L
+
+    mine = sorted((r for r in routes if takes_rows(r) and
+                   (r["head_dim"], r["dtype"], bool(r["causal"]), r.get("layout") or "contiguous") == key),
+                  key=lambda r: (not r.get("max_lq"), math.inf if r["max_len"] is None else r["max_len"]))
     route = next((r for r in mine if r["max_len"] is None or max(L, Lk) <= r["max_len"]), None)
     if route is None or not route.get("candidate"):
         return "sdpa"
