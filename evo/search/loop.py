@@ -103,9 +103,8 @@ class Search:
 
     Its collaborators: :class:`~evo.search.liveness.Liveness` (dead workers' trials and runs),
     :class:`~evo.search.outcomes.Scoring` (what a measurement scores), :class:`~evo.search.rungs.Ladder`
-    (a batch through the rungs), :class:`~evo.search.tell.Teller` (telling trials, the summary) and
-    :func:`~evo.search.parents.parents` (lineage edges). ``screening``: whether new candidates are
-    screened first, where the evaluator can screen (docs/design.md, "Rungs")."""
+    (a batch through the rungs, ``screening`` new candidates first where the evaluator can),
+    :class:`~evo.search.tell.Teller` (telling trials, the summary) and :func:`~evo.search.parents.parents`."""
 
     def __init__(self, study: optuna.Study, store: Any, evaluator: Evaluator, families: Sequence[Family],
                  cases: Sequence[Shape], baseline: str, objective_kind: str, run_id: Any, *,
@@ -136,8 +135,7 @@ class Search:
         self.ladder = Ladder(study, storage, store, evaluator, self.scoring, self.summary, run_id, screening=screening,
                              finish=self._finish_all, out_of_time=self._out_of_time)
         self.builds = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-build")  # nvcc beside the GPU
-        run = store.get_run(run_id) if isinstance(run_id, int) else None
-        self.since = run.started if run is not None else datetime.now(UTC)  # cached baselines shared from then on
+        self.since = run_start(store, run_id)   # cached baselines are shared from then on
 
     def valid_keys(self) -> set[str]:
         """Every valid point of the listable families (:func:`evo.family.space.listable`), enumerated
@@ -263,6 +261,8 @@ class Search:
         """Record the batch's builds, evaluate what built through the rungs (the trials of
         candidates the time budget left unfinished given back), then wait for other workers'."""
         builds = prepared.builds.result() if prepared.builds is not None else []
+        if self.evaluator.overlaps_builds:
+            reparent(self, prepared)
         works = self._built(prepared, builds)
         if works and self.evaluator.host:
             self.evaluator.share(self.store.measured_baselines(self.evaluator.device, self.evaluator.host, self.since))
@@ -444,3 +444,19 @@ def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
         p.build_id = search.evaluator.build_id(p.rendered)
         p.parents = parents(p.trial.number, p.candidate, trials, search.families)
     return pending
+
+
+def run_start(store: Any, run_id: Any) -> datetime:
+    """When the run ``run_id`` began (now, for a run the store does not know)."""
+    run = store.get_run(run_id) if isinstance(run_id, int) else None
+    return run.started if run is not None else datetime.now(UTC)
+
+
+def reparent(search: Search, prepared: Prepared) -> None:
+    """The lineage parents of a batch asked ahead (:func:`describe` gave them), read again: the
+    batch before it has been told since, and its candidates may be the nearest."""
+    trials = search.study.get_trials(deepcopy=False)
+    for ps in (*prepared.todo.values(), *prepared.others.values()):
+        for p in ps:
+            if p.candidate is not None:
+                p.parents = parents(p.trial.number, p.candidate, trials, search.families)

@@ -1,7 +1,8 @@
 """A batch's built candidates through the rungs: GREEN and the screen, the pruner, the full protocol.
 
 A search whose evaluator screens (the GPU) evaluates each new candidate in two requests
-(docs/design.md, "Rungs"). The first runs GREEN, stopping at its first failing check, then the
+(docs/design.md, "Rungs"), where the screen is fewer cases than the study's (a study of short
+cases only, or of one case per bucket, is timed in full: its screen would cost as much). The first runs GREEN, stopping at its first failing check, then the
 screen: the candidate alone on the study's :func:`~evo.search.screen.screen_cases`, few samples,
 against the worker's cached scoring baseline. It comes back ``green``; it is stored at once (the
 screened score in its device info), its screened values go on the trial (user attr ``screen``;
@@ -44,7 +45,7 @@ from evo.search.pruner import SCREEN_ATTR, SCREEN_STEP, EvoPruner
 from evo.search.records import UNMEASURED, Outcome, Pending, RunSummary
 from evo.search.screen import Screen, screen_cases, screened
 from evo.search.storeview import Known
-from evo.vocab import FULL, SCREEN
+from evo.vocab import FULL, PASSED, SCREEN
 
 Step = Job | Outcome   # what a candidate does next: a request to the GPU, or the outcome it is told
 
@@ -76,7 +77,10 @@ class Ladder:
                  finish: Callable[[Sequence[Pending], Outcome], None], out_of_time: Callable[[], bool]) -> None:
         self.study, self.rdb, self.store, self.evaluator, self.scoring = study, rdb, store, evaluator, scoring
         self.summary, self.run_id, self.finish, self.out_of_time = summary, run_id, finish, out_of_time
-        self.screen_cases = screen_cases(scoring.cases) if screening else []
+        chosen = screen_cases(scoring.cases) if screening else []
+        # a screen of every case (a study of short cases, or of one case per bucket) would cost
+        # what the full rung costs: such a study is timed in full
+        self.screen_cases = chosen if len(chosen) < len(scoring.cases) else []
 
     def run(self, works: Sequence[Work]) -> list[Work]:
         """Evaluate ``works`` until each is told or the time budget is spent; returns those it
@@ -132,9 +136,11 @@ class Ladder:
             return Outcome(UNMEASURED, ev.reason)
         s = self.summary
         s.measured_ids.add(w.cid)
+        ev.device["rung"] = job.rung        # what was asked, whether or not the worker target says so
         s.spent("GREEN", ev.green_seconds)
         s.spent(job.rung, ev.fast_seconds)
-        if job.rung == SCREEN and ev.status is Status.GREEN:
+        if job.rung == SCREEN and ev.status in PASSED:
+            ev.status = Status.GREEN    # a screen is never a full timing, whatever a worker target calls it
             w.screen = screened(ev.timings, self.scoring.baseline, self.scoring.cases)
             if w.screen is not None:
                 ev.device["screen_score"] = f"{w.screen.score:.6f}"
