@@ -189,18 +189,16 @@ class Session:
 
     def start(self, plan: Plan) -> None:
         """A request that times against the cache of ``plan``'s rung: that cache is one use older."""
-        if not plan.interleave:
-            self.caches[plan.rung].uses += 1
+        self.caches[plan.rung].uses += 1
 
     def baselines(self, shape: Shape, plan: Plan) -> list[Timing]:
-        """The cached baseline Timings a request compares with on ``shape``: on a screen the
-        scoring one (``paired``), measured again every ``screen_every`` screens; on the full rung
-        every backend not timed beside the candidate, every ``baseline_every`` evaluations. Each
-        is measured alone and sampled as its rung samples (:meth:`Plan.of`)."""
+        """The cached baseline Timings a request that is not interleaved compares with on
+        ``shape``: on a screen the scoring one (``paired``), measured again every
+        ``screen_every`` screens; on the full rung every backend not timed beside the candidate,
+        every ``baseline_every`` evaluations. Each is measured alone and sampled as its rung
+        samples (:meth:`Plan.of`)."""
         from evo.gpu.timing import time_case
 
-        if plan.interleave:
-            return []
         backends: tuple[str, ...]
         if plan.rung == SCREEN:
             backends, every = ((plan.paired,) if plan.paired else ()), plan.screen_every
@@ -354,7 +352,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     beside = plan.beside()
     if beside:                                   # the baselines timed beside the candidate
         ev.device["paired"] = ",".join(beside)
-    session.start(plan)
+    if not plan.interleave:                      # interleaved (evo eval, evo bench): no cache at all
+        session.start(plan)
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
@@ -365,7 +364,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
                 return op(q, k, v, o, causal=_causal, shift=_shift, **_cache)
 
             progress(f"FAST {shape.tag}")
-            known = session.baselines(shape, plan)
+            known = [] if plan.interleave else session.baselines(shape, plan)
             got = time_case(cand, shape, beside, rounds=plan.rounds,
                             reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
                             check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
@@ -380,6 +379,9 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     finally:
         ev.fast_seconds = time.perf_counter() - t0
         ev.device["fast_outputs_checked"] = str(checked)
+        measured = {} if plan.interleave else session.measured(ev.timings)
+        if measured:         # the parent shares them with the host's other workers (evo.gpu.worker)
+            ev.device["baselines_measured"] = json.dumps(measured, sort_keys=True)
         if unavailable:      # per case tag, the baselines asked for that could not time it, and why
             ev.device["unavailable"] = json.dumps(unavailable, sort_keys=True)
     failed = [t for t in ev.timings if recheck_failed(t)]
@@ -418,9 +420,6 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     cases = supported(request.fast_cases, entries) if entries is not None else list(request.fast_cases)
     if cases:
         _fast(op, _recheck(launch, plan.salt), cases, plan, session, ev)
-    measured = session.measured(ev.timings)
-    if measured:           # the parent shares them with the host's other workers (evo.gpu.worker)
-        ev.device["baselines_measured"] = json.dumps(measured, sort_keys=True)
     return ev
 
 
