@@ -198,13 +198,25 @@ def test_the_gpu_check_script_reads_the_studys_figures(screened_run, tmp_path: P
     assert check.main(["--study", "none", "--db", url]) == 2
 
 
-def test_a_run_stopped_between_screen_and_full_rung_loses_nothing(db: str) -> None:
-    """Ctrl-C as the first kept candidate's full rung would start: its screen is stored and its
-    trial given back; the next run judges the stored screen again and times only the full rung."""
+class Dying(EvoPruner):
+    """A pruner whose process dies as it judges (Ctrl-C while the screen's verdict is made)."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stop", ["before the full rung", "in the pruner"])
+def test_a_run_stopped_between_screen_and_full_rung_loses_nothing(db: str, stop: str) -> None:
+    """Stopped once the first screen is stored (as its full rung would start, or as the pruner
+    judges it): its trial is given back; the next run judges the stored screen again and times
+    only the full rung."""
     url = db
     first = Screening(stop_at=2)                  # the first screen is always kept: its full rung is the 2nd job
+    s = search(url, first)
+    if stop == "in the pruner":
+        s.study.pruner = Dying()
     with pytest.raises(KeyboardInterrupt):
-        search(url, first).run(2)
+        s.run(2)
     (screen,) = first.jobs
     bid = screen.build.build_id
     stored = open_store(url).get(bid)
