@@ -5,8 +5,9 @@
 # $OUT/throughput.json: candidates per GPU-hour and the screen's error (scripts/screen_check.py
 # says what each figure counts). Logs, the run's summary and the database come back under $OUT.
 #
-# The command (repo root, the wheel carried as .whl/*.whl, as scripts/gpu-short.sh):
-#     scripts/gpu-throughput.sh
+# The command (repo root, the wheels carried as .whl/*.whl, as scripts/gpu-short.sh; the lending
+# tool: run with carry [".whl"] and a 600 s limit), about 510 s:
+#     EVO_GIT_SHA=$(git rev-parse --short HEAD) scripts/gpu-throughput.sh
 # Knobs: TP_BUDGET (the search's --time-budget, 270 s), TP_SEED (1), TP_CHECK_S (the check's limit,
 # 180 s; it starts no full evaluation after TP_CHECK_S - 40 s), TP_FLAGS (more `evo run` options,
 # e.g. --full-only for the protocol before rungs, to compare on the same seed).
