@@ -11,7 +11,7 @@
 # `paged` (issue 34: the paged entry's tile-ahead page lookup, the package's layout routes) is one
 # call of about 400 s, at most 560, on one H100 (the lending tool: run with carry [".whl"]):
 #     EVO_GIT_SHA=$(git rev-parse --short HEAD) scripts/gpu-decode.sh paged
-#  1. pytest-decode (270 s): tests/test_decode_layouts_gpu.py (the _lens / _paged entries against the
+#  1. pytest-decode (260 s): tests/test_decode_layouts_gpu.py (the _lens / _paged entries against the
 #     reference, GREEN's layout draws, the page fault red, promote's layout-route checks),
 #     tests/test_decode_gpu.py, tests/test_promote_decode_gpu.py (a package serving seqlens /
 #     block_table calls through its layout routes, and its own layout-route GPU test).
@@ -66,7 +66,7 @@ print('contiguous D1:', $PKG.explain(t(1, 32, 1, 128), big, big, enable_gqa=True
 "
     TAIL=60 stage bench "${EVO_BENCH_S:-420}" $EVO bench --package "$PKG" --cases decode --out "$OUT/benchmarks" ;;
   paged)
-    stage pytest-decode "${EVO_TESTS_S:-270}" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider \
+    stage pytest-decode "${EVO_TESTS_S:-260}" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider \
       tests/test_decode_layouts_gpu.py tests/test_decode_gpu.py tests/test_promote_decode_gpu.py
     rm -f /tmp/evohome/paged.sqlite*
     PAGED_DB=sqlite:////tmp/evohome/paged.sqlite
