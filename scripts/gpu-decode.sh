@@ -36,8 +36,8 @@ case ${1:-} in
       tests/test_bandwidth_gpu.py tests/test_decode_gpu.py tests/test_promote_decode_gpu.py
     TAIL=40 stage pytest-gpu "${EVO_TESTS_S:-330}" python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider \
       --continue-on-collection-errors tests ;;
-  study)
-    stage pytest-decode 200 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_decode_gpu.py \
+  study)   # EVO_SKIP_TESTS=1: the study and promote alone (a call that also stages FlashAttention-4)
+    [ "${EVO_SKIP_TESTS:-0}" = 1 ] || stage pytest-decode 200 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_decode_gpu.py \
       tests/test_timing.py::test_time_graph_sdpa_is_positive_and_steady
     stage study "${EVO_STUDY_S:-230}" $EVO run --study "$STUDY" --db "$DB" --families flash_decode --cases decode \
       --time-budget "${EVO_BUDGET:-150}" --jobs 16 --seed 1
