@@ -2,7 +2,7 @@
 # the environment set, and stage(), which runs one command under its own time limit.
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1  # keeps a staged FlashAttention-4's paths
 EVO="python3 -m evo"
 
 # stage NAME SECONDS COMMAND...: COMMAND's output to $OUT/NAME.log, a hang aborted with Python's
