@@ -19,6 +19,21 @@ def test_the_default_screen_is_every_short_case_and_each_buckets_largest() -> No
                     "F8-fp16", "F8c-fp16"]
 
 
+def test_the_decode_screen_times_each_layout_of_a_bucket() -> None:
+    # D1-D4 are contiguous, D6 ragged and D7 paged in one bucket (D=128, not causal): the largest of each
+    assert [s.tag for s in screen_cases(fast_cases(["decode"]))] == ["D3-bf16", "D5c-bf16", "D6-bf16", "D7-bf16"]
+
+
+def test_a_layout_left_out_of_a_bucket_counts_at_its_own_value() -> None:
+    d2, d3, d6, d7 = fast_cases(["D2", "D3", "D6", "D7"])
+    cases = [d2, d3, d6, d7]
+    screen = screened(_timings({d3: 1.0, d6: 2.0, d7: 16.0}), "sdpa_default", cases)   # D2 stands in at D3's
+    assert screen is not None
+    assert screen.score == pytest.approx((1.0 * 1.0 * 2.0 * 16.0) ** 0.25)
+    assert screen.buckets == pytest.approx({"d128-full": screen.score})
+    assert screened(_timings({d3: 1.0, d6: 2.0}), "sdpa_default", cases) is None        # the paged group untimed
+
+
 def test_a_bucket_of_one_case_is_screened_on_it() -> None:
     (only,) = fast_cases(["F6f"])
     assert screen_cases([only]) == [only]
