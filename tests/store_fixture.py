@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from evo.family.render import Rendered, render
 from evo.results import BuildResult, CheckResult, Evaluation, Resources, Shape, Status, Timing
 from evo.family.space import make_candidate
-from evo.store import Store
+from evo.store import Store, open_store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 F1 = Shape("F1", 1, 8, 512, 64, False)
@@ -51,3 +55,18 @@ def populate(store: Store) -> dict[str, object]:
     store.record_trial("s1", 0, CHILD, run, "COMPLETE", 2.5)
     store.finish_run(run)
     return {"run": run, "parent": PARENT, "child": CHILD}
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated database file for a module (import this fixture): migrating is the slow part."""
+    path = tmp_path_factory.mktemp("db") / "evo.sqlite"
+    open_store(f"sqlite:///{path}").close()
+    return path
+
+
+def copied_store(migrated: Path, folder: Path) -> Iterator[Store]:
+    """A store opened on a copy of ``migrated`` in ``folder`` (yield from it in a fixture)."""
+    shutil.copy(migrated, folder / "evo.sqlite")
+    with open_store(f"sqlite:///{folder / 'evo.sqlite'}") as s:
+        yield s

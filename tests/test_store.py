@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-import shutil
+from collections.abc import Iterator
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from store_fixture import F1, F1C, FIXTURES, built, evaluation, populate, timings, tiny
+from store_fixture import F1, F1C, FIXTURES, built, copied_store, evaluation, migrated, populate, timings, tiny  # noqa: F401 (migrated: fixture)
 
 from evo.errors import EvoError
 from evo.results import CheckResult, Resources, Shape, Status, Timing
@@ -29,19 +29,9 @@ def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'evo.sqlite'}"
 
 
-@pytest.fixture(scope="module")
-def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One migrated file per module; tests get copies (migrating each time is slow)."""
-    path = tmp_path_factory.mktemp("db") / "evo.sqlite"
-    open_store(f"sqlite:///{path}").close()
-    return path
-
-
 @pytest.fixture
-def store(migrated: Path, tmp_path: Path) -> Store:
-    shutil.copy(migrated, tmp_path / "evo.sqlite")
-    with open_store(f"sqlite:///{tmp_path / 'evo.sqlite'}") as s:
-        yield s
+def store(migrated: Path, tmp_path: Path) -> Iterator[Store]:  # noqa: F811
+    yield from copied_store(migrated, tmp_path)
 
 
 @pytest.fixture

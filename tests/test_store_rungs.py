@@ -4,30 +4,21 @@ the cached baselines a host's workers measured, shared newest first, per rung.""
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from store_fixture import F1, F1C, FIXTURES, PARENT, built, evaluation, tiny
+from store_fixture import F1, F1C, FIXTURES, PARENT, built, copied_store, evaluation, migrated, tiny  # noqa: F401 (migrated: fixture)
 
 from evo.results import Evaluation, Status, Timing
-from evo.store import Store, open_store
-
-
-@pytest.fixture(scope="module")
-def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One migrated file for the module; each test gets a copy (migrating is the slow part)."""
-    path = tmp_path_factory.mktemp("db") / "evo.sqlite"
-    open_store(f"sqlite:///{path}").close()
-    return path
+from evo.store import Store
 
 
 @pytest.fixture
-def store(migrated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+def store(migrated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:  # noqa: F811
     monkeypatch.setenv("EVO_TEMPLATE_PATH", str(FIXTURES))
-    shutil.copy(migrated, tmp_path / "evo.sqlite")
-    with open_store(f"sqlite:///{tmp_path / 'evo.sqlite'}") as s:
+    for s in copied_store(migrated, tmp_path):
         item = tiny()
         s.record_build(item, built(item, PARENT))
         yield s
