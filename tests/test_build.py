@@ -117,6 +117,8 @@ def test_builds_of_the_same_code_compile_once_and_keep_their_own_launch(batch: d
     assert metas[0]["code_id"] == metas[1]["code_id"] and [m["compiled_here"] for m in metas] == [True, False]
     failed, again = batch["results"][1], batch["results"][5]
     assert again.status is Status.COMPILE_FAILED and again.reason == failed.reason and again.log == failed.log
+    failed_meta = json.loads((batch["cache"] / again.build_id[:2] / again.build_id / "meta.json").read_text())
+    assert failed_meta["compiled_here"] is False                # nvcc ran once, for the other build
 
 
 @needs_nvcc

@@ -41,7 +41,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, UTC
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +247,7 @@ class _Plan:
     key: dict[str, Any]
     backend: str = "cuda"
 
-    @property
+    @cached_property
     def code_id(self) -> str:
         """The identity of this build's machine code: its key less the launch configs, the
         source's hash replaced by its body's (module docstring)."""
@@ -335,15 +335,15 @@ def _compile(todo: list[_Plan], arch: str, jobs: int, timeout_s: int,
             if on_done:
                 on_done(result)
 
-        def share(code_id: str, source: Path, plans: Sequence[_Plan]) -> None:
+        def share(source: Path, plans: Sequence[_Plan]) -> None:
             for plan in plans:
-                _take_code(source, batch / plan.build_id, code_id)
+                _take_code(source, batch / plan.build_id)
                 finish(plan)
 
         compile_first = []
         for code_id, plans in same_code.items():
             if _has_object(code_id):
-                share(code_id, _object_dir(code_id), plans)
+                share(_object_dir(code_id), plans)
             else:
                 compile_first.append(plans[0])
         if not compile_first:
@@ -354,7 +354,7 @@ def _compile(todo: list[_Plan], arch: str, jobs: int, timeout_s: int,
         def compiled(plan: _Plan, note: str = "") -> None:
             folder, others = batch / plan.build_id, same_code[plan.code_id][1:]
             if _keep_object(folder, plan.code_id):
-                share(plan.code_id, folder, others)
+                share(folder, others)
             else:   # failed, killed or timed out: the others share the verdict, not an object
                 for other in others:
                     _take_status(folder, batch / other.build_id)
@@ -419,13 +419,13 @@ def _keep_object(folder: Path, code_id: str) -> bool:
     return True
 
 
-def _take_code(source: Path, folder: Path, code_id: str) -> None:
+def _take_code(source: Path, folder: Path) -> None:
     """Give the build in ``folder`` the cubin and ptxas report of ``source`` (an object or the
     build that compiled it), as a compile that took no time (``meta.json``: not ``compiled_here``)."""
     for name in (CUBIN, LOG):
         _link(source / name, folder / name)
     (folder / _STATUS_FILE).write_text("0 0 0\n")
-    (folder / OBJECTS).write_text(code_id)   # a marker: _install records that it compiled nothing
+    (folder / OBJECTS).touch()   # a marker: _install records that nvcc did not run for this build
 
 
 def _take_status(source: Path, folder: Path) -> None:
@@ -433,6 +433,7 @@ def _take_status(source: Path, folder: Path) -> None:
     cubin: its log and exit status (absent when it was interrupted), no time of its own."""
     if (source / LOG).is_file():
         _link(source / LOG, folder / LOG)
+    (folder / OBJECTS).touch()
     try:
         code = (source / _STATUS_FILE).read_text().split()[0]
     except (OSError, IndexError):
