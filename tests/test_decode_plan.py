@@ -37,8 +37,28 @@ def test_splits_cover_every_key_once_in_whole_tiles(problem: tuple[int, ...], ro
 def test_a_long_cache_on_few_heads_is_split_to_fill_the_gpu() -> None:
     plan = split_plan(SPLIT, 16, 1, 32, 8, 1, 131072, 132)
     ctas = plan.groups * plan.splits
-    assert 2 * 132 <= ctas < 2 * 132 + plan.groups             # about waves x SMs CTAs
+    assert ctas <= 2 * 132 < ctas + plan.groups                # as close to waves x SMs CTAs as fits
     assert split_plan(SPLIT, 16, 64, 32, 8, 1, 2048, 132).splits == 1   # 512 tiles already fill it
+
+
+def test_a_grid_that_fills_the_gpu_is_not_split_past_it() -> None:
+    """D5 of the decode suite, 128 tiles: on an H100 (dev/perf-notes.md) one split ran 93 us, the
+    three the plan once chose (it rounded up past waves x SMs) 108 us."""
+    one = SplitConfig(key_tile=64, split_min=512, waves=1)
+    assert split_plan(one, 16, 16, 32, 8, 4, 4096, 132).splits == 1
+    assert split_plan(SPLIT, 16, 16, 32, 8, 4, 4096, 132).splits == 2
+
+
+def test_a_ragged_cache_is_split_at_least_ragged_splits_ways() -> None:
+    """Lengths the host does not see (lens, paged: Lk is the capacity): the longest sequences are
+    split even where the grid fills the GPU, never below split_min keys a split."""
+    four = SplitConfig(key_tile=64, split_min=512, waves=1, ragged_splits=4)
+    assert split_plan(four, 16, 64, 32, 8, 1, 16000, 132).splits == 1
+    ragged = split_plan(four, 16, 64, 32, 8, 1, 16000, 132, ragged=True)
+    assert ragged.splits == 4 and ragged.split_len == 4032
+    assert split_plan(four, 16, 64, 32, 8, 1, 1500, 132, ragged=True).splits == 2   # 1500 // 512
+    few = split_plan(four, 16, 1, 32, 8, 1, 131072, 132, ragged=True)           # the grid asks for more
+    assert few.splits == split_plan(four, 16, 1, 32, 8, 1, 131072, 132).splits == 16
 
 
 def test_short_caches_are_not_split() -> None:
@@ -63,9 +83,9 @@ def test_the_family_reads_its_split_formulas() -> None:
     fam = load_family("flash_decode")
     cand = make_candidate(fam, {"BLOCK_N": 128, "SPLIT_MIN": 1024, "WAVES": 4})
     launch = launch_config(fam, cand, 128)
-    assert launch.abi == "split_kv" and launch.split == SplitConfig(128, 1024, 4)
+    assert launch.abi == "split_kv" and launch.split == SplitConfig(128, 1024, 4, 4)
     key = build_key(render(cand, fam), ("-O3",), "sm_90a", "nvcc", {})
-    assert key["entries"][0]["launch"]["split"] == {"key_tile": 128, "split_min": 1024, "waves": 4}
+    assert key["entries"][0]["launch"]["split"] == {"key_tile": 128, "split_min": 1024, "waves": 4, "ragged_splits": 4}
 
 
 @pytest.mark.parametrize("family", ["flash_mma", "flash_wgmma", "flash_scalar"])

@@ -174,7 +174,7 @@ def test_promote_ships_the_decode_kernel_with_its_split_config(package: Path, db
     for k in kernels:
         assert launch.split is not None and k["head_dim"] == 128
         assert k["split"] == {"key_tile": launch.split.key_tile, "split_min": launch.split.split_min,
-                              "waves": launch.split.waves}
+                              "waves": launch.split.waves, "ragged_splits": launch.split.ragged_splits}
         assert (k["threads"], k["rows_per_cta"], k["smem_bytes"]) == \
             (launch.threads, launch.rows_per_cta, launch.smem_bytes)
         assert k["layouts"] == ["lens", "paged"]                 # its _lens and _paged entries ship too
@@ -310,7 +310,7 @@ def test_a_decode_problem_past_every_route_is_sdpa_and_says_why(package: Path) -
 
 GRID = list(itertools.product((1, 3, 64), ((8, 8), (32, 8), (64, 8), (32, 1), (6, 2)), (1, 4, 16, 17),
                               (1, 63, 512, 1025, 4096, 131072), (64, 128)))
-SPLITS = [SplitConfig(64, 512, 2), SplitConfig(32, 256, 1), SplitConfig(128, 2048, 4)]
+SPLITS = [SplitConfig(64, 512, 2, 1), SplitConfig(32, 256, 1, 4), SplitConfig(128, 2048, 4, 8)]
 
 
 @pytest.mark.parametrize("split", SPLITS, ids=str)
@@ -319,12 +319,13 @@ def test_the_packages_split_plan_is_the_runtimes(package: Path, split: SplitConf
     launcher gets from its ``_splitkv`` are the grid, split length, workspace and counter bytes
     evo/gpu/runtime.py launches with (:func:`evo.family.space.split_plan`)."""
     copied = _module(package, "_splitkv")
-    for (B, (Hq, Hkv), Lq, Lk, D), rows, sms in itertools.product(GRID, (16, 32), (108, 132)):
-        plan = split_plan(split, rows, B, Hq, Hkv, Lq, Lk, sms)
+    for (B, (Hq, Hkv), Lq, Lk, D), rows, sms, ragged in itertools.product(GRID, (16, 32), (108, 132),
+                                                                          (False, True)):
+        plan = split_plan(split, rows, B, Hq, Hkv, Lq, Lk, sms, ragged)
         nbytes = plan.workspace_bytes(rows, D)
         want = (*plan.grid(B, Hkv)[:2], plan.split_len, nbytes, plan.counter_bytes() if nbytes else 0)
-        assert copied.launch_numbers(split.key_tile, split.split_min, split.waves, rows, D, B, Hq, Hkv, Lq, Lk,
-                                     sms) == want
+        assert copied.launch_numbers(split.key_tile, split.split_min, split.waves, split.ragged_splits, rows, D,
+                                     B, Hq, Hkv, Lq, Lk, sms, ragged) == want
 
 
 CHECK = """

@@ -29,6 +29,7 @@ from evo.vocab import KERNEL_BACKENDS, value_text
 Value = int | str | bool
 LAUNCH_FORMULAS = ("threads", "rows_per_cta", "smem_bytes")  # [launch] entries every manifest gives
 SPLIT_FORMULAS = ("key_tile", "split_min", "waves")  # and those of abi = "split_kv" (docs/kernel-abi.md)
+SPLIT_OPTIONAL = {"ragged_splits": "1"}              # split_kv formulas a family may leave out, and their default
 CACHE_LAYOUTS = ("lens", "paged")  # [launch] layouts: the entries a split_kv family also exports (NAME_lens, ...)
 LAUNCH_ABIS = ("ptr", "tma", "split_kv")
 
@@ -175,7 +176,8 @@ def _check_expressions(fam: Family, mf: Path) -> None:
     """Every constraint parses and reads only parameters; every launch formula parses and reads
     only parameters and the head dim ``D`` (what :mod:`evo.family.space` binds)."""
     allowed = set(fam.params) | {"min", "max"}
-    formulas = [(f"[launch] {k}", fam.launch[k]) for k in (*LAUNCH_FORMULAS, *SPLIT_FORMULAS) if k in fam.launch]
+    formulas = [(f"[launch] {k}", fam.launch[k]) for k in (*LAUNCH_FORMULAS, *SPLIT_FORMULAS, *SPLIT_OPTIONAL)
+                if k in fam.launch]
     formulas += [(f"[launch] tma_rows.{k}", v) for k, v in fam.launch.get("tma_rows", {}).items()]
     checks = [("constraint", c.expr, allowed) for c in fam.constraints]
     checks += [(what, text, allowed | {"D"}) for what, text in formulas]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from evo.errors import EvoError, InvalidCandidate
 from evo.family.expr import evaluate, names_in
 from evo.family import splitkv
-from evo.family.manifest import SPLIT_FORMULAS, Family, Value, load_family
+from evo.family.manifest import SPLIT_FORMULAS, SPLIT_OPTIONAL, Family, Value, load_family
 from evo.family.splitkv import WORKSPACE_ALIGN as WORKSPACE_ALIGN  # re-exported: the workspace's padding
 from evo.family.splitkv import SplitConfig, SplitPlan
 from evo.vocab import value_text
@@ -50,13 +50,13 @@ TMA_TENSORS = ("q", "k", "v", "o")
 
 
 def split_plan(split: SplitConfig, rows_per_cta: int, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
-               sms: int) -> SplitPlan:
-    """The split-KV launch of one problem on a GPU of ``sms`` SMs (docs/kernel-abi.md), as
-    :func:`evo.family.splitkv.plan` computes it (the one spelling, which promoted packages copy),
-    after refusing a problem it has no plan for."""
+               sms: int, ragged: bool = False) -> SplitPlan:
+    """The split-KV launch of one problem on a GPU of ``sms`` SMs (docs/kernel-abi.md), ``ragged``
+    for a lens or paged cache of capacity ``Lk``, as :func:`evo.family.splitkv.plan` computes it
+    (the one spelling, which promoted packages copy), after refusing a problem it has no plan for."""
     if min(B, Hq, Hkv, Lq, Lk, sms) < 1 or Hq % Hkv:
         raise EvoError(f"no split-KV plan for B={B} Hq={Hq} Hkv={Hkv} Lq={Lq} Lk={Lk} on {sms} SMs")
-    return splitkv.plan(split, rows_per_cta, B, Hq, Hkv, Lq, Lk, sms)
+    return splitkv.plan(split, rows_per_cta, B, Hq, Hkv, Lq, Lk, sms, ragged)
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,8 @@ def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfi
     persistent = bool(evaluate(str(launch.get("persistent", "False")), names))
     split = None
     if abi == "split_kv":
-        split = SplitConfig(**{k: int(evaluate(str(launch[k]), names)) for k in SPLIT_FORMULAS})
+        formulas = {k: launch[k] for k in SPLIT_FORMULAS} | {k: launch.get(k, v) for k, v in SPLIT_OPTIONAL.items()}
+        split = SplitConfig(**{k: int(evaluate(str(f), names)) for k, f in formulas.items()})
     layouts = tuple(str(x) for x in launch.get("layouts", ()))
     return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split, layouts=layouts)
 

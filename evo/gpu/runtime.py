@@ -219,11 +219,12 @@ class CandidateKernels:
     def _launch_split(self, entry: Entry, kernel: Any, qkvo: tuple[torch.Tensor, ...],
                       dims: tuple[np.int32, ...], scale: float, extra: tuple[Any, ...] = ()) -> None:
         """Split-KV ABI (docs/kernel-abi.md): the grid and split length of
-        :func:`evo.family.space.split_plan` (on ``dims``' Lk: a lens or paged cache's capacity),
-        then the workspace pointer, the split length and ``extra``, a cache layout's arguments."""
+        :func:`evo.family.space.split_plan` (on ``dims``' Lk: a lens or paged cache's capacity, its
+        plan a ragged one), then the workspace pointer, the split length and ``extra``, a cache layout's arguments."""
         assert entry.launch.split is not None
         B, Hq, Hkv, Lq, Lk = (int(d) for d in dims[:5])
-        plan = split_plan(entry.launch.split, entry.launch.rows_per_cta, B, Hq, Hkv, Lq, Lk, self._sms)
+        plan = split_plan(entry.launch.split, entry.launch.rows_per_cta, B, Hq, Hkv, Lq, Lk, self._sms,
+                          ragged=bool(extra))
         ws = self._workspace(plan.workspace_bytes(entry.launch.rows_per_cta, entry.head_dim))
         if ws is not None:
             # This launch's counters, zeroed on its stream before it (inside a captured graph too): the

@@ -109,7 +109,7 @@ struct Kernel {
   std::vector<int> tma_rows;  // box rows of those four tensor maps
   bool persistent;     // grid = min(tiles, SMs) x 1 x 1
   int head_dim;
-  std::vector<int> split;  // split-KV ABI: key_tile, split_min, waves (empty: another ABI)
+  std::vector<int> split;  // split-KV ABI: key_tile, split_min, waves, ragged_splits (empty: another ABI)
   bool lens = false;       // it also exports NAME_lens (per-sequence lengths)
   bool paged = false;      // ... and NAME_paged (a paged cache)
 };
@@ -238,16 +238,17 @@ CUtensorMap tensor_map(const at::Tensor& t, int rows) {
   return map;
 }
 
-// One split-KV launch: _splitkv.launch_numbers of the kernel's split config and the problem.
+// One split-KV launch: _splitkv.launch_numbers of the kernel's split config and the problem
+// (ragged: a lens or paged cache, Lk its capacity).
 struct SplitLaunch {
   unsigned grid_x, grid_y;
   int split_len;
   int64_t workspace_bytes, counter_bytes;
 };
 
-SplitLaunch split_launch(const Kernel& kern, int B, int Hq, int Hkv, int Lq, int Lk, int sms) {
-  const py::tuple t = (*g_planner)(kern.split[0], kern.split[1], kern.split[2], kern.rows_per_cta, kern.head_dim,
-                                   B, Hq, Hkv, Lq, Lk, sms);
+SplitLaunch split_launch(const Kernel& kern, int B, int Hq, int Hkv, int Lq, int Lk, int sms, bool ragged) {
+  const py::tuple t = (*g_planner)(kern.split[0], kern.split[1], kern.split[2], kern.split[3], kern.rows_per_cta,
+                                   kern.head_dim, B, Hq, Hkv, Lq, Lk, sms, ragged);
   return {t[0].cast<unsigned>(), t[1].cast<unsigned>(), t[2].cast<int>(), t[3].cast<int64_t>(),
           t[4].cast<int64_t>()};
 }
@@ -392,7 +393,7 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
       TORCH_CHECK(threads > 0 && rows > 0 && smem >= 0, "bad launch config for ", entry);
       TORCH_CHECK(!tma || (tma_rows.size() == 4 && *std::min_element(tma_rows.begin(), tma_rows.end()) > 0),
                   "bad tensor-map box rows for ", entry);
-      TORCH_CHECK(split.empty() || (split.size() == 3 && *std::min_element(split.begin(), split.end()) > 0 &&
+      TORCH_CHECK(split.empty() || (split.size() == 4 && *std::min_element(split.begin(), split.end()) > 0 &&
                                     head_dim > 0 && !tma && !persistent),
                   "bad split-KV launch config for ", entry);
       const bool lens = std::count(layouts.begin(), layouts.end(), "lens") > 0;
@@ -509,7 +510,7 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   unsigned grid_y = kern.persistent ? 1u : static_cast<unsigned>(B * H);
   CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
   if (!kern.split.empty()) {
-    const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms);
+    const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms, false);
     grid_x = plan.grid_x;
     grid_y = plan.grid_y;
     split_len = plan.split_len;
@@ -550,7 +551,7 @@ std::optional<at::Tensor> run_cache(const at::Tensor& q, const at::Tensor& k, co
   void* tp = block_table ? block_table->data_ptr() : nullptr;
   void* wsp = nullptr;
   at::Tensor workspace;
-  const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms);
+  const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms, true);
   int split_len = plan.split_len;
   workspace = split_workspace(plan, device);
   if (workspace.defined()) wsp = workspace.data_ptr();
