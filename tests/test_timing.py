@@ -73,6 +73,7 @@ def test_recheck_failed(flagged: str, failed: bool) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.quiet
 def test_time_graph_sdpa_is_positive_and_steady() -> None:
     import torch
 
