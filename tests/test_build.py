@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -170,6 +171,16 @@ def test_killed_compile_is_failed_and_not_cached(tmp_path: Path, monkeypatch: py
     assert result.status is Status.COMPILE_FAILED and reason in result.reason
     assert load_cached(result.build_id) is None
     assert not (tmp_path / "candidates" / result.build_id[:2]).exists()
+
+
+def test_nvcc_runs_in_the_background_of_the_gpu_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Builds run at BUILD_NICENESS, so that a search's GPU worker (normal priority) is not slowed
+    by the batch compiling beside it; the fake nvcc records the niceness it was started with."""
+    seen = tmp_path / "niceness"
+    monkeypatch.setenv("EVO_NVCC", fake_nvcc(tmp_path, f"nice > {seen}; exit 1"))
+    monkeypatch.setattr(build, "_nvcc_version", lambda path: ("0.0", "fake nvcc"))
+    build_batch([tiny()], arch="sm_90a", timeout_s=5)
+    assert int(seen.read_text()) == min(19, os.nice(0) + build.BUILD_NICENESS)
 
 
 def entry(threads: int = 128, smem: int = 0) -> Entry:
