@@ -137,10 +137,16 @@ def _print_checks(checks: list[api.CheckResult]) -> None:
 
 
 def _print_timings(report: api.CandidateReport) -> None:
+    """The latest timing of each case beside SDPA's backends, and the score. A pruned candidate's
+    timings are its screen's (the candidate alone on a few cases, few samples, against cached
+    baselines: evo/search/rungs.py), which say why it was dropped, not what it scores in full."""
     ups = report.speedups
     vs = [b.removeprefix("sdpa_") for b in report.backends]
-    out = table("case", "B,H,L,D", "evo us", "TFLOP/s", *vs, right=("evo us", "TFLOP/s", *vs),
-                title="FAST: evo's median us (p80-p20 spread); speedup vs each SDPA backend = its time / evo's")
+    screened = report.candidate.status is api.Status.PRUNED
+    title = ("screen (why it was pruned; never timed in full, never ranked): evo's median us, speedups against "
+             "the cached baselines" if screened else
+             "FAST: evo's median us (p80-p20 spread); speedup vs each SDPA backend = its time / evo's")
+    out = table("case", "B,H,L,D", "evo us", "TFLOP/s", *vs, right=("evo us", "TFLOP/s", *vs), title=title)
     for (tag, backend), t in report.latest.items():
         if backend != api.EVO:
             continue
@@ -155,8 +161,9 @@ def _print_timings(report: api.CandidateReport) -> None:
     if report.score is None:
         console.print(f"[dim]no {report.baseline} timings to score against[/]")
     else:
-        console.print(f"score vs {report.baseline}: [bold]x{report.score:.3f}[/] "
-                      f"(geometric mean over {report.scored_cases} cases)")
+        what = "screen score" if screened else "score"
+        console.print(f"{what} vs {report.baseline}: [bold]x{report.score:.3f}[/] "
+                      f"(geometric mean over {report.scored_cases} cases{'; a screen, not a rank' if screened else ''})")
 
 
 def _print_relatives(relatives: list[api.Relative]) -> None:
