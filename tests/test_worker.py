@@ -166,24 +166,30 @@ def test_pool_runs_its_workers_at_the_same_time(tmp_path: Path) -> None:
     assert [r.reason for r in results] == ["met", "met"]
 
 
-def test_pool_draws_a_request_only_when_a_worker_is_free_to_start_it() -> None:
+def test_pool_draws_a_request_only_when_a_worker_is_free_to_start_it(tmp_path: Path) -> None:
+    """Two workers: request 0 answers at once, the others wait at a gate the test opens, so
+    when 0's result comes back exactly one more (2) has been drawn for the worker 0 freed, and
+    none beyond it, on a machine of any speed (it once slept 0.2 s a request and counted on the
+    test's thread to look before three of them had ended: a loaded CI machine drew five)."""
     drawn: list[int] = []
     more = [True]  # like a search's time budget: once it is False, no request follows
+    gate = tmp_path / "open"
 
     def requests() -> Iterator[EvalRequest]:
         for i in range(8):
             if not more[0]:
                 return
             drawn.append(i)
-            yield req(str(i), act="sleep", seconds=0.2)
+            yield req(str(i), act="answer") if i == 0 else req(str(i), act="gate", gate=str(gate))
 
     with WorkerPool([0, 1], target="standins:serve") as pool:
         results = pool.map(requests(), 30)
         first = next(results)
-        assert len(drawn) <= 4  # two at once, then one more for each that ended (at most both)
+        assert drawn == [0, 1, 2]   # two at once, then one for the worker that ended
         more[0] = False
+        gate.touch()
         rest = list(results)
-    assert [r.build_id for r in [first, *rest]] == [str(i) for i in drawn]
+    assert [r.build_id for r in [first, *rest]] == ["0", "1", "2"]
 
 
 def test_stopping_a_child_another_thread_reaped_does_not_raise(worker: Worker,
