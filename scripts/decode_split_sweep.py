@@ -98,8 +98,8 @@ def main() -> None:
     real_plan = runtime.split_plan
 
     def plan(split: splitkv.SplitConfig, rows: int, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
-             sms: int) -> splitkv.SplitPlan:
-        p = real_plan(split, rows, B, Hq, Hkv, Lq, Lk, sms)
+             sms: int, ragged: bool = False) -> splitkv.SplitPlan:
+        p = real_plan(split, rows, B, Hq, Hkv, Lq, Lk, sms, ragged)
         if forced["count"] is None:
             return p
         tiles = -(-Lk // split.key_tile)
@@ -121,7 +121,8 @@ def main() -> None:
         kernels = runtime.CandidateKernels(result.cubin_path, rendered.entries)
         for s in shapes:
             entry = next(e for e in rendered.entries if (e.head_dim, e.dtype, e.causal) == (s.D, s.dtype, s.causal))
-            natural = real_plan(entry.launch.split, entry.launch.rows_per_cta, s.B, s.H, s.Hkv, s.L, s.Lk, sms)
+            natural = real_plan(entry.launch.split, entry.launch.rows_per_cta, s.B, s.H, s.Hkv, s.L, s.Lk, sms,
+                                ragged=s.layout != "contiguous")
             counts = sorted({natural.splits, *(int(x) for x in args.splits.split(","))})
             for count, us in _sweep(kernels, s, counts, forced, args.reps, args.repeats):
                 row = {"config": text, "case": s.case, "splits": count, "plan": natural.splits,
