@@ -215,6 +215,33 @@ def test_non_finite_torch_result_is_an_error_not_a_free_pass(monkeypatch: pytest
         check(correct, FULL)
 
 
+@pytest.mark.parametrize("shift", [0, 8, -3, 5])   # top left, bottom right (Lk - Lq), two boolean masks
+def test_the_tolerance_sdpa_never_asks_cudnn_and_gives_grouped_masks_to_a_flash_style_backend(
+        monkeypatch: pytest.MonkeyPatch, shift: int) -> None:
+    """cuDNN builds a plan per new shape (GREEN's draws are all new): the tolerance's SDPA runs with
+    it disabled and FlashAttention's backend first; a boolean mask on grouped heads gets its K/V
+    heads expanded (the memory-efficient backend takes masks, not groups), so that math, which
+    computes in float32, is not what sets the tolerance."""
+    real, seen = gate.sdpa, []
+
+    def spy(q: Tensor, k: Tensor, v: Tensor, *, causal: bool, shift: int, scale: float | None) -> Tensor:
+        masked = causal and shift != 0 and shift != k.shape[2] - q.shape[2]
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch._C._get_sdp_priority_order()[0],
+                     k.shape[1], masked))
+        return real(q, k, v, causal=causal, shift=shift, scale=scale)
+    monkeypatch.setattr(gate, "sdpa", spy)
+    shape = Shape("T3", 1, 4, 16, 32, causal=True, Hkv=2, Lk=24)
+    q, k, v = make_inputs(shape, 0, 0, "cpu")
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    own = gate.own_sdpa(q, k, v, causal=True, shift=shift, scale=0.2)
+    cudnn, first, kv_heads, masked = seen[-1]
+    assert not cudnn and first == int(gate.SDPBackend.FLASH_ATTENTION)
+    assert masked == (shift not in (0, 8)) and kv_heads == (4 if masked else 2)
+    ref = reference(q, k, v, True, 0.2, torch.float64, shift=shift)
+    assert max_abs_err(own, ref)[0] < 1e-2
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before      # the flags are restored
+
+
 def test_run_green_checks_every_case_and_seed_in_order() -> None:
     checks = run_green(correct, [FULL, RAGGED], SETTINGS, salt=3, device="cpu")
     assert [(c.shape, c.seed) for c in checks] == [(FULL, 0), (FULL, 1), (RAGGED, 0), (RAGGED, 1)]
