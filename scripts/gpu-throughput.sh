@@ -11,6 +11,8 @@
 # Knobs: TP_BUDGET (the search's --time-budget, 270 s), TP_SEED (1), TP_CHECK_S (the check's limit,
 # 180 s; it starts no full evaluation after TP_CHECK_S - 40 s), TP_FLAGS (more `evo run` options,
 # e.g. --full-only for the protocol before rungs, to compare on the same seed).
+# Keep $OUT/run.json as benchmarks/throughput/<gpu>-<YYYYMMDD>-<sha>-<N>gpu.json: BENCHMARKS.md's
+# search-throughput table is made from those (scripts/gen_benchmarks_md.py).
 set -uo pipefail
 source scripts/gpu-stages.sh
 export EVO_HOME=${EVO_HOME:-/tmp/evo-throughput}     # database and build cache off $OUT (the cubins are large)

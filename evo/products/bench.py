@@ -438,16 +438,21 @@ def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
+def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]],
+                         runs: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> str:
     """BENCHMARKS.md from ``(file name, record)`` pairs: the newest record of each GPU and suite in
-    full, newest first, then an index of every record (the JSON keeps all of them)."""
+    full, newest first, then the search-throughput table of ``runs`` (:mod:`evo.products.throughput`),
+    then an index of every record (the JSON keeps all of them)."""
+    from evo.products import throughput
+
     everything = list(records)
+    searches = throughput.table(runs)
     if not everything:
-        return MD_HEADER + "\nNo benchmarks yet: run `evo bench` on a GPU machine.\n"
+        return MD_HEADER + "\nNo benchmarks yet: run `evo bench` on a GPU machine.\n" + searches
     latest = latest_per_suite(everything)
     return (MD_HEADER + "\nThe newest run of each GPU and suite; every run is indexed under "
             "[History](#history).\n" + "".join("\n" + _section(rec, name) for name, rec in latest)
-            + "\n## History\n\n" + _history(everything))
+            + searches + "\n## History\n\n" + _history(everything))
 
 
 def _section(record: Mapping[str, Any], name: str) -> str:
@@ -471,13 +476,15 @@ def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def regenerate(out_dir: Path, md_path: Path | None = None) -> Path:
-    """Rewrite BENCHMARKS.md (default: beside ``out_dir``) from every record in ``out_dir``."""
+    """Rewrite BENCHMARKS.md (default: beside ``out_dir``) from every record in ``out_dir`` and
+    every ``evo run`` summary in ``out_dir/throughput``."""
+    from evo.products import throughput
     from evo.products.seedreport import write_plots
 
     md = md_path or out_dir.resolve().parent / "BENCHMARKS.md"
     records = load_records(out_dir)
     write_plots(records, out_dir)
-    md.write_text(render_benchmarks_md(records))
+    md.write_text(render_benchmarks_md(records, throughput.load(out_dir)))
     return md
 
 

@@ -1,0 +1,79 @@
+"""BENCHMARKS.md's search-throughput table: what an ``evo run`` measured per GPU-hour.
+
+A record is an ``evo run --summary-json`` document, kept as
+``benchmarks/throughput/<gpu>-<YYYYMMDD>-<sha>-<N>gpu.json`` (the date comes from the file name: the
+document has none). One optional key is not the run's own: ``note``, a line added by whoever kept
+the record, shown beside it (e.g. a GPU that ran slow for the whole run). The table gives what issue
+35 judges a search by: candidates measured per GPU-hour, per busy GPU-hour, where the GPU's time
+went (GREEN, screen, full rung), how many screened candidates went on to the full protocol, and the
+screen's error against the full score.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from evo.errors import EvoError
+
+FOLDER = "throughput"
+_DATE = re.compile(r"-(\d{4})(\d{2})(\d{2})-")
+
+
+def load(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(file name, document)`` of every record under ``out_dir/throughput``, by file name."""
+    folder = out_dir / FOLDER
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            records.append((path.name, json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EvoError(f"cannot read throughput record {path}: {exc}") from None
+    return records
+
+
+def _date(name: str) -> str:
+    m = _DATE.search(name)
+    return f"{m[1]}-{m[2]}-{m[3]}" if m else "?"
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _row(name: str, doc: Mapping[str, Any]) -> str:
+    gpu_s = doc.get("gpu_s") or {}
+    parts = " / ".join(_num(gpu_s.get(k), ".0f") for k in ("GREEN", "screen", "full"))
+    errors = [abs(float(e)) for e in doc.get("screen_errors") or []]
+    error = f"{statistics.median(errors):.1%} (n={len(errors)})" if errors else "-"
+    screened = doc.get("screened") or 0
+    kept = f"{screened} / {doc.get('kept', 0)}" if screened else "full only"
+    gpus = doc.get("gpus") or 0
+    cells = [_date(name), f"`{doc.get('git_sha') or '?'}`", str(doc.get("device") or "-"), str(gpus),
+             str(doc.get("measured", "-")), _num(doc.get("wall_s"), ".0f"),
+             f"**{_num(doc.get('candidates_per_gpu_hour'), '.0f')}**",
+             _num(doc.get("candidates_per_busy_gpu_hour"), ".0f"), parts, kept, error,
+             str(doc.get("note", "")).replace("|", "/")]
+    return "| " + " | ".join(cells) + " |"
+
+
+def table(records: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
+    """The section, newest date first (within a date by GPU, then GPU count), or "" without records."""
+    rows = sorted(records, key=lambda r: (_date(r[0]), str(r[1].get("device")), r[1].get("gpus") or 0, r[0]),
+                  reverse=True)
+    if not rows:
+        return ""
+    head = ("\n## Search throughput (`evo run`)\n\n"
+            "Candidates measured per GPU-hour by `evo run` with its defaults (the evo sampler, rungs on "
+            "unless the row says full only), from `benchmarks/throughput/*.json` (`evo run --summary-json`; "
+            "`scripts/gpu-throughput.sh`). GPU s: the GPU worker's own seconds in GREEN / the screen / the "
+            "full rung. Screened / kept: candidates screened, and those kept for the full protocol. Screen "
+            "error: median |screened / full score - 1| over the candidates timed both ways.\n\n"
+            "| date | git | GPU | GPUs | candidates | wall s | per GPU-hour | per busy GPU-hour | "
+            "GPU s | screened / kept | screen error | note |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    return head + "\n".join(_row(name, doc) for name, doc in rows) + "\n"

@@ -1,0 +1,63 @@
+"""BENCHMARKS.md's search-throughput table (evo.products.throughput), from `evo run --summary-json` documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evo.errors import EvoError
+from evo.products import throughput
+from evo.products.bench import regenerate, render_benchmarks_md
+
+RUN = {"study": "tp", "device": "NVIDIA H100 80GB HBM3", "git_sha": "da5c8b5", "gpus": 1, "measured": 60,
+       "wall_s": 393.4, "candidates_per_gpu_hour": 549.09, "candidates_per_busy_gpu_hour": 609.43,
+       "gpu_s": {"GREEN": 22.0, "screen": 129.0, "full": 203.4}, "screened": 60, "kept": 13,
+       "screen_errors": [0.01, -0.03, 0.002]}
+
+
+def _write(folder: Path, name: str, doc: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(doc))
+
+
+def test_a_row_gives_the_rate_where_the_gpu_went_the_keep_and_the_screen_error() -> None:
+    text = throughput.table([("h100-20261127-da5c8b5-1gpu.json", RUN)])
+    row = text.strip().splitlines()[-1]
+    assert row == ("| 2026-11-27 | `da5c8b5` | NVIDIA H100 80GB HBM3 | 1 | 60 | 393 | **549** | 609 | "
+                   "22 / 129 / 203 | 60 / 13 | 1.0% (n=3) |  |")
+
+
+def test_a_full_only_run_a_note_and_a_name_without_a_date() -> None:
+    full = dict(RUN, screened=0, kept=0, screen_errors=[], gpu_s={"GREEN": 45.0, "full": 208.0},
+                note="a | b")
+    row = throughput.table([("old.json", full)]).strip().splitlines()[-1]
+    assert row.startswith("| ? |") and "| 45 / - / 208 | full only | - | a / b |" in row
+
+
+def test_rows_newest_date_first() -> None:
+    rows = throughput.table([("x-20261126-aaa-1gpu.json", RUN), ("x-20261127-bbb-1gpu.json", dict(RUN, gpus=2))])
+    dates = [line.split("|")[1].strip() for line in rows.splitlines() if line.startswith("| 2026")]
+    assert dates == ["2026-11-27", "2026-11-26"]
+
+
+def test_no_records_no_section(tmp_path: Path) -> None:
+    assert throughput.table([]) == "" and throughput.load(tmp_path) == []
+
+
+def test_an_unreadable_record_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "throughput").mkdir()
+    (tmp_path / "throughput" / "bad.json").write_text("{")
+    with pytest.raises(EvoError, match="cannot read throughput record"):
+        throughput.load(tmp_path)
+
+
+def test_benchmarks_md_shows_the_section_and_bench_records_never_read_the_subfolder(tmp_path: Path) -> None:
+    bench = tmp_path / "benchmarks"
+    _write(bench / "throughput", "h100-20261127-da5c8b5-1gpu.json", RUN)
+    assert "## Search throughput" in render_benchmarks_md([], throughput.load(bench))
+    bench.mkdir(exist_ok=True)
+    md = regenerate(bench)                  # no bench record: the throughput table alone
+    text = md.read_text()
+    assert "No benchmarks yet" in text and "| **549** |" in text
