@@ -151,3 +151,35 @@ def test_a_fresh_study_starts_from_the_family_defaults() -> None:
     assert {(p["family"], tuple(sorted(p["params"].items()))) for p in firsts} == {
         (f.name, tuple(sorted(make_candidate(f).p.items()))) for f in FAMS}
     assert all(t.system_attrs[PROPOSAL]["op"] != "seed" for t in study.trials[2:])
+
+
+def test_a_pruned_trial_teaches_the_model_and_its_move_but_is_never_an_elite() -> None:
+    """A search in rungs prunes most candidates after their screen: the model and the move records
+    learn them at their screened score (``observed``), the population stays full-protocol scores."""
+    from evo.search.pruner import SCREEN_ATTR
+    from evo.search.sampler_evo import observed
+    from evo.search.screen import OVERALL
+
+    fam = FAMS[0]
+    dists = distributions([fam])
+    study = optuna.create_study(direction="maximize", sampler=EvoSampler([fam], seed=0))
+    parent = make_candidate(fam, {"STAGES": 1, "BLOCK_N": 64})
+    study.add_trial(optuna.trial.create_trial(params=trial_params(parent), distributions=dists, value=1.0))
+    for bn in (32, 128):      # two mutation children of trial 0, pruned after screens of x0.5
+        child = make_candidate(fam, {"STAGES": 1, "BLOCK_N": bn})
+        study.add_trial(optuna.trial.create_trial(
+            params=trial_params(child), distributions=dists, state=TrialState.PRUNED,
+            user_attrs={SCREEN_ATTR: {OVERALL: 0.5, "D64": 0.5}},
+            system_attrs={PROPOSAL: {"op": "mutation", "parents": [0], "mutation": {"BLOCK_N": [64, bn]},
+                                     "family": fam.name, "params": child.p}}))
+    unscreened = make_candidate(fam, {"STAGES": 2, "BLOCK_N": 64})  # pruned with no screen: learns nothing
+    study.add_trial(optuna.trial.create_trial(params=trial_params(unscreened), distributions=dists,
+                                              state=TrialState.PRUNED))
+    trials = study.trials
+    assert [observed(t) for t in trials] == [0.0, math.log(0.5), math.log(0.5), None]
+    sampler: EvoSampler = study.sampler  # type: ignore[assignment]
+    assert len(sampler.measured(trials)) == 3 and len(sampler.completed(trials)) == 1
+    assert [t.number for t, _ in sampler.elites(trials)] == [0]
+    records = move_records(trials)
+    assert records[("BLOCK_N", 64, 32)].log_effects == [pytest.approx(math.log(0.5))]
+    assert records[("BLOCK_N", 64, 32)].weight(8.0) < 1.0      # a move whose child screened slow is drawn less

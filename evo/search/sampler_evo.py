@@ -35,7 +35,8 @@ the operators breed up to ``screen`` distinct children, the pool gains every unt
 neighbour of the best ``scan_elites`` elites (each valid one-gene mutation and each switch to
 a successor: a local scan of the incumbents, which the model orders), and the child proposed
 is the pool's one of highest expected improvement under a Gaussian process of this study's
-timed points (:mod:`evo.search.prescreen`, numpy only; ``ard``: one length scale per gene
+timed points, those pruned after their screen at their screened score (:func:`observed`)
+(:mod:`evo.search.prescreen`, numpy only; ``ard``: one length scale per gene
 column, so the genes that move the value are told from those that do not), times the
 smoothed share of its move's children that did not fail (:func:`ok_share`: the feasibility
 record of build rejections, compile errors, wrong results, crashes, timeouts; 1 for
@@ -70,7 +71,7 @@ Nothing is learned from outside the study.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,8 @@ from evo.search.params import from_trial_params
 from evo.search.prescreen import DEFAULT_NOISE, PRIOR_LENGTH, TinyGp, expected_improvement, window
 from evo.search.memo import TrialMemo
 from evo.search.proposal import PROPOSAL, RETRY_OF, Proposal, ProposalSampler, drawn_params
+from evo.search.pruner import SCREEN_ATTR
+from evo.search.screen import OVERALL
 from evo.family.space import Candidate, make_candidate, mutations, switch
 
 Move = tuple[str, Value, Value]
@@ -97,6 +100,21 @@ def fitness(t: FrozenTrial) -> float | None:
     if t.state != TrialState.COMPLETE or not t.values or min(t.values) <= 0:
         return None
     return sum(math.log(v) for v in t.values) / len(t.values)
+
+
+def observed(t: FrozenTrial) -> float | None:
+    """What the pre-screen's model and the move records learn from a trial: its :func:`fitness`,
+    or for a trial pruned after its screen the log of its screened score (the screen times the
+    candidate alone against a cached baseline, within a few percent of the full score: dev/perf-notes.md,
+    2026-11-27 j). A search in rungs prunes most of its candidates; without them the model never saw
+    a region, or a family, whose every candidate was pruned, and kept proposing it (flash_scalar's
+    first eight candidates of an H100 run, 36 s of its 393). Pruned trials never become elites:
+    parents are bred only from scores of the full protocol."""
+    fit = fitness(t)
+    if fit is not None or t.state != TrialState.PRUNED:
+        return fit
+    value = (t.user_attrs.get(SCREEN_ATTR) or {}).get(OVERALL)
+    return math.log(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def shippable(t: FrozenTrial) -> bool:
@@ -138,14 +156,15 @@ def proposal_of(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> dict | 
 
 def move_outcomes(t: FrozenTrial, by_number: Mapping[int, FrozenTrial]) -> list[tuple[Move, float | None]]:
     """What one trial says about the moves that made it: ``(move, log effect child / parent)``
-    per move of a measured mutation child, ``(move, None)`` per move of a child that failed for a
-    reason of its own (not unmeasured, not abandoned); nothing for any other trial. Fixed once the
-    trial is finished (its parent, an elite, was complete when the child was bred)."""
+    per move of a measured mutation child (timed in full, or screened and pruned: :func:`observed`),
+    ``(move, None)`` per move of a child that failed for a reason of its own (not unmeasured, not
+    abandoned); nothing for any other trial. Fixed once the trial is finished (its parent, an elite,
+    was complete when the child was bred)."""
     prop = proposal_of(t, by_number)
     if not prop or prop.get("op") != "mutation" or not prop.get("parents"):
         return []
     parent = by_number.get(prop["parents"][0])
-    child_fit, parent_fit = fitness(t), parent and fitness(parent)
+    child_fit, parent_fit = observed(t), parent and fitness(parent)
     failed = (t.state == TrialState.FAIL and t.user_attrs.get("status") in FAILURES) or not shippable(t)
     if not failed and (child_fit is None or parent_fit is None):
         return []
@@ -210,7 +229,8 @@ class EvoSampler(ProposalSampler):
         self._prepared = False                      # prepare() is called before asks: fit there only
         self._hyper: tuple[np.ndarray | float, float] | None = None  # (length, noise) prepare() fitted
         self._hyper_points = -1                     # how many timed points that fit saw
-        self._point = TrialMemo(self._timed_point)
+        self._point = TrialMemo(lambda t: self._timed_point(t, fitness))
+        self._seen_point = TrialMemo(lambda t: self._timed_point(t, observed))  # pruned ones too: the model's
         self._numbered: Mapping[int, FrozenTrial] = {}  # the trials of the current ask, by number
         self._moves = TrialMemo(lambda t: move_outcomes(t, self._numbered))  # each finished trial once
         self._made: dict[tuple[str, tuple[tuple[str, Value], ...]], Candidate | None] = {}  # crossover's checks
@@ -228,9 +248,18 @@ class EvoSampler(ProposalSampler):
     def completed(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
         """Per distinct completed candidate of the selected families whose kernels promote would
         ship (:func:`shippable`): its best fitness and trial."""
+        return self._best(trials, self._point)
+
+    def measured(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
+        """:meth:`completed` and the candidates pruned after their screen, at their screened score
+        (:func:`observed`): the points the pre-screen's model is fitted on."""
+        return self._best(trials, self._seen_point)
+
+    @staticmethod
+    def _best(trials: Sequence[FrozenTrial], point: TrialMemo) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
         best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
         for t in trials:
-            got = self._point(t)
+            got = point(t)
             if got is None:
                 continue
             fit, key, cand = got
@@ -238,9 +267,11 @@ class EvoSampler(ProposalSampler):
                 best[key] = (fit, t, cand)
         return best
 
-    def _timed_point(self, t: FrozenTrial) -> tuple[float, str, Candidate] | None:
-        """A trial's fitness, record key and candidate when :meth:`completed` counts it, else None."""
-        fit, got = fitness(t), from_trial_params(t.params)
+    def _timed_point(self, t: FrozenTrial, value: Callable[[FrozenTrial], float | None]
+                     ) -> tuple[float, str, Candidate] | None:
+        """A trial's ``value`` (:func:`fitness` or :func:`observed`), record key and candidate, or
+        None where the trial has none, is of another family or would not ship."""
+        fit, got = value(t), from_trial_params(t.params)
         if fit is None or got is None or got[0] not in self._by_name or not shippable(t):
             return None
         try:
@@ -280,28 +311,28 @@ class EvoSampler(ProposalSampler):
         self._numbered = {t.number: t for t in trials}
         records = tally_moves(self._moves(t) for t in trials)
         weights = move_weights(records, self.insight_strength)
-        done = self.completed(trials)
-        ranked = self.ranked(done)
+        ranked = self.ranked(self.completed(trials))
         elites, rest = ranked[: self.population], ranked[self.population:]
-        if elites and self.screen > 1 and len(done) >= self.screen_min:
-            return self.screened(elites, weights, records, seen, self.timed(done), self.pending(trials), rest)
+        points = self.measured(trials)
+        if elites and self.screen > 1 and len(points) >= self.screen_min:
+            return self.screened(elites, weights, records, seen, self.timed(points), self.pending(trials), rest)
         return self.breed(elites, weights, seen, rest)
 
     @staticmethod
     def timed(done: Mapping[str, tuple[float, FrozenTrial, Candidate]]) -> list[tuple[Candidate, float]]:
-        """The timed points of :meth:`completed` with their fitness, oldest trial first (the
-        order :func:`~evo.search.prescreen.window` reads recency from)."""
+        """The points of :meth:`measured` (or :meth:`completed`) with their value, oldest trial
+        first (the order :func:`~evo.search.prescreen.window` reads recency from)."""
         return [(c, fit) for fit, _, c in sorted(done.values(), key=lambda x: x[1].number)]
 
     def prepare(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
-        """Fit the pre-screen's hyperparameters on the completed trials of ``trials`` (the study
+        """Fit the pre-screen's hyperparameters on the measured trials of ``trials`` (the study
         as it is now), unless no completed point came since the last fit (see module docstring):
         the costly part of an ask, done before the caller takes the lock its asks are made under.
         From the first call on, asks only condition the GP with what this fitted."""
         self._prepared = True
         if self.screen <= 1:
             return
-        done = self.completed(trials)  # completed trials only (fitness is None for the others)
+        done = self.measured(trials)  # completed and pruned trials (observed is None for the others)
         if len(done) < self.screen_min or len(done) == self._hyper_points:
             return
         gp = TinyGp.fit(*self._window(self.timed(done)), ard=self.ard)
