@@ -211,6 +211,37 @@ def move_weights(records: Mapping[Move, MoveRecord], strength: float = 8.0) -> d
     return {m: r.weight(strength) for m, r in records.items()}
 
 
+Point = tuple[float, str, Candidate]   # a trial's value, its candidate's record key, the candidate
+
+
+def timed_point(t: FrozenTrial, value: Callable[[FrozenTrial], float | None],
+                families: Mapping[str, Family]) -> Point | None:
+    """A trial's ``value`` (:func:`fitness` or :func:`observed`), record key and candidate, or
+    None where the trial has none, is of a family not in ``families`` or would not ship."""
+    fit, got = value(t), from_trial_params(t.params)
+    if fit is None or got is None or got[0] not in families or not shippable(t):
+        return None
+    try:
+        cand = make_candidate(families[got[0]], got[1])
+    except InvalidCandidate:
+        return None
+    return fit, record_key(cand.family, cand.p), cand
+
+
+def best_points(trials: Sequence[FrozenTrial], point: Callable[[FrozenTrial], Point | None]
+                ) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
+    """Per distinct candidate among ``trials`` that ``point`` values, its best value and trial."""
+    best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
+    for t in trials:
+        got = point(t)
+        if got is None:
+            continue
+        fit, key, cand = got
+        if key not in best or fit > best[key][0]:
+            best[key] = (fit, t, cand)
+    return best
+
+
 class EvoSampler(ProposalSampler):
     """Evolutionary sampler over the candidate space (see module docstring)."""
 
@@ -229,8 +260,8 @@ class EvoSampler(ProposalSampler):
         self._prepared = False                      # prepare() is called before asks: fit there only
         self._hyper: tuple[np.ndarray | float, float] | None = None  # (length, noise) prepare() fitted
         self._hyper_points = -1                     # how many timed points that fit saw
-        self._point = TrialMemo(lambda t: self._timed_point(t, fitness))
-        self._seen_point = TrialMemo(lambda t: self._timed_point(t, observed))  # pruned ones too: the model's
+        self._point = TrialMemo(lambda t: timed_point(t, fitness, self._by_name))
+        self._seen_point = TrialMemo(lambda t: timed_point(t, observed, self._by_name))  # pruned ones too
         self._numbered: Mapping[int, FrozenTrial] = {}  # the trials of the current ask, by number
         self._moves = TrialMemo(lambda t: move_outcomes(t, self._numbered))  # each finished trial once
         self._made: dict[tuple[str, tuple[tuple[str, Value], ...]], Candidate | None] = {}  # crossover's checks
@@ -248,37 +279,12 @@ class EvoSampler(ProposalSampler):
     def completed(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
         """Per distinct completed candidate of the selected families whose kernels promote would
         ship (:func:`shippable`): its best fitness and trial."""
-        return self._best(trials, self._point)
+        return best_points(trials, self._point)
 
     def measured(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
         """:meth:`completed` and the candidates pruned after their screen, at their screened score
         (:func:`observed`): the points the pre-screen's model is fitted on."""
-        return self._best(trials, self._seen_point)
-
-    @staticmethod
-    def _best(trials: Sequence[FrozenTrial], point: TrialMemo) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
-        best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
-        for t in trials:
-            got = point(t)
-            if got is None:
-                continue
-            fit, key, cand = got
-            if key not in best or fit > best[key][0]:
-                best[key] = (fit, t, cand)
-        return best
-
-    def _timed_point(self, t: FrozenTrial, value: Callable[[FrozenTrial], float | None]
-                     ) -> tuple[float, str, Candidate] | None:
-        """A trial's ``value`` (:func:`fitness` or :func:`observed`), record key and candidate, or
-        None where the trial has none, is of another family or would not ship."""
-        fit, got = value(t), from_trial_params(t.params)
-        if fit is None or got is None or got[0] not in self._by_name or not shippable(t):
-            return None
-        try:
-            cand = make_candidate(self._by_name[got[0]], got[1])
-        except InvalidCandidate:
-            return None
-        return fit, record_key(cand.family, cand.p), cand
+        return best_points(trials, self._seen_point)
 
     @staticmethod
     def ranked(done: Mapping[str, tuple[float, FrozenTrial, Candidate]]) -> list[tuple[FrozenTrial, Candidate]]:
