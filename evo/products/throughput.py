@@ -11,14 +11,11 @@ screen's error against the full score.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-from evo.errors import EvoError
 
 FOLDER = "throughput"
 _DATE = re.compile(r"-(\d{4})(\d{2})(\d{2})-")
@@ -26,14 +23,10 @@ _DATE = re.compile(r"-(\d{4})(\d{2})(\d{2})-")
 
 def load(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """``(file name, document)`` of every record under ``out_dir/throughput``, by file name."""
+    from evo.products.bench import load_records   # bench imports this module for its table
+
     folder = out_dir / FOLDER
-    records = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            records.append((path.name, json.loads(path.read_text())))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise EvoError(f"cannot read throughput record {path}: {exc}") from None
-    return records
+    return load_records(folder, "throughput record") if folder.is_dir() else []
 
 
 def _date(name: str) -> str:

@@ -214,11 +214,10 @@ def move_weights(records: Mapping[Move, MoveRecord], strength: float = 8.0) -> d
 Point = tuple[float, str, Candidate]   # a trial's value, its candidate's record key, the candidate
 
 
-def timed_point(t: FrozenTrial, value: Callable[[FrozenTrial], float | None],
-                families: Mapping[str, Family]) -> Point | None:
-    """A trial's ``value`` (:func:`fitness` or :func:`observed`), record key and candidate, or
-    None where the trial has none, is of a family not in ``families`` or would not ship."""
-    fit, got = value(t), from_trial_params(t.params)
+def timed_point(t: FrozenTrial, families: Mapping[str, Family]) -> Point | None:
+    """A trial's :func:`observed` value (its fitness where it completed), record key and
+    candidate, or None where the trial has none, is of a family not in ``families`` or would not ship."""
+    fit, got = observed(t), from_trial_params(t.params)
     if fit is None or got is None or got[0] not in families or not shippable(t):
         return None
     try:
@@ -228,7 +227,7 @@ def timed_point(t: FrozenTrial, value: Callable[[FrozenTrial], float | None],
     return fit, record_key(cand.family, cand.p), cand
 
 
-def best_points(trials: Sequence[FrozenTrial], point: Callable[[FrozenTrial], Point | None]
+def best_points(trials: Iterable[FrozenTrial], point: Callable[[FrozenTrial], Point | None]
                 ) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
     """Per distinct candidate among ``trials`` that ``point`` values, its best value and trial."""
     best: dict[str, tuple[float, FrozenTrial, Candidate]] = {}
@@ -260,8 +259,7 @@ class EvoSampler(ProposalSampler):
         self._prepared = False                      # prepare() is called before asks: fit there only
         self._hyper: tuple[np.ndarray | float, float] | None = None  # (length, noise) prepare() fitted
         self._hyper_points = -1                     # how many timed points that fit saw
-        self._point = TrialMemo(lambda t: timed_point(t, fitness, self._by_name))
-        self._seen_point = TrialMemo(lambda t: timed_point(t, observed, self._by_name))  # pruned ones too
+        self._point = TrialMemo(lambda t: timed_point(t, self._by_name))  # completed and pruned trials
         self._numbered: Mapping[int, FrozenTrial] = {}  # the trials of the current ask, by number
         self._moves = TrialMemo(lambda t: move_outcomes(t, self._numbered))  # each finished trial once
         self._made: dict[tuple[str, tuple[tuple[str, Value], ...]], Candidate | None] = {}  # crossover's checks
@@ -279,12 +277,12 @@ class EvoSampler(ProposalSampler):
     def completed(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
         """Per distinct completed candidate of the selected families whose kernels promote would
         ship (:func:`shippable`): its best fitness and trial."""
-        return best_points(trials, self._point)
+        return best_points((t for t in trials if t.state == TrialState.COMPLETE), self._point)
 
     def measured(self, trials: Sequence[FrozenTrial]) -> dict[str, tuple[float, FrozenTrial, Candidate]]:
         """:meth:`completed` and the candidates pruned after their screen, at their screened score
         (:func:`observed`): the points the pre-screen's model is fitted on."""
-        return best_points(trials, self._seen_point)
+        return best_points(trials, self._point)
 
     @staticmethod
     def ranked(done: Mapping[str, tuple[float, FrozenTrial, Candidate]]) -> list[tuple[FrozenTrial, Candidate]]:
@@ -332,7 +330,7 @@ class EvoSampler(ProposalSampler):
 
     def prepare(self, study: optuna.Study, trials: Sequence[FrozenTrial]) -> None:
         """Fit the pre-screen's hyperparameters on the measured trials of ``trials`` (the study
-        as it is now), unless no completed point came since the last fit (see module docstring):
+        as it is now), unless no measured point came since the last fit (see module docstring):
         the costly part of an ask, done before the caller takes the lock its asks are made under.
         From the first call on, asks only condition the GP with what this fitted."""
         self._prepared = True
