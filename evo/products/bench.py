@@ -42,7 +42,6 @@ from evo.scoring import geomean
 from evo.gpu.bandwidth import MIB, gbps, hbm_peak, kv_bytes
 from evo.gpu.suites import FAST_SUITES, suites_of
 from evo.gpu.timing import FIDELITY_LIMIT, fidelity_ratio, io_bytes
-from evo.products import throughput
 from evo.products.routes import is_decode
 from evo.vocab import BASELINE_BACKENDS, EVO, FA4, gpu_slug, short_sha
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, Worker
@@ -444,6 +443,8 @@ def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]],
     """BENCHMARKS.md from ``(file name, record)`` pairs: the newest record of each GPU and suite in
     full, newest first, then the search-throughput table of ``runs`` (:mod:`evo.products.throughput`),
     then an index of every record (the JSON keeps all of them)."""
+    from evo.products import throughput
+
     everything = list(records)
     searches = throughput.table(runs)
     if not everything:
@@ -464,21 +465,20 @@ def _section(record: Mapping[str, Any], name: str) -> str:
     return _table(record, name) + _bandwidth_table(record) + _fidelity_table(record)
 
 
-def load_records(out_dir: Path, what: str = "benchmark") -> list[tuple[str, dict[str, Any]]]:
-    """``(file name, document)`` of every ``*.json`` directly in ``out_dir``, by file name; one that
-    cannot be read is an error naming it as a ``what``."""
+def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     records = []
     for path in sorted(out_dir.glob("*.json")):
         try:
             records.append((path.name, json.loads(path.read_text())))
         except (OSError, json.JSONDecodeError) as exc:
-            raise EvoError(f"cannot read {what} {path}: {exc}") from None
+            raise EvoError(f"cannot read benchmark {path}: {exc}") from None
     return records
 
 
 def regenerate(out_dir: Path, md_path: Path | None = None) -> Path:
     """Rewrite BENCHMARKS.md (default: beside ``out_dir``) from every record in ``out_dir`` and
     every ``evo run`` summary in ``out_dir/throughput``."""
+    from evo.products import throughput
     from evo.products.seedreport import write_plots
 
     md = md_path or out_dir.resolve().parent / "BENCHMARKS.md"

@@ -11,11 +11,14 @@ screen's error against the full score.
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from evo.errors import EvoError
 
 FOLDER = "throughput"
 _DATE = re.compile(r"-(\d{4})(\d{2})(\d{2})-")
@@ -23,10 +26,14 @@ _DATE = re.compile(r"-(\d{4})(\d{2})(\d{2})-")
 
 def load(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """``(file name, document)`` of every record under ``out_dir/throughput``, by file name."""
-    from evo.products.bench import load_records   # bench imports this module for its table
-
     folder = out_dir / FOLDER
-    return load_records(folder, "throughput record") if folder.is_dir() else []
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            records.append((path.name, json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EvoError(f"cannot read throughput record {path}: {exc}") from None
+    return records
 
 
 def _date(name: str) -> str:
