@@ -19,10 +19,13 @@ another (the lock, the store).
 The report, per backend and worker count: the median and 90th percentile of ms per ask and the
 median ms per drafted trial over the last tenth of the study's trials (around trial
 ``--trials``), the study's trials per minute over that last tenth and over the whole run, the
-share of the workers' time spent waiting for the ask lock and holding it, and the wall time. It
-is written as JSON under ``dev/ask-cost/`` (``ask-cost-cpu-<date>-<git sha>[-paced<S>s].json``;
-not benchmarks/, whose records are evo bench's) with the host's CPU count and load, since the
-numbers depend on what else the host runs.
+share of the workers' time spent waiting for the ask lock and holding it, the wall time, and the
+CPU seconds per trial: the workers' own (each process's user + system time) and the host's (every
+core's busy time from ``/proc/stat`` over the run, the database server's included, and whatever
+else the host runs). ``--profile DIR`` writes each worker's cProfile to ``DIR/<study>-<i>.prof``
+(the profiler's cost is in that run's numbers). It is written as JSON under ``dev/ask-cost/``
+(``ask-cost-cpu-<date>-<git sha>[-paced<S>s].json``; not benchmarks/, whose records are evo
+bench's) with the host's CPU count and load, since the numbers depend on what else the host runs.
 
     python scripts/ask_cost.py --trials 1000 --workers 4 [--pace 0.3] [--pg postgresql+psycopg://...]
 """
@@ -30,10 +33,13 @@ numbers depend on what else the host runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import datetime
 import json
 import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -47,10 +53,11 @@ LATE = 0.9  # asks of trial numbers from this share of --trials on count as "at 
 
 
 def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int, log: str,
-           families: list[str], pace_s: float = 0.0) -> None:
+           families: list[str], pace_s: float = 0.0, profile: str | None = None) -> None:
     """One ``evo run --replay`` worker that appends ``[trial number, seconds in ask, end time]``
     per ask to ``log`` and ``[seconds waiting for the ask lock, seconds holding it]`` per batch to
-    ``log + ".lock"`` (a JSON line each)."""
+    ``log + ".lock"`` (a JSON line each), and writes its CPU seconds to ``log + ".cpu"`` at the end
+    (and its cProfile to ``profile``, when given)."""
     import optuna
 
     from evo import api
@@ -108,23 +115,36 @@ def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int
 
         ReplayEvaluator.evaluate = paced  # type: ignore[method-assign]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch, families=families)
+    with cProfile.Profile() if profile else contextlib.nullcontext() as prof:
+        api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch, families=families)
+    if prof is not None and profile:
+        prof.dump_stats(profile)
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    Path(log + ".cpu").write_text(json.dumps(use.ru_utime + use.ru_stime))
+
+
+def host_busy_s() -> float:
+    """Seconds every core of the host has been busy since boot (``/proc/stat``: all but idle and
+    iowait), to take the difference of over a run."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, folder: Path,
-           families: list[str], pace_s: float) -> dict[str, Any]:
+           families: list[str], pace_s: float, profile: Path | None = None) -> dict[str, Any]:
     """Run ``workers`` processes on a fresh study of ``url`` to ``trials`` trials; its numbers."""
     study = f"ask-cost-{uuid.uuid4().hex[:8]}"
     logs = [folder / f"{study}-{i}.jsonl" for i in range(workers)]
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log), families, pace_s))
+    procs = [ctx.Process(target=worker, args=(url, study, trials, i, replay_file, batch, str(log), families, pace_s,
+                                              str(profile / f"{study}-{i}.prof") if profile else None))
              for i, log in enumerate(logs)]
-    start = time.time()
+    start, busy = time.time(), host_busy_s()
     for p in procs:
         p.start()
     for p in procs:
         p.join()
-    wall = time.time() - start
+    wall, busy = time.time() - start, host_busy_s() - busy
     if any(p.exitcode for p in procs):
         raise SystemExit(f"a worker failed ({[p.exitcode for p in procs]})")
     asks = [json.loads(line) for log in logs if log.exists() for line in log.read_text().splitlines()]
@@ -136,7 +156,10 @@ def replay(url: str, workers: int, trials: int, replay_file: str, batch: int, fo
               for line in df.read_text().splitlines()]
     late = sorted(1000 * s / n for first, n, s in drafts if n and first >= LATE * trials)
     draft = {"draft_ms_per_trial_median": round(statistics.median(late), 1) if late else None}
-    return summarize(asks, trials, wall) | draft | lock | {"workers": workers, "study": study}
+    cpu_s = sum(json.loads(Path(str(log) + ".cpu").read_text()) for log in logs)
+    cpu = {"workers_cpu_s": round(cpu_s, 1), "workers_cpu_s_per_trial": round(cpu_s / max(1, len(asks)), 4),
+           "host_busy_s": round(busy, 1), "host_busy_s_per_trial": round(busy / max(1, len(asks)), 4)}
+    return summarize(asks, trials, wall) | draft | lock | cpu | {"workers": workers, "study": study}
 
 
 def summarize(asks: list[list[float]], trials: int, wall: float) -> dict[str, Any]:
@@ -182,7 +205,10 @@ def main() -> None:
     ap.add_argument("--pg", default=os.environ.get("EVO_TEST_PG"), help="a PostgreSQL URL (default $EVO_TEST_PG)")
     ap.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--out", type=Path, default=ROOT / "dev" / "ask-cost")
+    ap.add_argument("--profile", type=Path, help="a folder for each worker's cProfile (<study>-<i>.prof)")
     args = ap.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     runs = []
     load_start = os.getloadavg()[0]  # the host is shared: what else ran shows in the numbers
     with tempfile.TemporaryDirectory(prefix="ask-cost-") as tmp:
@@ -191,7 +217,7 @@ def main() -> None:
                 url = (fresh_database(args.pg, f"ask_cost_{n}_{uuid.uuid4().hex[:8]}") if backend == "postgresql"
                        else f"sqlite:///{tmp}/{backend}-{n}.sqlite")
                 got = replay(url, n, args.trials, args.replay, args.batch, Path(tmp),
-                             args.families.split(","), args.pace) | {"backend": backend}
+                             args.families.split(","), args.pace, args.profile) | {"backend": backend}
                 print(json.dumps(got), flush=True)
                 runs.append(got)
     day = datetime.date.today().strftime("%Y%m%d")
