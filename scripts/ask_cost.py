@@ -22,8 +22,10 @@ median ms per drafted trial over the last tenth of the study's trials (around tr
 share of the workers' time spent waiting for the ask lock and holding it, the wall time, and the
 CPU seconds per trial: the workers' own (each process's user + system time) and the host's (every
 core's busy time from ``/proc/stat`` over the run, the database server's included, and whatever
-else the host runs). ``--profile DIR`` writes each worker's cProfile to ``DIR/<study>-<i>.prof``
-(the profiler's cost is in that run's numbers). It is written as JSON under ``dev/ask-cost/``
+else the host runs). ``--profile DIR`` writes each worker's cProfile to ``DIR/<study>-<i>.prof``,
+timed in the process's CPU seconds (its threads' included), not wall time: where the CPU goes,
+which on a host with fewer cores than workers is what bounds them (the profiler's own cost is in
+that run's numbers). It is written as JSON under ``dev/ask-cost/``
 (``ask-cost-cpu-<date>-<git sha>[-paced<S>s].json``; not benchmarks/, whose records are evo
 bench's) with the host's CPU count and load, since the numbers depend on what else the host runs.
 
@@ -115,7 +117,7 @@ def worker(url: str, study: str, trials: int, seed: int, replay: str, batch: int
 
         ReplayEvaluator.evaluate = paced  # type: ignore[method-assign]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with cProfile.Profile() if profile else contextlib.nullcontext() as prof:
+    with cProfile.Profile(time.process_time) if profile else contextlib.nullcontext() as prof:
         api.run(url, trials=trials, replay=replay, study=study, seed=seed, batch=batch, families=families)
     if prof is not None and profile:
         prof.dump_stats(profile)
