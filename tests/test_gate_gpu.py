@@ -57,8 +57,12 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
     "pingpong3_ilp_trim_qregs": {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True,
                                  "CAUSAL_TRIM": True, "Q_IN_REGS": True},
 }
+# flash_mma with Q read from shared memory and the causal loop cut at the diagonal: a CTA whose rows
+# all see no key (causal at the bottom right, Lq > Lk) runs no K/V tile, and before 2026-11-28 wrote
+# its O over Q's rows while Q's copies could still land (red as non-deterministic in a search, H100).
+NO_KEY_CTAS = {"BLOCK_M": 128, "BLOCK_N": 64, "NUM_WARPS": 4, "STAGES": 2, "Q_IN_REGS": False, "CAUSAL_SKIP": True}
 CANDIDATES = [*((f, "none") for f in FAMILIES), *(("faulty", f) for f in (*FAULTS, *TIMED, *PROMOTE_KEYED)),
-              *((("flash_wgmma", f) for f in WGMMA_FEATURES) if HOPPER else ())]
+              *((("flash_wgmma", f) for f in WGMMA_FEATURES) if HOPPER else ()), ("flash_mma", "no_key_ctas")]
 F1 = Shape("F1", 1, 8, 512, 64, False)
 Built = dict[tuple[str, str], tuple[CandidateKernels, tuple[Entry, ...], str]]
 
@@ -69,7 +73,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
         mp.setenv("EVO_TEMPLATE_PATH", str(Path(__file__).parent / "templates"))
-        rendered = [render(make_candidate(f, {"FAULT": v} if f == "faulty" else WGMMA_FEATURES.get(v, {})))
+        rendered = [render(make_candidate(f, {"FAULT": v} if f == "faulty" else NO_KEY_CTAS if v == "no_key_ctas"
+                                          else WGMMA_FEATURES.get(v, {})))
                     for f, v in CANDIDATES]
         results = build_batch(rendered, default_arch())
     device = torch.cuda.current_device()
@@ -114,6 +119,17 @@ def test_default_candidate_is_green(built: Built, family: str) -> None:
 def test_wgmma_feature_is_green(built: Built, feature: str) -> None:
     status, reason = _green(built[("flash_wgmma", feature)])
     assert status is Status.GREEN, f"{feature}: {reason}"
+
+
+def test_ctas_whose_rows_see_no_key_write_zeros_every_time(built: Built) -> None:
+    """The case that caught the race (R35c bf16 of a search: 3 x 2 heads, 551 queries on 248 keys,
+    causal at the bottom right, so the first 303 rows see no key), twelve times over: each check
+    runs the kernel twice on the same inputs and compares, besides the reference."""
+    kernels, _, _ = built[("flash_mma", "no_key_ctas")]
+    shape = Shape("no-key", 3, 2, 551, 128, True, "bf16", Lk=248, align="bottom_right")
+    cases = [GreenCase(shape, std=3.1, seeds=(seed,)) for seed in range(12)]
+    checks = run_green(kernels, cases, green_settings(), random.getrandbits(31))
+    assert [c.reason for c in checks if not c.passed] == [] and len(checks) == 12
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
