@@ -265,6 +265,31 @@ def test_a_screen_times_the_candidate_alone_against_its_cached_scoring_baseline(
     assert json.loads(ev.device["baselines_measured"]) == {"screen": ["F1-fp16|sdpa_default"]}
 
 
+def test_a_prime_request_fills_each_rungs_cache_ahead_of_the_candidates(fake_worker: dict[str, list]) -> None:
+    """Priming (a search's first batch is building): no kernel loaded, no GREEN; the screen's
+    scoring baseline and the full rung's reported backends measured as those rungs sample, named
+    as measured; the candidates after it time only themselves (and the paired baseline)."""
+    from evo.gpu.evaluate import QUICK, SCREEN_SAMPLING, serve
+    from evo.gpu.worker import EvalRequest
+
+    search = {"quick": True, "paired": "sdpa_default", "first_failure": True}
+    primes = [EvalRequest("prime", "", (), False, (F1,), search | {"rung": rung, "prime": True})
+              for rung in ("screen", "full")]
+    conn = FakeConn([*primes, _request(**search, rung="screen"), _request(**search, rung="full"), None])
+    serve(conn)
+    screen, full, screened, timed = conn.sent
+    assert len(fake_worker["green"]) == 2                       # the two candidates' GREEN, none for a prime
+    assert fake_worker["time_case"] == ["baselines", "baselines", "evo", "evo"]
+    rounds = [kw["rounds"] for kw in fake_worker["time_kw"]]
+    assert rounds == [SCREEN_SAMPLING["rounds"], QUICK["rounds"], SCREEN_SAMPLING["rounds"], QUICK["rounds"]]
+    assert json.loads(screen.device["baselines_measured"]) == {"screen": ["F1-fp16|sdpa_default"]}
+    reported = sorted(f"F1-fp16|{b}" for b in SDPA_BACKENDS if b != "sdpa_default")
+    assert json.loads(full.device["baselines_measured"]) == {"full": reported}
+    assert screen.checks == [] and "cubin_sha256" not in screen.device and screen.reason.startswith("primed")
+    assert "baselines_measured" not in screened.device and "baselines_measured" not in timed.device
+    assert [t.backend for t in screened.timings] == ["evo", "sdpa_default"]
+
+
 def test_an_unknown_rung_is_an_error() -> None:
     from evo.errors import EvoError
 

@@ -171,3 +171,27 @@ def test_a_search_scores_cases_of_both_dtypes(monkeypatch, tmp_path: Path) -> No
     assert summary.best is not None
     timed = {t.shape.tag for t in open_store(db).timings_for(summary.best.candidate_id)}
     assert timed == {"F1-fp16", "F1c-fp16", "F1c-bf16"}
+
+
+def test_priming_queues_one_request_per_rung_that_loads_no_kernel() -> None:
+    """GpuEvaluator.prime: a request per rung with cases (the screen's only when the search
+    screens), the evaluator's options plus its rung and ``prime``, queued on the pool, once."""
+    from types import SimpleNamespace
+
+    from evo.gpu.suites import fast_cases
+    from evo.search.evaluators import PRIME_ID
+
+    queued = []
+    ev = GpuEvaluator.__new__(GpuEvaluator)
+    ev.options, ev.timeout_s = {"quick": True, "paired": "sdpa_default"}, 7.0
+    ev.pool = SimpleNamespace(submit=lambda request, timeout: queued.append((request, timeout)))
+    cases = tuple(fast_cases(["F1", "F8"]))
+    ev.prime(cases, cases[:2])
+    ev.prime(cases, cases[:2])                                   # a later batch: the caches are primed
+    fresh = GpuEvaluator.__new__(GpuEvaluator)
+    fresh.options, fresh.timeout_s, fresh.pool = ev.options, 7.0, ev.pool
+    fresh.prime(cases, ())                                       # a search that does not screen
+    assert [(r.options["rung"], r.fast_cases, t) for r, t in queued] == [
+        ("screen", cases[:2], 7.0), ("full", cases, 7.0), ("full", cases, 7.0)]
+    assert all(r.build_id == PRIME_ID and not r.entries and not r.green and r.options["prime"]
+               and r.options["paired"] == "sdpa_default" for r, _ in queued)

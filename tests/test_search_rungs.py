@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from evo.family.manifest import load_family
 from evo.family.space import all_candidates
 from evo.family.render import Rendered
-from evo.results import BuildResult, CheckResult, Evaluation, Status, Timing
+from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.loop import Search
 from evo.search.objective import names as objective_names
@@ -39,15 +39,20 @@ DEVICE = "Fake H100"
 
 class Screening(Evaluator):
     """Builds nothing; answers a screen ``green`` and a full rung ``fast`` from the synthetic
-    sweep's speedups (the screen reads 1 % high), and keeps every job it was handed. ``stop_at``:
-    raise KeyboardInterrupt instead of starting that many-th job (Ctrl-C mid-rung)."""
+    sweep's speedups (the screen reads 1 % high), and keeps every job it was handed and every
+    priming (full rung's case tags, screen's, jobs handed before it). ``stop_at``: raise
+    KeyboardInterrupt instead of starting that many-th job (Ctrl-C mid-rung)."""
 
     name, device, arch, host = "gpu", DEVICE, "sm_90a", "h"
     screens = overlaps_builds = True
 
     def __init__(self, stop_at: int | None = None) -> None:
         self.jobs: list[Job] = []
+        self.primed: list[tuple[list[str], list[str], int]] = []
         self.stop_at = stop_at
+
+    def prime(self, cases: Sequence[Shape], screen: Sequence[Shape]) -> None:
+        self.primed.append(([s.tag for s in cases], [s.tag for s in screen], len(self.jobs)))
 
     def paired(self) -> str:
         return "sdpa_default"
@@ -126,6 +131,10 @@ def test_each_candidate_is_screened_then_only_the_kept_are_timed_in_full(screene
     assert summary.screened == len(screens) and summary.kept == len(full) < len(screens)
     assert summary.counts["pruned"] == len(screens) - len(full) and summary.counts["fast"] == len(full)
     assert summary.gpu_s == {"GREEN": 0.5 * len(screens), "screen": 1.0 * len(screens), "full": 8.0 * len(full)}
+    # the evaluator is asked to measure the cached baselines before the first job (and again with
+    # each batch, which a GPU evaluator ignores), always for both rungs' cases
+    assert ev.primed[0] == ([c.tag for c in CASES], [c.tag for c in screens[0].cases], 0)
+    assert len(ev.primed) > 1 and all(p[:2] == ev.primed[0][:2] for p in ev.primed)
 
 
 def test_a_pruned_candidate_is_stored_pruned_and_never_ranked(screened_run) -> None:
@@ -277,6 +286,7 @@ def test_full_only_times_every_candidate_in_full(db: str) -> None:
     summary = search(db, ev, screening=False).run(2)
     assert {j.rung for j in ev.jobs} == {"full"} and all(j.green for j in ev.jobs)
     assert summary.screened == 0 and summary.counts["pruned"] == 0 and summary.counts["fast"] == len(ev.jobs)
+    assert ev.primed[0] == ([c.tag for c in CASES], [], 0)   # no screen: the full rung's cache alone
 
 
 def test_full_only_times_a_pruned_candidate_in_full_keeping_its_checks(screened_run, tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ scoring baseline measured the same way and cached for the worker (re-measured ev
 ``screen_baseline_every`` screens); it answers ``green`` (passed and screened: the parent decides
 whether the full rung follows). A ``full`` request is the protocol above. Baselines measured for
 a cache are named in the device info (``baselines_measured``) so the parent can share them
-(:mod:`evo.gpu.baselines`).
+(:mod:`evo.gpu.baselines`). A ``prime`` request (:func:`prime`) loads no kernel: it measures its
+rung's cache on its cases ahead of the first candidate, while the search's first batch builds.
 
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
@@ -394,10 +395,34 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
 
 
+def prime(request: EvalRequest, session: Session) -> Evaluation:
+    """Measure the cache of the request's rung on its cases as that rung's first evaluations
+    would, and nothing else (``options["prime"]``: :meth:`GpuEvaluator.prime
+    <evo.search.evaluators.GpuEvaluator.prime>`). The timings come back named as measured, so the
+    parent carries them to this worker's successors like any evaluation's. It is not a use of the
+    cache: the entries age from the first candidate on."""
+    plan = Plan.of(request.options)
+    session.inherit(request.options.get("carried_baselines", {}))
+    ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"rung": plan.rung})
+    t0 = time.perf_counter()
+    for shape in request.fast_cases:
+        progress(f"prime {plan.rung} {shape.tag}")
+        ev.timings += session.baselines(shape, plan)
+    ev.fast_seconds = time.perf_counter() - t0
+    measured = session.measured(ev.timings)
+    if measured:
+        ev.device["baselines_measured"] = json.dumps(measured, sort_keys=True)
+    ev.reason = f"primed: {len(ev.timings)} cached baseline timing(s) of the {plan.rung} rung"
+    return ev
+
+
 def evaluate(request: EvalRequest, session: Session) -> Evaluation:
-    """GREEN then FAST for one request (exceptions propagate to :func:`serve`)."""
+    """GREEN then FAST for one request (exceptions propagate to :func:`serve`); a ``prime``
+    request is :func:`prime`'s."""
     from evo.gpu.timing import gemm_tflops
 
+    if request.options.get("prime"):
+        return prime(request, session)
     plan = Plan.of(request.options)
     session.inherit(request.options.get("carried_baselines", {}))
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})

@@ -81,8 +81,9 @@ class EvalRequest:
     the cubin), ``gemm`` (also measure the GEMM yardstick), ``read_bytes`` (also measure the read
     ceiling on buffers of at least this many bytes: :func:`evo.gpu.bandwidth.read_ceiling`),
     ``rung`` (a search's ``screen`` or ``full``: :mod:`evo.gpu.evaluate`), ``first_failure``
-    (GREEN stops at its first failing check), ``screen_baseline_every``, ``carried_baselines``
-    (set by :class:`Worker`).
+    (GREEN stops at its first failing check), ``screen_baseline_every``, ``prime`` (no candidate:
+    measure the rung's cached baselines on ``fast_cases``, :func:`evo.gpu.evaluate.prime`),
+    ``carried_baselines`` (set by :class:`Worker`).
     """
 
     build_id: str

@@ -33,8 +33,10 @@ from evo.family.manifest import load_family
 from evo.family.render import Rendered
 from evo.store.recording import Record, Recording
 from evo.results import BuildResult, Evaluation, Shape, Status, Timing
-from evo.vocab import BUILD_FAILED, FULL, REPLAY_PREFIX
+from evo.vocab import BUILD_FAILED, FULL, REPLAY_PREFIX, SCREEN
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, WorkerPool
+
+PRIME_ID = "prime"   # the build id of a request that measures cached baselines and loads no kernel
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,12 @@ class Evaluator(abc.ABC):
         was timed the same way."""
         return ""
 
+    def prime(self, cases: Sequence[Shape], screen: Sequence[Shape]) -> None:  # noqa: B027 - optional
+        """Measure now, ahead of any candidate, what the evaluations of ``cases`` (the full rung)
+        and ``screen`` (the screen's cases; none when the search does not screen) will compare
+        with: a search calls this as each batch starts building, and only the first call counts
+        (nothing to do by default)."""
+
     def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:  # noqa: B027 - optional
         """Cached baselines (per rung) the host's other workers measured on this device kind
         (:meth:`evo.store.Store.measured_baselines`), for this evaluator's workers to use instead
@@ -112,6 +120,7 @@ class GpuEvaluator(Evaluator):
 
     name = "gpu"
     gemm_pending = True  # the run's first request also measures the GEMM rate (evo report's roofline)
+    primed = False       # whether the workers were asked to measure their cached baselines (prime)
     screens = overlaps_builds = True
 
     def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
@@ -141,6 +150,25 @@ class GpuEvaluator(Evaluator):
         for ev in self.pool.map(map(self._request, jobs), self.timeout_s):  # which GPU of which host measured it
             ev.device.update(self.where)
             yield ev
+
+    def prime(self, cases: Sequence[Shape], screen: Sequence[Shape]) -> None:
+        """Queue one request per rung, ahead of every candidate's, that measures the worker's cached
+        baselines (:func:`evo.gpu.evaluate.prime`): the screen's scoring baseline on ``screen``, the
+        full rung's reported backends on ``cases``. The GPU is idle while the first batch builds,
+        and the first screen and the first full rung would otherwise measure them (on an H100 about
+        4 s and 30 s of a run's first minute for the 16 FAST cases); the worker's start-up moves
+        into the build too. A pool of several workers hands each request to whichever is idle,
+        and a worker measures what it still lacks as before. Nothing waits for the answers: the
+        worker keeps what it measured, and a failure (a worker that cannot start) comes back on
+        the first candidate's request as well. Later calls do nothing: the workers keep their caches."""
+        if self.primed:
+            return
+        self.primed = True
+        for rung, which in ((SCREEN, screen), (FULL, cases)):
+            if which:
+                request = EvalRequest(PRIME_ID, "", (), False, tuple(which),
+                                      self.options | {"rung": rung, "prime": True})
+                self.pool.submit(request, self.timeout_s)
 
     def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:
         self.pool.share(baselines)

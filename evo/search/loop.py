@@ -19,7 +19,10 @@ pruner, then the full protocol for the candidates kept: :mod:`evo.search.rungs`)
 told: COMPLETE with the objective values, PRUNED, or FAIL with ``status`` and ``reason`` in the
 trial's user attrs (docs/search.md says why FAIL and not a made-up value). Before each batch
 is evaluated, the cached baselines the host's workers measured on this kind of GPU since this
-run began are handed to the evaluator's workers (:meth:`~evo.store.Store.measured_baselines`). A COMPLETE trial also carries its GREEN margin, the worst
+run began are handed to the evaluator's workers (:meth:`~evo.store.Store.measured_baselines`), and
+as the first batch starts building the evaluator measures the baselines its first screen and full
+rung will compare with (:meth:`Evaluator.prime <evo.search.evaluators.Evaluator.prime>`: the GPU
+is otherwise idle until that batch is built). A COMPLETE trial also carries its GREEN margin, the worst
 max|err| / tolerance per head dim (user attr ``green_share``, :mod:`evo.gpu.margin`), which the
 evolutionary samplers read to keep what promote would refuse out of their elites. A worker with
 nothing left to start waits while other workers' trials run, so a trial of a worker that dies
@@ -185,6 +188,7 @@ class Search:
                     time.sleep(self.poll_s)
                     continue
                 after = self._prepare(pending)    # its builds start now, in the background
+                self.evaluator.prime(self.scoring.cases, self.ladder.screen_cases)   # the GPU meanwhile (once)
                 if ahead is not None:
                     self._complete(ahead)         # the GPU evaluates the batch before meanwhile
                 ahead = after
