@@ -188,7 +188,6 @@ class Search:
                     time.sleep(self.poll_s)
                     continue
                 after = self._prepare(pending)    # its builds start now, in the background
-                self.evaluator.prime(self.scoring.cases, self.ladder.screen_cases)   # the GPU meanwhile (once)
                 if ahead is not None:
                     self._complete(ahead)         # the GPU evaluates the batch before meanwhile
                 ahead = after
@@ -209,8 +208,7 @@ class Search:
         return s
 
     def _recover(self) -> None:
-        """The liveness check before a batch (:meth:`Liveness.check <evo.search.liveness.Liveness.check>`);
-        its thread checks on its own schedule meanwhile."""
+        """The liveness check before a batch (its thread checks on its own schedule as well)."""
         self.liveness.check()
 
     def _next_batch_size(self, trials: int, all_trials: Sequence[FrozenTrial]) -> tuple[int, str]:
@@ -335,6 +333,8 @@ class Search:
                 self._finish(p, done)
         items = [todo[b][0].rendered for b in todo]
         builds = self.builds.submit(self.evaluator.build, items) if todo else None  # type: ignore[arg-type]
+        if todo:   # the GPU measures the cached baselines meanwhile (the first time: Evaluator.prime)
+            self.evaluator.prime(self.scoring.cases, self.ladder.screen_cases)
         return Prepared(todo, known, builds, others or {})
 
     def _ask(self) -> Asked:
