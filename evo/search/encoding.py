@@ -54,12 +54,14 @@ class Encoder:
                     self.columns += [f"{fam.name}.{name}={v}" for v in vals]
                 self._cols[(fam.name, name)] = list(range(start, len(self.columns)))
                 self._scale[(fam.name, name)] = table
+        self._rows: dict[Candidate, np.ndarray] = {}  # matrix's rows, each candidate's encoded once
 
     @property
     def width(self) -> int:
         return len(self.columns)
 
     def row(self, cand: Candidate) -> np.ndarray:
+        """``cand`` as one row of floats (see module docstring)."""
         x = np.zeros(self.width)
         if len(self.families) > 1:
             x[self._index[cand.family]] = 1.0
@@ -70,4 +72,15 @@ class Encoder:
         return x
 
     def matrix(self, cands: Sequence[Candidate]) -> np.ndarray:
-        return np.array([self.row(c) for c in cands]).reshape(len(cands), self.width)
+        """The rows of ``cands``, one per candidate. Each candidate is encoded once per encoder
+        and its row kept (a copy lands in the matrix): the evolutionary sampler encodes the
+        study's measured points, its running candidates and the children it screens for every
+        proposal, the same candidates again and again (issue 35)."""
+        return np.array([self._kept(c) for c in cands]).reshape(len(cands), self.width)
+
+    def _kept(self, cand: Candidate) -> np.ndarray:
+        """:meth:`row` of ``cand``, computed on its first use only."""
+        got = self._rows.get(cand)
+        if got is None:
+            got = self._rows[cand] = self.row(cand)
+        return got
