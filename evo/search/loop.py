@@ -176,7 +176,7 @@ class Search:
             while True:
                 self._recover()
                 asked, why = ask_batch(self, trials)
-                pending = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
+                pending, seen = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
                 if not pending and ahead is not None:   # nothing new to build: finish the batch in flight
                     self._complete(ahead)
                     ahead = None
@@ -187,7 +187,7 @@ class Search:
                 if not pending:  # the rest is running in other workers: wait, and retry it if they die
                     time.sleep(self.poll_s)
                     continue
-                after = self._prepare(pending)    # its builds start now, in the background
+                after = self._prepare(pending, seen)    # its builds start now, in the background
                 if ahead is not None:
                     self._complete(ahead)         # the GPU evaluates the batch before meanwhile
                 ahead = after
@@ -233,11 +233,11 @@ class Search:
 
     # ------------------------------------------------------------------ one batch
 
-    def _prepare(self, pending: list[Pending]) -> Prepared:
+    def _prepare(self, pending: list[Pending], seen: Sequence[FrozenTrial]) -> Prepared:
         """Tell what needs no GPU (invalid candidates, outcomes the store holds), claim the rest
-        and start building this worker's share (:meth:`_start`)."""
-        self.teller.know(t.user_attrs[CANDIDATE] for t in self.study.get_trials(deepcopy=False)
-                         if t.state.is_finished() and CANDIDATE in t.user_attrs)
+        and start building this worker's share (:meth:`_start`); ``seen``: the study as
+        :func:`describe` read it (its finished candidates are in the study's lineage already)."""
+        self.teller.know(t.user_attrs[CANDIDATE] for t in seen if t.state.is_finished() and CANDIDATE in t.user_attrs)
         for p in pending:
             if p.candidate is None:
                 cid = self.store.record_invalid(Candidate(p.family.name, tuple(p.raw.items())),
@@ -420,11 +420,12 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
         return [search._ask() for _ in range(k)], why
 
 
-def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
+def describe(asked: Sequence[Asked], search: Search) -> tuple[list[Pending], list[FrozenTrial]]:
     """The trials ``search`` asked, after the ask lock is released: parameters not drawn yet
-    written from the proposal, then each candidate, its rendered source, build id and parents
-    (one read of the study serves the whole batch's lineage). A trial failed as stale meanwhile
-    is dropped."""
+    written from the proposal, then each candidate, its rendered source, build id and parents;
+    and the read of the study that served the whole batch's lineage (:meth:`Search._prepare`
+    takes it too: each read reloads every running trial of every worker). A trial failed as
+    stale meanwhile is dropped."""
     families = list(search.families.values())
     pending = []
     for trial, tid, drawn in asked:
@@ -447,7 +448,7 @@ def describe(asked: Sequence[Asked], search: Search) -> list[Pending]:
         p.rendered = render(p.candidate, p.family)
         p.build_id = search.evaluator.build_id(p.rendered)
         p.parents = parents(p.trial.number, p.candidate, trials, search.families)
-    return pending
+    return pending, trials
 
 
 def run_start(store: Any, run_id: Any) -> datetime:
