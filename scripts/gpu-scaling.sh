@@ -9,7 +9,9 @@
 # nvidia-h100-x4 or -x2, a 600 s limit):
 #     EVO_GIT_SHA=$(git rev-parse --short HEAD) SC_BUDGET=160 scripts/gpu-scaling.sh
 # Knobs: SC_BUDGET (each run's --time-budget, 160 s), SC_SEED (1), SC_COUNTS ("1 2 4": GPU counts to
-# run, each capped at the host's). Out: $OUT/run-<N>gpu.{json,log}, $OUT/smi.csv, $OUT/scaling.txt.
+# run, each capped at the host's). Out: $OUT/run-<N>gpu.json, $OUT/smi.csv, $OUT/scaling.txt and
+# $OUT/logs.tar.gz (the runs' logs, the GPUs' list, the stage summary): the device tool brings back
+# at most 8 files, and on 2026-11-28 the tenth, smi.csv, stayed behind.
 set -uo pipefail
 source scripts/gpu-stages.sh
 BUDGET=${SC_BUDGET:-160}
@@ -36,3 +38,5 @@ for n, r in sorted(runs.items()):
     print(f"{n} GPU(s): {r['measured']} candidates in {r['wall_s']:.0f} s, {host:.0f} an hour for the host, "
           f"{r['candidates_per_gpu_hour']:.0f} per GPU-hour; {ratio}")
 PY
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" gpus.txt summary.log $(cd "$OUT" && ls run-*gpu.log) && \
+  rm -f "$OUT"/gpus.txt "$OUT"/summary.log "$OUT"/run-*gpu.log
