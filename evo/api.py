@@ -70,8 +70,8 @@ from evo.store import CandidateRecord, CandidateView, EvaluationView, RunView, S
 from evo.store.engine import is_read_only, read_only_url, safe_url, writable
 from evo.version import __version__
 from evo.vocab import (
-    BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, GRACE_S, HEARTBEAT_S,
-    OBJECTIVES, SAMPLERS, SDPA_BACKENDS, START_MODES, assignment_text, replayed_on, value_text,
+    BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, FULL, GRACE_S,
+    HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS, START_MODES, assignment_text, replayed_on, value_text,
 )
 
 __all__ = [
@@ -597,17 +597,19 @@ class Exported:
     added: int
 
 
-def export_sweep(out: str | os.PathLike[str] | None = None, *, db: DB = None, gpu: str | None = None) -> Exported:
+def export_sweep(out: str | os.PathLike[str] | None = None, *, db: DB = None, gpu: str | None = None,
+                 fidelity: str = FULL) -> Exported:
     """Write the database's GPU results (every candidate with a final status, any study) to a
     replayable recording (``evo export-sweep``), merged into the one at ``out`` (default
     ``<EVO_HOME>/data/sweep-<gpu>.json.gz``); ``gpu``: the device (default: the one with most
-    evaluations). Replayed evaluations are never exported."""
+    evaluations); ``fidelity``: ``full`` timings, or each candidate's search ``screen``
+    (:mod:`evo.store.recording`). Replayed evaluations are never exported."""
     from evo.store import recording
 
     if out is not None and not Path(out).parent.is_dir():
         raise EvoError(f"folder {Path(out).parent} does not exist")
     with _opened(db, create=False) as store:
-        rec, added = recording.export_sweep(store, Path(out) if out is not None else None, gpu)
+        rec, added = recording.export_sweep(store, Path(out) if out is not None else None, gpu, fidelity)
     assert rec.path is not None  # saving the recording names the file it went to
     return Exported(rec.path, rec.gpu, len(rec.records), added)
 

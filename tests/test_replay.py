@@ -196,3 +196,68 @@ def test_the_committed_sweep_replays_under_its_recorded_ids_without_nvcc(tmp_pat
     assert [b.build_id for b in built] == [r.build_id for r in current]
     failed = (Status.COMPILE_FAILED, Status.RESOURCE_REJECTED)
     assert [b.status for b in built] == [r.status if r.status in failed else Status.BUILT for r in current]
+
+
+# ---------------------------------------------------------------------------- screen fidelity
+
+
+def screened_eval(store: Store, bid: str, status: Status, timings: list[Timing]) -> None:
+    store.record_evaluation(Evaluation(bid, status, status.value, timings=list(timings),
+                                       device={"name": H200, "torch": "2.11", "rung": "screen"}))
+
+
+@pytest.fixture
+def searched(tmp_path: Path) -> Store:
+    """A search's database: a pruned candidate, one screened then timed in full, one timed in
+    full without a screen, one red at its screen's GREEN, a build failure."""
+    s = open_store(f"sqlite:///{tmp_path / 'searched.sqlite'}")
+    screened_eval(s, built(s, {"VEC": 8}), Status.PRUNED, timed(F1, 12.0))
+    kept = built(s, {"VEC": 4})
+    screened_eval(s, kept, Status.GREEN, timed(F1, 8.0))
+    evaluated(s, kept, H200, Status.FAST, timed(F1, 8.5) + timed(F1C, 7.0))
+    evaluated(s, built(s, {"VEC": 2}), H200, Status.FAST, timed(F1, 6.0))
+    screened_eval(s, built(s, {"KV_TILE": 16}), Status.RED, [])
+    built(s, {"KV_TILE": 32}, Status.COMPILE_FAILED, "nvcc: error")
+    return s
+
+
+def test_a_screen_recording_holds_every_screened_candidate_at_its_screen(searched: Store, tmp_path: Path) -> None:
+    rec, added = export_sweep(searched, tmp_path / "s.json.gz", fidelity="screen")
+    assert rec.fidelity == "screen" and load_recording(tmp_path / "s.json.gz").fidelity == "screen"
+    assert statuses(rec) == {(8, 64): "fast", (4, 64): "fast", (8, 16): "red", (8, 32): "compile_failed"}
+    kept = rec.lookup(make_candidate("flash_scalar", {"VEC": 4}))
+    assert kept.timings == {F1.tag: {"evo": {"median_us": 8.0, "p20_us": 7.2, "p80_us": 8.8},
+                                     "sdpa_default": {"median_us": 9.0}}}   # its screen, not its full rung
+    assert rec.lookup(make_candidate("flash_scalar", {"VEC": 8})).timings[F1.tag]["evo"]["median_us"] == 12.0
+    assert [s.tag for s in rec.common_shapes()] == [F1.tag] and added == 4
+
+
+def test_a_full_recording_of_the_same_search_keeps_full_timings_only(searched: Store, tmp_path: Path) -> None:
+    rec, _ = export_sweep(searched, tmp_path / "f.json.gz")
+    assert rec.fidelity == "full"
+    assert statuses(rec) == {(4, 64): "fast", (2, 64): "fast", (8, 16): "red", (8, 32): "compile_failed"}
+    assert rec.lookup(make_candidate("flash_scalar", {"VEC": 4})).timings[F1C.tag]["evo"]["median_us"] == 7.0
+
+
+def test_fidelities_never_mix_in_one_file(searched: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "f.json.gz"
+    export_sweep(searched, out)
+    with pytest.raises(EvoError, match="holds full timings, not screen ones"):
+        export_sweep(searched, out, fidelity="screen")
+    with pytest.raises(EvoError, match="unknown fidelity 'fast'"):
+        export_sweep(searched, out, fidelity="fast")
+    monkeypatch.setenv("EVO_HOME", str(tmp_path))
+    rec, _ = export_sweep(searched, fidelity="screen")
+    assert rec.path == tmp_path / "data" / "sweep-h200-screen.json.gz"
+
+
+def test_bench_samplers_takes_a_screen_recording_and_says_so(searched: Store, tmp_path: Path) -> None:
+    from evo.samplerbench.problem import Problem
+    from evo.samplerbench.report import section
+
+    rec, _ = export_sweep(searched, tmp_path / "s.json.gz", fidelity="screen")
+    problem = Problem.load(tmp_path / "s.json.gz", ["flash_scalar"])
+    assert [c.tag for c in problem.cases] == [F1.tag]
+    assert problem.best == pytest.approx(9.0 / 8.0)              # the kept candidate's screen: x1.125
+    text = section(problem, [], [], [0], 1, 1.0, "abc", None)
+    assert "(F1-fp16; each point at its search screen)" in text

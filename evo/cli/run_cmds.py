@@ -294,10 +294,13 @@ def _show_importances(r: api.InsightsReport) -> None:
               help="recording to write or extend (default: <EVO_HOME>/data/sweep-<gpu>.json.gz)")
 @db_option()
 @click.option("--gpu", metavar="NAME", help="device name (default: the one with most evaluations)")
-def export_sweep_cmd(out: Path | None, db: str | None, gpu: str | None) -> None:
+@click.option("--fidelity", type=click.Choice(["full", "screen"]), default="full", show_default=True,
+              help="the timings recorded: the full protocol's, or each candidate's search screen (pruned "
+              "candidates included; about 2 s of GPU a candidate instead of 15)")
+def export_sweep_cmd(out: Path | None, db: str | None, gpu: str | None, fidelity: str) -> None:
     """Write the database's GPU results to a replayable recording.
 
-    Every candidate with a final status (any study) is merged into OUT.
+    Every candidate with a final status (any study) is merged into OUT; a file holds one fidelity.
     """
-    done = api.export_sweep(out, db=db, gpu=gpu)
+    done = api.export_sweep(out, db=db, gpu=gpu, fidelity=fidelity)
     console.print(f"{done.path}: {done.candidates} candidate(s) measured on {done.gpu} ({done.added} new or updated)")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evo.vocab import SCREEN
 from evo.samplerbench.entrants import Entrant
 from evo.samplerbench.problem import Problem
 from evo.samplerbench.run import RunResult
@@ -127,7 +128,9 @@ def section(problem: Problem, entrants: Sequence[Entrant], runs: Sequence[RunRes
         "",
         f"{rec.gpu} ({rec.arch}); {problem.size} valid points, {recorded} of them in the recording; "
         f"objective: geometric-mean speedup over {problem.baseline} on {len(problem.cases)} FAST cases "
-        f"({', '.join(s.tag for s in problem.cases)}). Target: {problem.describe_target()}.",
+        f"({', '.join(s.tag for s in problem.cases)}"
+        f"{'; each point at its search screen' if rec.fidelity == SCREEN else ''}). "
+        f"Target: {problem.describe_target()}.",
         f"Seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} per sampler and start); Optuna-driven samplers ask "
         f"batches of {batch} trial(s) (as `evo run --batch {batch}`); git `{sha[:12]}`; {len(runs)} runs took "
         f"{seconds / 60:.1f} min of wall time here.",

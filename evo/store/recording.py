@@ -8,6 +8,14 @@ FAST case it was timed on the candidate's median/p20/p80 and the baselines' medi
 :func:`export_sweep` writes it from a database, merging into an existing file so a sweep built
 over several GPU sessions accumulates. Replay looks candidates up by (family, params); a point
 the recording does not hold is *unmeasured* -- never invented.
+
+A recording has one fidelity (header ``fidelity``, :data:`FIDELITIES`): ``full`` (the default, and
+every file written before the key existed) records each candidate's full-protocol timings;
+``screen`` records each screened candidate's search screen instead -- the candidate alone on the
+screen's cases, few samples, against the worker's cached scoring baseline, pruned candidates
+included -- which costs a GPU about 2 s a candidate instead of 15, so a recording of a few hundred
+points of a family (what ``evo bench-samplers`` replays) fits a few device calls. The two never
+mix in one file: a screen is compared with screens only.
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ from evo.family.manifest import Value
 from evo.results import Evaluation, Shape, Status, Timing
 from evo.family.space import Candidate
 from evo.store import CandidateView, EvaluationView, Store
-from evo.vocab import BUILD_FAILED, EVALUATED, EVO, gpu_slug
+from evo.vocab import BUILD_FAILED, EVALUATED, EVO, FULL, SCREEN, gpu_slug
 
 FORMAT = "evo-sweep"
 FORMAT_VERSION = 1
+FIDELITIES = (FULL, SCREEN)   # what a recording's timings are: the full protocol's, or a search's screens
 
 
 def record_key(family: str, params: Mapping[str, Value]) -> str:
@@ -100,6 +109,11 @@ class Recording:
     @property
     def name(self) -> str:
         return self.path.name if self.path else "recording"
+
+    @property
+    def fidelity(self) -> str:
+        """:data:`FIDELITIES`: what the records' timings are (``full`` where the header says nothing)."""
+        return str(self.header.get("fidelity", FULL))
 
     def shapes(self) -> list[Shape]:
         """The FAST cases the recording covers, in header order."""
@@ -187,6 +201,9 @@ def merge_header(old: dict[str, Any], new: dict[str, Any], where: Path) -> dict[
         if old.get(k) and new.get(k) and old[k] != new[k]:
             raise EvoError(f"{where} holds a sweep for {k} {old[k]!r}, not {new[k]!r}; "
                            f"write to another file")
+    if old.get("fidelity", FULL) != new.get("fidelity", FULL):
+        raise EvoError(f"{where} holds {old.get('fidelity', FULL)} timings, not {new.get('fidelity', FULL)} "
+                       f"ones; write to another file")
     cases = list(old.get("cases", []))
     cases += [c for c in new.get("cases", []) if c not in cases]
     sessions = list(old.get("sessions", [])) + list(new.get("sessions", []))
@@ -211,29 +228,37 @@ def _device_counts(store: Store, ids: Iterable[str]) -> collections.Counter[str]
     return out
 
 
-def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = None) -> tuple[Recording, int]:
+def export_sweep(store: Store, out: Path | str | None = None, gpu: str | None = None,
+                 fidelity: str = FULL) -> tuple[Recording, int]:
     """Write every candidate with a final status on ``gpu`` (any study) to ``out``, merged into
     the recording already there; returns it and how many records were new or changed.
 
     ``gpu`` defaults to the existing file's GPU, else the device with the most evaluations;
-    ``out`` to ``data/sweep-<gpu>.json.gz`` under :func:`evo.paths.home`. Build failures count for every GPU of their arch;
-    replayed evaluations are never exported.
+    ``out`` to ``data/sweep-<gpu>.json.gz`` (``-screen`` before the suffix at screen fidelity)
+    under :func:`evo.paths.home`. Build failures count for every GPU of their arch; replayed
+    evaluations are never exported. ``fidelity`` (:data:`FIDELITIES`, module docstring) says
+    which timings a candidate is recorded with.
     """
+    if fidelity not in FIDELITIES:
+        raise EvoError(f"unknown fidelity {fidelity!r}; one of {', '.join(FIDELITIES)}")
     old = load_recording(out) if out is not None and Path(out).exists() else None
     evaluated = store.find_candidates(status=EVALUATED)
     if gpu is None:
         gpu = old.gpu if old is not None else _busiest_device(store, evaluated)
     if out is None:
-        out = paths.home() / "data" / f"sweep-{gpu_slug(gpu)}.json.gz"
+        out = paths.home() / "data" / f"sweep-{gpu_slug(gpu)}{'-screen' if fidelity == SCREEN else ''}.json.gz"
         old = load_recording(out) if out.exists() else None
     out = Path(out)
     per_cand = {c.id: evs for c in evaluated if (evs := store.evaluations(c.id, gpu))}
     arch = _export_arch(old, evaluated, per_cand, gpu, store.url)
-    timings = store.latest_timings([cid for cid, evs in per_cand.items() if evs[-1].status is Status.FAST], gpu)
+    if fidelity == SCREEN:
+        timings = {cid: (gpu, screen.timings) for cid, evs in per_cand.items() if (screen := _screen(evs))}
+    else:
+        timings = store.latest_timings([cid for cid, evs in per_cand.items() if evs[-1].status is Status.FAST], gpu)
     records = [Record(c.family, c.family_version or 0, dict(c.params), c.status, c.reason, c.id)
                for c in store.find_candidates(status=BUILD_FAILED, arch=arch)]
-    records += [r for c in evaluated if (r := _evaluated_record(c, per_cand.get(c.id), timings, arch))]
-    header = _export_header(store, gpu, arch, timings, per_cand)
+    records += [r for c in evaluated if (r := _evaluated_record(c, per_cand.get(c.id), timings, arch, fidelity))]
+    header = _export_header(store, gpu, arch, timings, per_cand) | {"fidelity": fidelity}
     rec_out = old if old is not None else Recording(header)
     if old is not None:
         rec_out.header = merge_header(old.header, header, out)
@@ -261,14 +286,29 @@ def _export_arch(old: Recording | None, evaluated: Sequence[CandidateView],
     return arch
 
 
+def _screen(evs: Sequence[EvaluationView]) -> EvaluationView | None:
+    """The newest passed search screen among a candidate's evaluations (green or pruned, the
+    rung in its device info), if any."""
+    passed = [e for e in evs if e.device_info.get("rung") == SCREEN and e.status in (Status.GREEN, Status.PRUNED)]
+    return passed[-1] if passed else None
+
+
 def _evaluated_record(c: CandidateView, evs: Sequence[EvaluationView] | None,
-                      timings: Mapping[str, tuple[str, list[Timing]]], arch: str) -> Record | None:
+                      timings: Mapping[str, tuple[str, list[Timing]]], arch: str, fidelity: str) -> Record | None:
     """The record of an evaluated candidate, from its newest evaluation on the GPU (with its
     timings when FAST); None when it was not evaluated there, is of another arch, or only
-    passed GREEN (no final status: green, or pruned after a search's screen)."""
-    if not evs or c.arch != arch or evs[-1].status in (Status.GREEN, Status.PRUNED):
+    passed GREEN (no final status: green, or pruned after a search's screen). At screen
+    fidelity a candidate with a passed screen is FAST with that screen's timings (``timings``),
+    whatever came after it, one timed in full without a screen has no record, and a failure
+    (red, crashed, ...) is recorded as at full fidelity."""
+    if not evs or c.arch != arch:
         return None
-    rec = Record(c.family, c.family_version or 0, dict(c.params), evs[-1].status, evs[-1].reason, c.id)
+    status, reason = evs[-1].status, evs[-1].reason
+    if fidelity == SCREEN and c.id in timings:
+        status, reason = Status.FAST, "screened"
+    elif status in (Status.GREEN, Status.PRUNED) or (fidelity == SCREEN and status is Status.FAST):
+        return None
+    rec = Record(c.family, c.family_version or 0, dict(c.params), status, reason, c.id)
     for t in timings.get(c.id, ("", []))[1] if rec.status is Status.FAST else []:
         stat = {"median_us": t.median_us}
         if t.backend == EVO:
