@@ -261,3 +261,14 @@ def test_bench_samplers_takes_a_screen_recording_and_says_so(searched: Store, tm
     assert problem.best == pytest.approx(9.0 / 8.0)              # the kept candidate's screen: x1.125
     text = section(problem, [], [], [0], 1, 1.0, "abc", None)
     assert "(F1-fp16; each point at its search screen)" in text
+
+
+def test_bench_samplers_refuses_a_family_too_large_to_list(tmp_path: Path) -> None:
+    """flash_wgmma's space spans about 2e12 combinations: listing it was an out-of-memory kill."""
+    from evo.samplerbench.problem import Problem
+
+    rec = Recording(new_header(H200, "sm_90a", [F1], {}))
+    rec.add(Record("flash_wgmma", 1, make_candidate("flash_wgmma").p, Status.RED, "mismatch"))
+    save_recording(rec, tmp_path / "w.json.gz")
+    with pytest.raises(EvoError, match=r"flash_wgmma \(1\.98e\+12\): more points than the 250,000"):
+        Problem.load(tmp_path / "w.json.gz", ["flash_wgmma"])

@@ -28,7 +28,7 @@ from evo.family.manifest import Family, load_family
 from evo.store.recording import Recording, load_recording, record_key
 from evo.results import Shape, Status
 from evo.search import objective
-from evo.family.space import Candidate, all_candidates, make_candidate
+from evo.family.space import LIST_UP_TO, Candidate, all_candidates, combinations, listable, make_candidate
 
 UNMEASURED = "unmeasured"
 
@@ -76,6 +76,10 @@ class Problem:
         if not 0 <= tolerance < 1:
             raise EvoError(f"tolerance must be in [0, 1), not {tolerance}")
         fams = [load_family(n) for n in names]
+        huge = [f"{f.name} ({combinations(f):.3g})" for f in fams if not listable(f)]
+        if huge:   # the replay lists every valid point: flash_wgmma's 2e12 were a kill by the OOM killer
+            raise EvoError(f"{', '.join(huge)}: more points than the {LIST_UP_TO:,} bench-samplers can list "
+                           "(its replay walks a family's whole valid space)")
         cases = list(cases) if cases is not None else rec.common_shapes()
         if not cases:
             raise EvoError(f"{rec.name}: no FAST case is covered by every timed record")
