@@ -395,14 +395,12 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
 
 
-def prime(request: EvalRequest, session: Session) -> Evaluation:
-    """Measure the cache of the request's rung on its cases as that rung's first evaluations
-    would, and nothing else (``options["prime"]``: :meth:`GpuEvaluator.prime
+def prime(request: EvalRequest, plan: Plan, session: Session) -> Evaluation:
+    """Measure the cache of ``plan``'s rung on the request's cases as that rung's first
+    evaluations would, and nothing else (``options["prime"]``: :meth:`GpuEvaluator.prime
     <evo.search.evaluators.GpuEvaluator.prime>`). The timings come back named as measured, so the
     parent carries them to this worker's successors like any evaluation's. It is not a use of the
     cache: the entries age from the first candidate on."""
-    plan = Plan.of(request.options)
-    session.inherit(request.options.get("carried_baselines", {}))
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"rung": plan.rung})
     t0 = time.perf_counter()
     for shape in request.fast_cases:
@@ -421,10 +419,10 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     request is :func:`prime`'s."""
     from evo.gpu.timing import gemm_tflops
 
-    if request.options.get("prime"):
-        return prime(request, session)
     plan = Plan.of(request.options)
     session.inherit(request.options.get("carried_baselines", {}))
+    if request.options.get("prime"):
+        return prime(request, plan, session)
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"salt": str(plan.salt)})
     if "rung" in request.options:
         ev.device["rung"] = plan.rung

@@ -201,9 +201,9 @@ def merge_header(old: dict[str, Any], new: dict[str, Any], where: Path) -> dict[
         if old.get(k) and new.get(k) and old[k] != new[k]:
             raise EvoError(f"{where} holds a sweep for {k} {old[k]!r}, not {new[k]!r}; "
                            f"write to another file")
-    if old.get("fidelity", FULL) != new.get("fidelity", FULL):
-        raise EvoError(f"{where} holds {old.get('fidelity', FULL)} timings, not {new.get('fidelity', FULL)} "
-                       f"ones; write to another file")
+    held, wanted = old.get("fidelity", FULL), new.get("fidelity", FULL)
+    if held != wanted:
+        raise EvoError(f"{where} holds {held} timings, not {wanted} ones; write to another file")
     cases = list(old.get("cases", []))
     cases += [c for c in new.get("cases", []) if c not in cases]
     sessions = list(old.get("sessions", [])) + list(new.get("sessions", []))
