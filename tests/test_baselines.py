@@ -39,3 +39,24 @@ def test_inherited_baselines_fill_only_what_is_missing_and_fresh_ones_are_draine
     cache.inherit([Timing(F1, "a", 1.0, 1.0, 1.0), Timing(F1, "b", 2.0, 2.0, 2.0)])
     assert [t.median_us for t in cache.get(F1, ("a", "b"), 5, recorder(calls))] == [11.0, 2.0]
     assert [t.backend for t in cache.drain()] == ["a"] and cache.drain() == []
+
+
+def test_a_ramped_cache_measures_again_after_2_4_and_8_uses_then_on_schedule() -> None:
+    for ramp, expected in ((True, [0, 2, 6, 14, 30, 46]), (False, [0, 16, 32, 48])):
+        cache, calls, at = BaselineCache(ramp=ramp), [], []
+        for use in range(50):
+            cache.uses = use
+            n = len(calls)
+            cache.get(F1, ("a",), 16, recorder(calls))
+            if len(calls) > n:
+                at.append(use)
+        assert at == expected, ramp
+
+
+def test_an_inherited_entry_counts_as_a_first_measurement_on_the_ramp() -> None:
+    cache, calls = BaselineCache(ramp=True), []
+    cache.inherit([Timing(F1, "a", 1.0, 1.0, 1.0)])
+    cache.uses = 1
+    assert [t.median_us for t in cache.get(F1, ("a",), 16, recorder(calls))] == [1.0]
+    cache.uses = 2
+    assert [t.median_us for t in cache.get(F1, ("a",), 16, recorder(calls))] == [11.0]

@@ -463,13 +463,29 @@ def test_sampling_warms_up_with_untimed_replays_first(gpu: VirtualGpu) -> None:
     assert time_graph(lambda: gpu.work(0.002), reps=3) == pytest.approx([2.0] * 3)
 
 
-def _case_run(ops: dict[str, object], shape: Shape = F1) -> object:
+def _case_run(ops: dict[str, object], shape: Shape = F1, seed: int = 0) -> object:
     """A CaseRun over already-captured timers (the inputs of a real one need a GPU)."""
     from evo.gpu.timing import CaseRun
 
     run = CaseRun.__new__(CaseRun)
-    run.timers, run.fidelity, run.shape = dict(ops), {}, shape  # type: ignore[attr-defined]
+    run.timers, run.fidelity, run.shape, run.seed = dict(ops), {}, shape, seed  # type: ignore[attr-defined]
     return run
+
+
+def test_the_cases_seed_picks_the_op_a_round_starts_with(gpu: VirtualGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search's full rung samples one round: the candidate goes first in half the cases, the
+    paired baseline in the other half, so neither is always timed right after the other case."""
+    import evo.gpu.timing
+    from evo.gpu.timing import GraphTimer
+
+    firsts = []
+    for seed in range(4):
+        notes: list[str] = []
+        monkeypatch.setattr(evo.gpu.timing, "progress", notes.append)
+        run = _case_run({name: GraphTimer(lambda: gpu.work(0.5)) for name in ("evo", "sdpa_cudnn")}, F8, seed)
+        run.sample(rounds=1, reps=4, budget_ms=1000.0)  # type: ignore[attr-defined]
+        firsts.append(notes[0].split()[2])
+    assert firsts == ["evo", "sdpa_cudnn", "evo", "sdpa_cudnn"]
 
 
 def test_sampling_a_case_reports_progress_after_each_ops_samples(gpu: VirtualGpu,

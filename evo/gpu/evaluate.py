@@ -72,7 +72,9 @@ from evo.gpu.worker import EvalRequest, progress
 if TYPE_CHECKING:
     from evo.gpu.suites import GreenCase
 
-QUICK = {"rounds": 2, "reps": 5, "remeasure": 1}      # searches' full rung: enough to rank, a fraction of the time
+# searches' full rung: one round (each op warmed once in a long case: two 300 ms steady-state
+# warm-ups, not three; the case's seed picks which op goes first), 10 samples, one re-measure
+QUICK = {"rounds": 1, "reps": 10, "remeasure": 1}
 NORMAL = {"rounds": 3, "reps": 10, "remeasure": 2}
 INTERLEAVED = {"rounds": 3, "reps": 10, "remeasure": 2}  # evo eval / evo bench: the numbers people quote
 SCREEN_SAMPLING = {"rounds": 1, "reps": 5, "remeasure": 0}  # a search's screen: one look at each op
@@ -179,7 +181,8 @@ class Session:
 
     def __init__(self) -> None:
         self.device = device_info()
-        self.caches = {rung: BaselineCache() for rung in RUNGS}
+        # the screen's scoring baseline is measured again early and often while the GPU warms up
+        self.caches = {rung: BaselineCache(ramp=rung == SCREEN) for rung in RUNGS}
 
     def inherit(self, carried: Mapping[str, Sequence[Timing]]) -> None:
         """Baselines other workers measured on this GPU kind, per rung (:mod:`evo.gpu.worker`:

@@ -668,7 +668,7 @@ class CaseRun:
                  warmup: int) -> None:
         import torch
 
-        self.shape = shape
+        self.shape, self.seed = shape, seed
         self.timers: dict[str, GraphTimer] = {}
         self.rotations: dict[str, Rotation] = {}
         self.fidelity: dict[str, Fidelity | None] = {}
@@ -702,7 +702,8 @@ class CaseRun:
             return refusal(op, self.inputs.sets[0])
 
     def sample(self, rounds: int, reps: int, budget_ms: float, *, fidelity: bool = False) -> dict[str, list[float]]:
-        """Samples per op, interleaved round by round (the starting op rotates); an op whose
+        """Samples per op, interleaved round by round (the starting op rotates, from one picked by
+        the case's seed, so a one-round measurement does not always time the same op first); an op whose
         replays are long gets fewer than ``reps`` per round, to stay near ``budget_ms``. In a
         long case (:func:`steady_case`) an op first settles into its own steady state whenever
         another op ran since its last samples. With ``fidelity``, each op is profiled right
@@ -715,7 +716,7 @@ class CaseRun:
         samples: dict[str, list[float]] = {n: [] for n in names}
         last = None
         for r in range(rounds):
-            shift = r % len(names)
+            shift = (r + self.seed) % len(names)
             for name in names[shift:] + names[:shift]:
                 timer = self.timers[name]
                 if steady and name != last:

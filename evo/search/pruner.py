@@ -7,15 +7,20 @@ value of step 0 (:data:`SCREEN_STEP`) where the study has one objective, and the
 ``trial.should_prune()`` (:mod:`evo.search.rungs`). The study's pruner decides; any Optuna
 pruner can take this one's place (``evo.run(pruner=...)``).
 
-:class:`EvoPruner` keeps a trial when, in some bucket or overall, its screened value is at
-least ``1 - margin`` times the ``top``-th best screened value of the study's other trials
-(screens are compared with screens only: a screen times the candidate alone against a cached
-baseline, the full rung beside it, so the two are not on one scale), or when fewer than ``top``
-other trials were screened there. With the defaults (``top`` 1, ``margin`` 0) a candidate goes on
-to the full protocol when its screen beats every screen before it somewhere: the first ones
-always, then fewer and fewer (on the stored H100 studies, a fifth of the candidates of a search
-near its optimum led some bucket when they came). It prunes the rest, which are stored
+:class:`EvoPruner` keeps a trial when its screened score (``all``) is at least ``1 - margin``
+times the ``top``-th best screened score of the study's other trials, or when in some bucket its
+screened value beats the ``top``-th best screened value there by ``lead`` too (screens are compared
+with screens only: a screen times the candidate alone against a cached baseline, the full rung
+beside it, so the two are not on one scale), or when fewer than ``top`` other trials were screened
+there. With the defaults (``top`` 1, ``margin`` 0, ``lead`` 0.01) a candidate goes on to the full
+protocol when its screened score beats every screen before it, or its screen leads some bucket by
+at least 1 %: the first ones always, then fewer and fewer. It prunes the rest, which are stored
 ``pruned`` and never ranked.
+
+Why ``lead``: the screen is off its candidate's full score by a median 1 % (dev/perf-notes.md), and
+on an H100 at git 30cb384, 8 of the 13 candidates a 290 s run kept led one bucket only, most by
+0.2-0.9 %: each cost a full rung (15-16 s of GPU, against 2 s for a screen) to settle what the
+screen cannot tell apart. A candidate that leads the objective itself needs no such lead.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
+
+from evo.search.screen import OVERALL
 
 SCREEN_ATTR = "screen"   # the trial's user attr holding its screened values
 SCREEN_STEP = 0          # the step its screened score is reported at (single-objective studies)
@@ -32,10 +39,10 @@ class EvoPruner(BasePruner):
     """Prunes a screened trial that leads no bucket (module docstring). ``why(number)``: the
     reason of the last verdict on trial ``number``, for the trial's and the store's records."""
 
-    def __init__(self, top: int = 1, margin: float = 0.0) -> None:
-        if top < 1 or not 0.0 <= margin < 1.0:
-            raise ValueError("EvoPruner needs top >= 1 and 0 <= margin < 1")
-        self.top, self.margin = top, margin
+    def __init__(self, top: int = 1, margin: float = 0.0, lead: float = 0.01) -> None:
+        if top < 1 or not 0.0 <= margin < 1.0 or not 0.0 <= lead < 1.0:
+            raise ValueError("EvoPruner needs top >= 1, 0 <= margin < 1 and 0 <= lead < 1")
+        self.top, self.margin, self.lead = top, margin, lead
         self._why: dict[int, str] = {}
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
@@ -50,7 +57,7 @@ class EvoPruner(BasePruner):
             if len(best) < self.top:
                 self._why[trial.number] = f"kept: the first {'screen' if self.top == 1 else 'screens'} of {key}"
                 return False
-            bar = best[self.top - 1] * (1.0 - self.margin)
+            bar = best[self.top - 1] * (1.0 - self.margin) * (1.0 if key == OVERALL else 1.0 + self.lead)
             if value >= bar:
                 self._why[trial.number] = f"kept: leads {key} (screened x{value:.3f} >= x{bar:.3f})"
                 return False
