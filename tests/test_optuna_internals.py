@@ -109,3 +109,20 @@ def test_queue_empty_makes_ask_skip_the_queue_and_only_inside(rdb: optuna.storag
     assert fresh.number == 1, "Study.ask no longer pops through _pop_waiting_trial_id"
     assert study.ask().number == 0  # outside, the queue is read again
     assert not internals.has_waiting(rdb, sid)
+
+
+def test_tell_finishes_a_trial_as_study_tell_does_and_knows_its_storage_id(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    done, pruned, nan, failed = (study.ask() for _ in range(4))
+    assert [internals.trial_id(t) for t in (done, pruned)] == [_tid(rdb, done), _tid(rdb, pruned)], \
+        "Trial._trial_id is no longer the storage id"
+    internals.tell(study, done, [2.0])
+    internals.tell(study, pruned, state=TrialState.PRUNED)
+    with pytest.warns(UserWarning, match="nan is not acceptable"):  # as Study.tell: a NaN value fails the trial, with a warning
+        internals.tell(study, nan, [float("nan")])
+    rdb.set_trial_state_values(_tid(rdb, failed), TrialState.FAIL)  # as a survivor fails a stale trial
+    with pytest.raises(ValueError, match="Cannot tell a FAIL trial"):
+        internals.tell(study, failed, [1.0])
+    kept = study.get_trials()
+    assert [(t.state, t.values) for t in kept] == [(TrialState.COMPLETE, [2.0]), (TrialState.PRUNED, None),
+                                                   (TrialState.FAIL, None), (TrialState.FAIL, None)]

@@ -31,18 +31,26 @@ the one that went, if an Optuna release changes any of them:
   public ``distribution_to_json`` spells them. The trial object keeps them as ``suggest`` and
   ``set_user_attr`` always do. The trial must still be RUNNING then, as Optuna requires of each
   write (``UpdateFinishedTrialError`` otherwise; nothing is written).
+- :func:`tell`: ``Study.tell`` tells through ``optuna.study._tell._tell_with_warning`` (which
+  reads the trial, checks it, calls the sampler's ``after_trial`` and stores its state and
+  values) and then reads the trial once more, only to return a deep copy of it, which evo
+  never uses. With four workers on PostgreSQL that last read was a twentieth of a worker's CPU
+  (issue 35); :func:`tell` calls the same function and skips it.
+- :func:`trial_id`: the storage id of a trial that ``Study.ask`` returned is its ``_trial_id``;
+  looking it up by study and number instead cost a query per ask, under the ask lock.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.study._tell import _tell_with_warning
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import String, cast, column, delete, insert, select, table
 
@@ -70,6 +78,19 @@ def is_enqueued(t: FrozenTrial) -> bool:
 def set_trial_system_attr(study: optuna.Study, trial: FrozenTrial, key: str, value: Any) -> None:
     """Set a system attr on ``trial`` from inside a sampler hook (no public route exists)."""
     study._storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, values: Sequence[float] | None = None,
+         state: TrialState | None = None) -> None:
+    """``study.tell(trial, values, state=state)``, less the read of the told trial that only
+    builds ``Study.tell``'s return value; it raises as ``Study.tell`` does (``ValueError`` for a
+    trial no longer RUNNING, ``UpdateFinishedTrialError`` for one finished meanwhile)."""
+    _tell_with_warning(study=study, trial=trial, value_or_values=values, state=state)
+
+
+def trial_id(trial: optuna.Trial) -> int:
+    """The storage id of a trial ``Study.ask`` returned."""
+    return trial._trial_id
 
 
 def unbeaten(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:

@@ -67,7 +67,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import BuildResult, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Unmeasured
-from evo.search.internals import has_waiting, one_write, queue_empty
+from evo.search.internals import has_waiting, one_write, queue_empty, trial_id
 from evo.search.liveness import Liveness
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
@@ -347,7 +347,7 @@ class Search:
             with queue, warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                 trial = self.study.ask()  # pops a WAITING trial (a retry) first, else a new one
-            tid = self.rdb.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+            tid = trial_id(trial)
             self.heartbeat.add(tid)
             try:
                 self.rdb.set_trial_system_attr(tid, RUN, str(self.run_id))

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from evo.family.space import Candidate
 from evo.results import Status
 from evo.gpu.margin import GREEN_SHARE, over_share
-from evo.search.internals import one_write
+from evo.search.internals import one_write, tell
 from evo.search.params import CANDIDATE
 from evo.search.records import LABEL, REUSED, SPEEDUPS, Best, Outcome, Pending, Reporter, RunSummary
 from evo.search.resume import REASON, STATUS, Heartbeat
@@ -87,10 +87,10 @@ class Teller:
                 trial.set_user_attr(key, v)
         # the store first: if we die before tell, recovery marks both FAIL
         self.store.record_trial(self.study.study_name, trial.number, cid, self.run_id, state.name, value)
-        if outcome.values is not None:
-            self.study.tell(trial, outcome.values)
+        if outcome.values is not None:  # Study.tell, less a read of the trial (internals.tell)
+            tell(self.study, trial, outcome.values)
         else:
-            self.study.tell(trial, state=state)
+            tell(self.study, trial, state=state)
 
     def _lost(self, p: Pending, cid: str | None) -> None:
         """Our trial was failed as stale meanwhile (and re-queued): mirror FAIL, say so."""
