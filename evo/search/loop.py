@@ -69,10 +69,11 @@ from evo.search import objective
 from evo.search.evaluators import Evaluator, Unmeasured
 from evo.search.internals import has_waiting, one_write, queue_empty, trial_id
 from evo.search.liveness import Liveness
+from evo.search.memo import TrialMemo
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
 from evo.search.parents import parents
-from evo.search.proposal import ProposalSampler, seen_keys
+from evo.search.proposal import ProposalSampler, trial_key
 from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
@@ -124,6 +125,7 @@ class Search:
         self.heartbeat = Heartbeat(storage, interval, renew=functools.partial(store.renew_run, run_id, lease))
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self._valid_keys: set[str] | None = None
+        self.key = TrialMemo(trial_key)  # a trial's record key, read by untried()
         self.time_budget_s: float | None = None
         self.started = 0.0                # the clock's reading when the time budget began
         self.unstarted = 0                # trials given back because the time budget ran out
@@ -148,12 +150,6 @@ class Search:
             self._valid_keys = {record_key(c.family, c.p) for f in self.families.values() if listable(f)
                                 for c in all_candidates(f)}
         return self._valid_keys
-
-    def _untried(self, all_trials: Sequence[FrozenTrial]) -> int:
-        """Valid points no trial holds: exact over the listable families; a family too large to
-        list counts all its combinations (an upper bound no search comes near)."""
-        unlisted = sum(combinations(f) for f in self.families.values() if not listable(f))
-        return len(self.valid_keys() - seen_keys(all_trials)) + unlisted
 
     # ------------------------------------------------------------------ driving
 
@@ -222,7 +218,7 @@ class Search:
         if self._out_of_time():
             given_back = f" ({self.unstarted} unstarted trial(s) re-queued)" if self.unstarted else ""
             return 0, f"time budget of {self.time_budget_s:g} s spent{given_back}"
-        left = self._untried(all_trials) + waiting
+        left = untried(self, all_trials) + waiting
         if left == 0 and running == 0:
             return 0, f"search space exhausted: all {len(self.valid_keys())} valid candidates tried"
         return max(0, min(self.batch, trials - done - running, left)), ""
@@ -401,6 +397,14 @@ class Search:
         what the liveness thread found meanwhile."""
         self.teller.finish(p, outcome, waited)
         self.liveness.report()
+
+
+def untried(search: Search, all_trials: Sequence[FrozenTrial]) -> int:
+    """Valid points no trial holds: exact over the listable families; a family too large to list
+    counts all its combinations (an upper bound no search comes near). Each finished trial's record
+    key is read once (:class:`~evo.search.memo.TrialMemo`): this runs twice a batch, over every trial."""
+    unlisted = sum(combinations(f) for f in search.families.values() if not listable(f))
+    return len(search.valid_keys() - {k for t in all_trials if (k := search.key(t)) is not None}) + unlisted
 
 
 def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
