@@ -61,3 +61,20 @@ def test_benchmarks_md_shows_the_section_and_bench_records_never_read_the_subfol
     md = regenerate(bench)                  # no bench record: the throughput table alone
     text = md.read_text()
     assert "No benchmarks yet" in text and "| **549** |" in text
+
+
+def test_parts_of_one_resumed_run_combine_into_one_record_with_the_rates_from_the_sums() -> None:
+    one = dict(RUN, run_id=1, trials=70, wall_s=400.0, gpu_busy_share=0.8, counts={"pruned": 40, "fast": 13},
+               stopped="time budget")
+    two = dict(RUN, run_id=2, measured=30, trials=32, wall_s=200.0, gpu_busy_share=0.5, screened=30, kept=2,
+               screen_errors=[0.02], counts={"pruned": 28, "red": 1}, gpu_s={"GREEN": 8.0, "screen": 50.0, "full": 20.0})
+    got = throughput.combine([one, two])
+    assert got["measured"] == 90 and got["trials"] == 102 and got["wall_s"] == 600.0
+    assert got["candidates_per_gpu_hour"] == pytest.approx(540.0)                 # 90 in 600 s of one GPU
+    assert got["gpu_busy_share"] == pytest.approx((320.0 + 100.0) / 600.0)
+    assert got["candidates_per_busy_gpu_hour"] == pytest.approx(90 / 420.0 * 3600.0)
+    assert got["counts"] == {"pruned": 68, "fast": 13, "red": 1} and got["gpu_s"]["full"] == pytest.approx(223.4)
+    assert got["screened"] == 90 and got["kept"] == 15 and got["screen_errors"] == [0.01, -0.03, 0.002, 0.02]
+    assert [p["run_id"] for p in got["parts"]] == [1, 2]
+    with pytest.raises(EvoError, match="differ in git_sha"):
+        throughput.combine([one, dict(two, git_sha="other")])

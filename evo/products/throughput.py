@@ -6,7 +6,9 @@ document has none). One optional key is not the run's own: ``note``, a line adde
 the record, shown beside it (e.g. a GPU that ran slow for the whole run). The table gives what issue
 35 judges a search by: candidates measured per GPU-hour, per busy GPU-hour, where the GPU's time
 went (GREEN, screen, full rung), how many screened candidates went on to the full protocol, and the
-screen's error against the full score.
+screen's error against the full score. A search longer than one call of a lent GPU machine runs as
+parts that resume one study (``scripts/gpu-throughput.sh``, ``TP_RESUME``); :func:`combine` makes
+their summaries one record, each part's start-up counted in its wall time.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,43 @@ def load(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
         except (OSError, json.JSONDecodeError) as exc:
             raise EvoError(f"cannot read throughput record {path}: {exc}") from None
     return records
+
+
+def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One record of a run made in ``parts`` (``evo run --summary-json`` documents of one study,
+    in order): counts, seconds and screen errors summed over the parts, the rates recomputed from
+    the sums, the best as the last part found it, and ``parts`` saying what each one did."""
+    if not parts:
+        raise EvoError("no parts to combine")
+    first = parts[0]
+    for key in ("study", "device", "git_sha", "gpus"):
+        if len({str(p.get(key)) for p in parts}) != 1:
+            raise EvoError(f"the parts differ in {key}: {sorted({str(p.get(key)) for p in parts})}")
+    wall = sum(float(p["wall_s"]) for p in parts)
+    gpu_hours = wall * int(first["gpus"]) / 3600.0
+    busy = sum(float(p.get("gpu_busy_share") or 0.0) * float(p["wall_s"]) for p in parts)
+    out: dict[str, Any] = {k: first.get(k) for k in ("study", "source", "device", "git_sha", "workers", "gpus")}
+    for key in ("measured", "trials", "screened", "kept"):
+        out[key] = sum(int(p.get(key) or 0) for p in parts)
+    out["counts"] = _summed([p.get("counts") or {} for p in parts])
+    out["gpu_s"] = _summed([p.get("gpu_s") or {} for p in parts])
+    out["wall_s"] = wall
+    out["candidates_per_gpu_hour"] = out["measured"] / gpu_hours
+    out["trials_per_gpu_hour"] = out["trials"] / gpu_hours
+    out["gpu_busy_share"] = busy / wall
+    out["candidates_per_busy_gpu_hour"] = out["measured"] / (busy * int(first["gpus"]) / 3600.0) if busy else None
+    out["screen_errors"] = [e for p in parts for e in p.get("screen_errors") or []]
+    out["best"] = parts[-1].get("best")
+    out["parts"] = [{k: p.get(k) for k in ("run_id", "measured", "wall_s", "stopped")} for p in parts]
+    return out
+
+
+def _summed(maps: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for m in maps:
+        for k, v in m.items():
+            total[k] = total.get(k, 0) + v
+    return total
 
 
 def _date(name: str) -> str:
