@@ -148,6 +148,27 @@ def test_workers_that_start_together_set_up_one_database_and_one_study(url: str)
     engine.dispose()
 
 
+LOCK_AFTER_ALEMBIC = """
+import sys
+from evo.store import engine
+print("alembic" in sys.modules)
+real = engine.ProcessLock.__enter__
+def enter(self):
+    print(all(m in sys.modules for m in ("alembic.command", "alembic.config", "alembic.migration", "alembic.script")))
+    return real(self)
+engine.ProcessLock.__enter__ = enter
+with engine.schema_lock(sys.argv[1]):
+    pass
+"""
+
+
+def test_the_schema_lock_is_taken_with_alembic_imported_already(url: str) -> None:
+    """Workers that start together import Alembic at once, not in turn under the lock (issue 35)."""
+    out = subprocess.run([sys.executable, "-c", LOCK_AFTER_ALEMBIC, url], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_an_sqlite_file_locked_too_long_is_one_line_naming_postgresql(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "evo.sqlite"

@@ -240,7 +240,14 @@ class ProcessLock:
 def schema_lock(url: str) -> Iterator[None]:
     """Hold the database's ``schema`` :class:`ProcessLock` while it is set up, so that processes
     that start together create evo's and Optuna's tables, and a study with its settings, one
-    after the other."""
+    after the other. Alembic, which that set-up imports on its first use in a process (evo's
+    migrations; Optuna's storage checks its schema version with it), is imported before the lock
+    is taken: under it, four workers starting together on two cores imported it one after another,
+    a fifth of a second of CPU each, and the last began its search that much later (issue 35)."""
+    import alembic.command  # noqa: F401  (with the package, its config, runtime and script modules)
+    import alembic.config  # noqa: F401
+    import alembic.migration  # noqa: F401
+
     lock = ProcessLock(url, "schema")
     try:
         with lock:
