@@ -485,7 +485,8 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
         jobs: int | None = None, gpus: str | None = None, heartbeat_s: int | None = None,
         grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
         start_from: Sequence[str] | None = None, start_top: int | None = None,
-        reporter: Reporter | None = None, screen: bool = True, pruner: Any = None) -> RunSummary:
+        reporter: Reporter | None = None, screen: bool = True, pruner: Any = None,
+        pins: Sequence[str] | None = None) -> RunSummary:
     """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
 
     Measurements come from ``replay`` (a recorded sweep), else the worker ``target`` when one is
@@ -500,7 +501,10 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     these studies (:mod:`evo.search.warmstart`). Families, FAST cases and sampler are checked
     before any database file is made. On a GPU each new candidate is screened first and timed
     in full only if ``pruner`` (an Optuna pruner; default :class:`~evo.search.pruner.EvoPruner`)
-    keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs").
+    keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs"). ``pins``:
+    ``GENE=VALUE`` or ``FAMILY.GENE=VALUE`` texts (``evo run --pin``): search the sub-space with
+    those genes held at one value each; a study keeps the pins it was created with (a run giving
+    others is refused; none given: the study's).
     """
     from evo.search.driver import RunOptions
     from evo.search.fanout import start
@@ -516,7 +520,8 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
                       heartbeat_s=HEARTBEAT_S if heartbeat_s is None else heartbeat_s,
                       grace_s=GRACE_S if grace_s is None else grace_s, target=target,
                       start_from=list(start_from) if start_from else None,
-                      start_top=DEFAULT_TOP if start_top is None else start_top, screen=screen, pruner=pruner)
+                      start_top=DEFAULT_TOP if start_top is None else start_top, screen=screen, pruner=pruner,
+                      pins=list(pins) if pins is not None else None)
     return start(opts, gpus, reporter or NullReporter())
 
 
@@ -710,15 +715,17 @@ def bench_samplers(recordings: Sequence[str] = (), *, seeds: int = 50, samplers:
                    batch: int = 1, jobs: int | None = None, out: str | os.PathLike[str] | None = None,
                    plot: str | os.PathLike[str] | None = None, results: str | os.PathLike[str] | None = None,
                    note: Callable[[str], None] | None = None,
-                   progress: Callable[[SamplerRun], None] | None = None) -> list[Path]:
+                   progress: Callable[[SamplerRun], None] | None = None, pins: Sequence[str] = ()) -> list[Path]:
     """Compare samplers on recorded sweeps (``evo bench-samplers``; :mod:`evo.samplerbench`):
     evaluations each needs to reach the best point, cold and warm, ``seeds`` runs per sampler
     and start mode; writes the markdown ``out`` (default ``<EVO_HOME>/docs/sampler-benchmark.md``),
     the figure ``plot`` and every run as JSON ``results`` (default: beside ``out``) and returns
     the files written. ``recordings``: ``PATH`` or ``PATH:fam1,fam2`` (default: the newest
     ``data/sweep-*.json.gz``); ``samplers`` (default :data:`BENCH_SAMPLERS`); ``kt``: Kernel
-    Tuner's strategies (None: its built-in ones; empty: none); ``modes``: of :data:`START_MODES`.
-    ``note`` hears progress lines, ``progress`` each finished run."""
+    Tuner's strategies (None: its built-in ones; empty: none); ``modes``: of :data:`START_MODES`;
+    ``pins``: ``GENE=VALUE`` or ``FAMILY.GENE=VALUE`` texts (``--pin``), a sub-space: those genes
+    held at one value each wherever their family is benchmarked (so a family too large to list
+    may be benchmarked on a part of it). ``note`` hears progress lines, ``progress`` each finished run."""
     from evo.samplerbench.doc import Options, write
     from evo.store.recording import newest_recording
 
@@ -733,7 +740,7 @@ def bench_samplers(recordings: Sequence[str] = (), *, seeds: int = 50, samplers:
                    kt=None if kt is None else list(kt), modes=list(modes or START_MODES),
                    cases=list(fast_shapes(cases)) if cases else None, baseline=baseline, tolerance=tolerance,
                    batch=batch, jobs=jobs, out=md, plot=Path(plot) if plot else md.with_suffix(".png"),
-                   results=Path(results) if results else md.with_suffix(".json"))
+                   results=Path(results) if results else md.with_suffix(".json"), pins=list(pins))
     return write(opts, note=note or (lambda _line: None), progress=progress)
 
 

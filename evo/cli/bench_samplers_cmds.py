@@ -35,6 +35,9 @@ def _progress(r: api.SamplerRun) -> None:
               help="the SDPA backend scores are against")
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               metavar="FRACTION", help="target: any point within this fraction of the best (0: the best point)")
+@click.option("--pin", multiple=True, metavar="LIST",
+              help="benchmark a sub-space, these genes held at one value each, comma-separated: FAMILY.GENE=VALUE, "
+                   "or GENE=VALUE for the one benchmarked family that has it (a family too large to list needs it)")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="trials per batch of the Optuna-driven samplers (as evo run --batch; 1: sequential, "
                    "as Kernel Tuner)")
@@ -47,7 +50,8 @@ def _progress(r: api.SamplerRun) -> None:
               help="every run, as JSON; `evo report` reads it (default: beside --out, .json)")
 def bench_samplers_cmd(recording: tuple[str, ...], seeds: int, samplers: tuple[str, ...], kt: tuple[str, ...],
                        modes: tuple[str, ...], cases: tuple[str, ...], baseline: str, tolerance: float, batch: int,
-                       jobs: int | None, out: Path | None, plot: Path | None, results: Path | None) -> None:
+                       pin: tuple[str, ...], jobs: int | None, out: Path | None, plot: Path | None,
+                       results: Path | None) -> None:
     """Compare samplers on recorded sweeps: evaluations to reach the best point, cold and warm.
 
     Each sampler runs --seeds times per start mode on the recording (lookups, no GPU); the tables
@@ -60,6 +64,7 @@ def bench_samplers_cmd(recording: tuple[str, ...], seeds: int, samplers: tuple[s
                                  kt=[] if kt_list == ["none"] else kt_list, modes=split_list(modes),
                                  cases=split_list(cases), baseline=baseline, tolerance=tolerance, batch=batch,
                                  jobs=jobs, out=out, plot=plot, results=results,
-                                 note=lambda s: click.echo(s, err=True), progress=_progress)
+                                 note=lambda s: click.echo(s, err=True), progress=_progress,
+                                 pins=split_list(pin) or ())
     for path in written:
         click.echo(f"wrote {path}")

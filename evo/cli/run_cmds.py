@@ -71,6 +71,10 @@ class SamplerChoice(click.Choice):
               "through today's manifests (docs/search.md)")
 @click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
               help="with --start-from: how many of each study's best (each bucket's leader comes too)")
+@click.option("--pin", multiple=True, metavar="LIST",
+              help="search a sub-space, these genes held at one value each, comma-separated: FAMILY.GENE=VALUE, "
+              "or GENE=VALUE for the one family of --families that has it; a study keeps its pins (default: "
+              "the study's; other pins are refused)")
 @click.option("--full-only", is_flag=True,
               help="time every candidate with the full protocol (no screen, no pruning), as evo did before "
               "rungs; evo eval and evo bench always do")
@@ -81,7 +85,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
             gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int,
-            full_only: bool, summary_json: Path | None) -> None:
+            pin: tuple[str, ...], full_only: bool, summary_json: Path | None) -> None:
     """Start or resume an evolution.
 
     Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
@@ -108,7 +112,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           cases=split_list(cases), sampler=sampler, seed=seed, study=study, replay=replay,
                           batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
                           heartbeat_s=heartbeat, grace_s=grace, start_from=split_list(start_from),
-                          start_top=start_top, reporter=reporter, screen=not full_only)
+                          start_top=start_top, reporter=reporter, screen=not full_only, pins=split_list(pin))
     finally:
         reporter.stop()
     report = api.run_report(summary, db)

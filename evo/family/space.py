@@ -7,6 +7,8 @@ lists a small space's valid points and ``sample_valid`` draws from a large one;
 ``random_candidates`` and ``mutations`` give valid points for batch builds and for the
 evolutionary sampler, and
 ``switch`` moves a candidate to a successor family, keeping the genes the two share.
+``pinned`` holds some genes of a family at one value each (a sub-space: ``evo run --pin``,
+``evo bench-samplers --pin``), and ``parse_pins`` reads those options.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from evo.errors import EvoError, InvalidCandidate
 from evo.family.expr import evaluate, names_in
@@ -24,7 +26,7 @@ from evo.family import splitkv
 from evo.family.manifest import SPLIT_FORMULAS, SPLIT_OPTIONAL, Family, Value, load_family
 from evo.family.splitkv import WORKSPACE_ALIGN as WORKSPACE_ALIGN  # re-exported: the workspace's padding
 from evo.family.splitkv import SplitConfig, SplitPlan
-from evo.vocab import value_text
+from evo.vocab import assignment_text, value_text
 
 
 @dataclass(frozen=True)
@@ -165,14 +167,15 @@ def is_valid(family: Family, params: Mapping[str, Value]) -> bool:
     return not violations(family, params)
 
 
-_VALID: dict[tuple[str, int, str], tuple[Candidate, ...]] = {}
+_VALID: dict[tuple[str, int, str, str], tuple[Candidate, ...]] = {}
 
 
 def all_candidates(family: Family) -> Iterator[Candidate]:
     """Every valid point of the family, in manifest order (that of ``itertools.product`` over
     the parameters' values). Enumerated once per process and family version, then served from
-    memory."""
-    key = (str(family.path), family.version, json.dumps([c.expr for c in family.constraints]))
+    memory (keyed by the domains too: a :func:`pinned` family is listed apart)."""
+    key = (str(family.path), family.version, json.dumps([c.expr for c in family.constraints]),
+           json.dumps([[n, spec.values] for n, spec in family.params.items()]))
     if key not in _VALID:
         _VALID[key] = tuple(_valid_points(family))
     yield from _VALID[key]
@@ -290,3 +293,91 @@ def diff(a: Candidate, b: Candidate) -> dict[str, tuple[Value, Value]]:
         return {"family": (a.family, b.family)}
     pa, pb = a.p, b.p
     return {k: (pa[k], pb[k]) for k in pa if pa[k] != pb[k]}
+
+
+Pins = dict[str, dict[str, Value]]  # family name -> gene -> the one value it is held at
+
+
+def pinned(family: Family, pins: Mapping[str, Value]) -> Family:
+    """``family`` with each gene of ``pins`` held at its one value: the gene's domain becomes that
+    value alone, and its default that value, so everything that walks the space (listing,
+    :func:`combinations`, :func:`listable`, sampling, mutations, the samplers) sees only the
+    sub-space. Name, version, template and constraints are the family's, so a point of the
+    sub-space is the same candidate (same params, key and build id). EvoError, one line, for an
+    unknown gene, a value outside the gene's domain, or pins under which the defaults break a
+    constraint (every search and benchmark may start from the defaults: pin other genes too)."""
+    if not pins:
+        return family
+    params = dict(family.params)
+    for name, value in pins.items():
+        spec = params.get(name)
+        if spec is None:
+            raise EvoError(f"cannot pin {name} of {family.name}: no such parameter; parameters: "
+                           f"{', '.join(family.params)}")
+        if value not in spec.values or type(value) is not type(spec.default):
+            raise EvoError(f"cannot pin {family.name}.{assignment_text(name, value)}: "
+                           f"allowed: {spec.allowed()}")
+        params[name] = replace(spec, values=(value,), default=value)
+    sub = replace(family, params=params)
+    broken = _constraint_violations(sub, sub.defaults())
+    if broken:
+        raise EvoError(f"{family.name} pinned at {pins_text({family.name: dict(pins)})}: its defaults "
+                       f"break a constraint ({broken[0]}); pin the genes it reads too")
+    return sub
+
+
+def parse_pins(items: Sequence[str], families: Sequence[Family] | None = None) -> Pins:
+    """``GENE=VALUE`` and ``FAMILY.GENE=VALUE`` texts (``--pin``) as pins per family, each value
+    checked against the gene's domain. ``families`` are those in view (default: the families the
+    qualified pins name): a qualified pin must name one of them, an unqualified ``GENE`` must be
+    a gene of exactly one of them. EvoError, one line, for anything else, or for one gene pinned
+    twice to different values."""
+    split = [(item, *item.partition("=")) for item in items]
+    if families is None:
+        named = dict.fromkeys(key.strip().rpartition(".")[0] for _, key, _, _ in split)
+        families = [load_family(n) for n in named if n]
+    by_name = {f.name: f for f in families}
+    out: Pins = {}
+    for item, key, sep, text in split:
+        family_name, _, gene = key.strip().rpartition(".")
+        if not sep or not gene:
+            raise EvoError(f"--pin takes GENE=VALUE or FAMILY.GENE=VALUE, not {item!r}")
+        fam = by_name.get(family_name) if family_name else _owner(list(by_name.values()), gene)
+        if fam is None:
+            raise EvoError(f"--pin {item}: {family_name} is not a family of this search "
+                           f"({', '.join(by_name)})")
+        try:
+            value = parse_assignments(fam, [f"{gene}={text}"])[gene]
+        except EvoError as exc:
+            raise EvoError(f"--pin {item}: {exc}") from None
+        if out.setdefault(fam.name, {}).setdefault(gene, value) != value:
+            raise EvoError(f"--pin {fam.name}.{gene} is given twice, to different values")
+    return out
+
+
+def _owner(families: list[Family], gene: str) -> Family:
+    """The one family of ``families`` that has ``gene`` (an unqualified ``--pin``), or EvoError."""
+    owners = [f for f in families if gene in f.params]
+    if not families:
+        raise EvoError(f"--pin {gene}: name its family (FAMILY.{gene}=VALUE) or the families searched (--families)")
+    if not owners:
+        raise EvoError(f"--pin {gene}: no family of this search ({', '.join(f.name for f in families)}) has it")
+    if len(owners) > 1:
+        raise EvoError(f"--pin {gene}: a gene of {', '.join(f.name for f in owners)}; spell it FAMILY.{gene}=VALUE")
+    return owners[0]
+
+
+def pin_families(families: Sequence[Family], pins: Mapping[str, Mapping[str, Value]]) -> list[Family]:
+    """``families`` with their pins applied (:func:`pinned`); EvoError when a pin names a family
+    that is not among them."""
+    names = {f.name for f in families}
+    stray = [n for n in pins if n not in names]
+    if stray:
+        raise EvoError(f"--pin names {', '.join(stray)}, which is not searched here "
+                       f"({', '.join(sorted(names))})")
+    return [pinned(f, pins.get(f.name, {})) for f in families]
+
+
+def pins_text(pins: Mapping[str, Mapping[str, Value]]) -> str:
+    """Pins as ``--pin`` takes them, qualified and comma-separated (``flash_mma.STAGES=2,...``)."""
+    return ",".join(f"{fam}.{assignment_text(g, v)}" for fam, genes in pins.items() for g, v in genes.items())

@@ -1,6 +1,7 @@
 """Regenerate docs/sampler-benchmark.md (with its figure and raw runs) from recordings.
 
-One section per recording (``PATH`` or ``PATH:fam1,fam2`` to benchmark some of its families),
+One section per recording (``PATH`` or ``PATH:fam1,fam2`` to benchmark some of its families;
+``--pin`` holds genes at one value for a sub-space, in every section that benchmarks their family),
 a JSON file with every run (so each figure of the tables can be recomputed; ``evo report``
 draws it), and the plot when matplotlib is installed (otherwise said, and the doc is written without it).
 """
@@ -14,13 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from evo.errors import EvoError
+from evo.family.manifest import load_family
+from evo.family.space import Pins, parse_pins
 from evo.paths import git_sha
 from evo.results import Shape
 from evo.samplerbench import plot as plot_mod
 from evo.samplerbench.entrants import resolve
-from evo.samplerbench.problem import Problem
+from evo.samplerbench.problem import Problem, section_families
 from evo.samplerbench.report import section
 from evo.samplerbench.run import RunResult, Spec, benchmark
+from evo.store.recording import load_recording
 from evo.vocab import BENCH_SAMPLERS, START_MODES
 
 COUNTING = """\
@@ -63,6 +67,7 @@ class Options:
     out: Path = Path("docs/sampler-benchmark.md")
     plot: Path | None = Path("docs/sampler-benchmark.png")
     results: Path | None = Path("docs/sampler-benchmark.json")
+    pins: list[str] = field(default_factory=list)   # --pin GENE=VALUE / FAMILY.GENE=VALUE: a sub-space
 
 
 def parse_recording(text: str) -> tuple[str, tuple[str, ...] | None]:
@@ -81,8 +86,10 @@ def write(opts: Options, note: Callable[[str], None],
     """Run every recording's benchmark and write the doc, the runs and the plot; returns the
     files written."""
     _check(opts)
-    specs = [Spec(path, fams, tuple(opts.cases) if opts.cases else None, opts.baseline, opts.tolerance)
-             for path, fams in map(parse_recording, opts.recordings)]
+    chosen = [parse_recording(r) for r in opts.recordings]
+    pins = resolve_pins(chosen, opts.pins)
+    specs = [Spec(path, fams, tuple(opts.cases) if opts.cases else None, opts.baseline, opts.tolerance, pins)
+             for path, fams in chosen]
     problems = [s.load() for s in specs]
     entrants = resolve(opts.samplers, opts.kt, note)
     if not entrants:
@@ -117,6 +124,15 @@ def write(opts: Options, note: Callable[[str], None],
     return written
 
 
+def resolve_pins(chosen: Sequence[tuple[str, tuple[str, ...] | None]], items: Sequence[str]) -> Pins:
+    """``--pin`` against every family benchmarked (:func:`evo.family.space.parse_pins`: an
+    unqualified gene must be a gene of exactly one of them)."""
+    if not items:
+        return {}
+    names = dict.fromkeys(n for path, fams in chosen for n in section_families(load_recording(path), fams))
+    return parse_pins(items, [load_family(n) for n in names])
+
+
 def _check(opts: Options) -> None:
     """Refuse options no benchmark can run with, before anything is loaded."""
     if not opts.recordings:
@@ -135,7 +151,7 @@ def _runs_json(spec: Spec, problem: Problem, runs: Sequence[RunResult], seconds:
     return {"recording": spec.recording, "families": [f.name for f in problem.families],
             "gpu": problem.recording.gpu, "arch": problem.recording.arch, "baseline": problem.baseline,
             "cases": [c.tag for c in problem.cases], "target": problem.describe_target(),
-            "best": problem.best, "size": problem.size, "seconds": round(seconds, 1),
+            "best": problem.best, "size": problem.size, "pins": problem.pins, "seconds": round(seconds, 1),
             "runs": [{k: v for k, v in r.to_json().items() if k != "curve"} for r in runs]}
 
 
@@ -152,6 +168,8 @@ def command_line(opts: Options) -> str:
         parts.append(f"--tolerance {opts.tolerance}")
     if opts.batch != 1:
         parts.append(f"--batch {opts.batch}")
+    if opts.pins:
+        parts.append("--pin " + ",".join(opts.pins))
     return " ".join(parts)
 
 

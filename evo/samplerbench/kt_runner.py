@@ -8,7 +8,9 @@ such a file:
 - ``tune_params``: a ``family`` index (when there are several families), then every family's
   parameters; numbers keep their values (Kernel Tuner's numeric strategies use them), any
   other value (booleans, names) becomes its index in the manifest domain. A point of one family
-  holds the other families' parameters at their manifest defaults.
+  holds the other families' parameters at their manifest defaults. A parameter with one value
+  (a gene pinned by ``--pin``) is no tunable: Kernel Tuner walks the free genes of the
+  sub-space only, in manifest order, as it walks a whole space.
 - restrictions: exactly the problem's valid points, so Kernel Tuner's search space is evo's.
 - ``time`` = 1 / objective for a timed point; a build rejection (``resource_rejected``,
   ``compile_failed``) is ``CompilationFailedConfig``; any other failure and an unrecorded point
@@ -90,7 +92,8 @@ class Space:
                 self.domains[name] = list(spec.values)
         self.tune_params: dict[str, list[Any]] = {"family": list(range(len(problem.families)))} if self.multi else {}
         for name, vals in self.domains.items():
-            self.tune_params[name] = [self.encode(name, v) for v in vals]
+            if len(vals) > 1:   # a pinned gene: the same in every configuration, so no tunable
+                self.tune_params[name] = [self.encode(name, v) for v in vals]
         self.keys: dict[str, str] = {}  # Kernel Tuner cache key -> record key
         for key, cand in problem.points:
             self.keys[self.cache_key(self.config(cand))] = key
@@ -106,7 +109,8 @@ class Space:
         for fam in self.problem.families:
             own = cand.p if fam.name == cand.family else fam.defaults()
             for name in fam.params:
-                out[name] = self.encode(name, own[name])
+                if name in self.tune_params:
+                    out[name] = self.encode(name, own[name])
         return out
 
     def cache_key(self, config: dict[str, Any]) -> str:

@@ -4,7 +4,10 @@
 recording lacks are part of the space), each point's recorded outcome (the objective, a
 failure status, or ``unmeasured`` when the recording lacks it), the best recorded point and
 the target set (points within ``tolerance`` of the best; tolerance 0 means the best point
-itself), and the families' manifest defaults (the warm start).
+itself), and the families' manifest defaults (the warm start). With ``pins`` (``--pin``) the
+space is the sub-space those genes held at one value each leave (:func:`evo.family.space.pinned`):
+a family too large to list may become listable, and the recording's points outside the
+sub-space are left out (the best and the target are the sub-space's).
 
 :class:`Tally` applies the replay rule to a sequence of proposals, whatever proposed them:
 
@@ -24,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evo.errors import EvoError, InvalidCandidate
-from evo.family.manifest import Family, load_family
+from evo.family.manifest import Family, Value, load_family
 from evo.store.recording import Recording, load_recording, record_key
 from evo.results import Shape, Status
 from evo.search import objective
-from evo.family.space import LIST_UP_TO, Candidate, all_candidates, combinations, listable, make_candidate
+from evo.family.space import (LIST_UP_TO, Candidate, Pins, all_candidates, combinations, listable, make_candidate,
+                              pinned)
 
 UNMEASURED = "unmeasured"
 
@@ -63,23 +67,24 @@ class Problem:
     best: float
     targets: frozenset[str]
     defaults: list[Candidate] = field(default_factory=list)
+    pins: Pins = field(default_factory=dict)   # the genes held at one value, per family (none: the whole space)
 
     @classmethod
     def load(cls, path: Path | str, families: Sequence[str] | None = None, cases: Sequence[Shape] | None = None,
-             baseline: str = "sdpa_default", tolerance: float = 0.0) -> Problem:
+             baseline: str = "sdpa_default", tolerance: float = 0.0,
+             pins: Mapping[str, Mapping[str, Value]] | None = None) -> Problem:
+        """The problem of the recording at ``path`` on ``families`` (default: every family it
+        holds), ``pins`` applied to those of its families they name (the others' are ignored)."""
         rec = load_recording(path)
-        recorded = sorted({r.family for r in rec.records.values()})
-        names = list(families) if families else recorded
-        missing = [n for n in names if n not in recorded]
-        if missing:
-            raise EvoError(f"{rec.name} holds no record of {', '.join(missing)}; it holds {', '.join(recorded)}")
+        names = section_families(rec, families)
         if not 0 <= tolerance < 1:
             raise EvoError(f"tolerance must be in [0, 1), not {tolerance}")
-        fams = [load_family(n) for n in names]
+        held = {n: dict(pins[n]) for n in names if pins and pins.get(n)}
+        fams = [pinned(load_family(n), held.get(n, {})) for n in names]
         huge = [f"{f.name} ({combinations(f):.3g})" for f in fams if not listable(f)]
         if huge:   # the replay lists every valid point: flash_wgmma's 2e12 were a kill by the OOM killer
             raise EvoError(f"{', '.join(huge)}: more points than the {LIST_UP_TO:,} bench-samplers can list "
-                           "(its replay walks a family's whole valid space)")
+                           "(its replay walks a family's whole valid space): pin genes (--pin) for a sub-space")
         cases = list(cases) if cases is not None else rec.common_shapes()
         if not cases:
             raise EvoError(f"{rec.name}: no FAST case is covered by every timed record")
@@ -92,7 +97,7 @@ class Problem:
         best = max(scores.values())
         targets = frozenset(k for k, v in scores.items() if v >= best * (1 - tolerance))
         return cls(rec, fams, cases, baseline, tolerance, table, points, best, targets,
-                   [make_candidate(f) for f in fams])
+                   [make_candidate(f) for f in fams], held)
 
     @property
     def size(self) -> int:
@@ -107,6 +112,17 @@ class Problem:
             return f"the recording's best point (x{self.best:.3f})"
         return (f"any point within {self.tolerance:.1%} of the recording's best x{self.best:.3f} "
                 f"({len(self.targets)} point(s))")
+
+
+def section_families(rec: Recording, families: Sequence[str] | None = None) -> list[str]:
+    """The families benchmarked on ``rec``: ``families`` (each must have records in it), or
+    every family it holds."""
+    recorded = sorted({r.family for r in rec.records.values()})
+    names = list(families) if families else recorded
+    missing = [n for n in names if n not in recorded]
+    if missing:
+        raise EvoError(f"{rec.name} holds no record of {', '.join(missing)}; it holds {', '.join(recorded)}")
+    return names
 
 
 @dataclass

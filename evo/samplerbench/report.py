@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evo.family.space import pins_text
 from evo.vocab import SCREEN
 from evo.samplerbench.entrants import Entrant
 from evo.samplerbench.problem import Problem
@@ -116,6 +117,14 @@ def table(problem: Problem, entrants: Sequence[Entrant], runs: Sequence[RunResul
     return lines + [""] + verdict(t)
 
 
+def subspace(problem: Problem) -> str:
+    """One line: the pinned genes of a sub-space problem (``--pin``), and the genes left free."""
+    free = [f"{f.name}: {', '.join(n for n, p in f.params.items() if len(p.values) > 1) or 'none'}"
+            for f in problem.families if f.name in problem.pins]
+    return (f"Sub-space: `--pin {pins_text(problem.pins)}` (each gene held at that one value; the recording's "
+            f"points outside it are left out). Free genes: {'; '.join(free)}.")
+
+
 def section(problem: Problem, entrants: Sequence[Entrant], runs: Sequence[RunResult], seeds: Sequence[int],
             batch: int, seconds: float, sha: str, plot: Path | None) -> str:
     """One recording's part of docs/sampler-benchmark.md."""
@@ -143,6 +152,8 @@ def section(problem: Problem, entrants: Sequence[Entrant], runs: Sequence[RunRes
         "",
         *table(problem, entrants, runs, "warm"),
     ]
+    if problem.pins:
+        out[4:4] = ["", subspace(problem)]
     if no_warm:
         out += ["", f"Not in the warm table (they take no starting point): {', '.join(no_warm)}."]
     if plot is not None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 
+from evo.family.space import Pins
 from evo.results import Shape
 from evo.samplerbench import kt_runner
 from evo.samplerbench.entrants import Entrant
@@ -37,9 +38,10 @@ class Spec:
     cases: tuple[Shape, ...] | None
     baseline: str
     tolerance: float
+    pins: Pins = field(default_factory=dict)   # --pin, per family: a sub-space (Problem.load)
 
     def load(self) -> Problem:
-        return Problem.load(self.recording, self.families, self.cases, self.baseline, self.tolerance)
+        return Problem.load(self.recording, self.families, self.cases, self.baseline, self.tolerance, self.pins)
 
 
 @dataclass

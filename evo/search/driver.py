@@ -10,6 +10,10 @@ workers may start on one database at once. One call is one worker with (at most)
 :mod:`evo.search.fanout` runs one per GPU. On a GPU a run screens new candidates and prunes
 them with :class:`~evo.search.pruner.EvoPruner` (or ``RunOptions.pruner``) unless
 ``RunOptions.screen`` is off (``evo run --full-only``: every candidate in full, as before rungs).
+``RunOptions.pins`` (``--pin``) searches a sub-space: those genes held at one value each
+(:func:`evo.family.space.pinned`); the pins are a setting of the study like the others, except
+that a study created without pins has none, so a run that gives other pins than its study's is
+refused.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from evo import paths
 from evo.toolchain.build import default_arch
 from evo.errors import EvoError
 from evo.family.manifest import Family, list_families, load_family
+from evo.family.space import Pins, parse_pins, pin_families, pins_text
 from evo.store.recording import Recording, load_recording, newest_recording
 from evo.results import Shape
 from evo.search import objective
@@ -75,6 +80,7 @@ class RunOptions:
     start_top: int = DEFAULT_TOP          # how many from each
     screen: bool = True                   # screen new candidates, the full protocol only for those kept (GPU only)
     pruner: BasePruner | None = None      # what decides after a screen (None: EvoPruner)
+    pins: list[str] | None = None         # --pin GENE=VALUE / FAMILY.GENE=VALUE: a sub-space (None: the study's)
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
@@ -111,6 +117,31 @@ def _families(names: Sequence[str] | None) -> list[str] | None:
     if not out:
         raise EvoError("--families is empty")
     return out
+
+
+def _given_pins(opts: RunOptions) -> Pins | None:
+    """``--pin`` parsed against the families in view (those ``--families`` names, else those the
+    pins name) and tried on them, so that bad pins are refused before any file is made; None
+    when not given."""
+    if opts.pins is None:
+        return None
+    named = _families(opts.families)
+    view = [load_family(n) for n in named] if named is not None else None
+    pins = parse_pins(opts.pins, view)
+    pin_families(view if view is not None else [load_family(n) for n in pins], pins)
+    return pins
+
+
+def _study_pins(name: str, stored: dict[str, Any] | None, given: Pins | None) -> Pins:
+    """The pins of this run: the given ones (none: the study's); an existing study's must be
+    the ones given (a study created without pins has none)."""
+    if stored is None:
+        return given or {}
+    before: Pins = stored.get("pins") or {}
+    if given is not None and given != before:
+        raise EvoError(f"study {name!r} was run with --pin {pins_text(before) or '(none)'}, not "
+                       f"{pins_text(given) or '(none)'}; leave --pin out to continue it, or use another --study")
+    return before
 
 
 def _case_pool(ev: Evaluator) -> list[Shape]:
@@ -150,11 +181,13 @@ def settle(opts: RunOptions, ev: Evaluator, rdb: optuna.storages.BaseStorage
     name = opts.study or DEFAULT_STUDY[ev.name]
     given = {"source": ev.name, "families": _families(opts.families), "cases": _select_cases(ev, opts.cases),
              "baseline": opts.baseline, "objective": opts.objective}
-    settings = merge_settings(name, stored_settings(rdb, name), given, FLAGS)
+    stored = stored_settings(rdb, name)
+    settings = merge_settings(name, stored, given, FLAGS)
     settings = {k: (settings.get(k) if settings.get(k) is not None else v) for k, v in
                 (_defaults(ev) | {"source": ev.name}).items()}
     objective.check(settings["objective"], settings["baseline"])
-    families = [load_family(f) for f in settings["families"]]
+    settings["pins"] = _study_pins(name, stored, _given_pins(opts))
+    families = pin_families([load_family(f) for f in settings["families"]], settings["pins"])
     pool = {s.tag: s for s in _case_pool(ev)}
     gone = [t for t in settings["cases"] if t not in pool]
     if gone:
@@ -188,6 +221,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
         raise EvoError("the heartbeat must be at least 1 s and the grace period longer than the heartbeat")
     require_sampler(opts.sampler)
     _families(opts.families)  # bad input is refused before any file is made (settle checks it again)
+    _given_pins(opts)
     if opts.cases:
         chosen = fast_cases(list(opts.cases))
         if opts.families:  # before any file is made
@@ -217,6 +251,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
                                ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases),
                                pruner=(opts.pruner or EvoPruner()) if opts.screen else NopPruner())
             check_compatible(study, families)
+            if settings["pins"]:
+                note(f"study {name}: a sub-space, --pin {pins_text(settings['pins'])}")
             if opts.start_from:
                 note(f"study {name}: " + start_from(study, rdb, opts.start_from, families, opts.start_top).summary())
         device = {"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()}
