@@ -100,15 +100,12 @@ def _nothing() -> Iterator[None]:
 
 def test_queue_empty_makes_ask_skip_the_queue_and_only_inside(rdb: optuna.storages.RDBStorage) -> None:
     study = optuna.create_study(study_name="s", storage=rdb)
-    sid = rdb.get_study_id_from_name("s")
-    assert not internals.has_waiting(rdb, sid)
     study.enqueue_trial({"x": 0.5})
-    assert internals.has_waiting(rdb, sid), "Optuna's trials table no longer says WAITING"
     with internals.queue_empty(study):
         fresh = study.ask()
     assert fresh.number == 1, "Study.ask no longer pops through _pop_waiting_trial_id"
     assert study.ask().number == 0  # outside, the queue is read again
-    assert not internals.has_waiting(rdb, sid)
+    assert not study.get_trials(states=(TrialState.WAITING,))
 
 
 def test_tell_finishes_a_trial_as_study_tell_does_and_knows_its_storage_id(rdb: optuna.storages.RDBStorage) -> None:

@@ -18,10 +18,12 @@ the one that went, if an Optuna release changes any of them:
   of a worker's CPU with four workers on PostgreSQL; issue 35).
 - :func:`queue_empty`: ``Study.ask`` first reads the study's WAITING trials (the queue that
   ``enqueue_trial`` fills) through ``Study._pop_waiting_trial_id``; the storage's read of them
-  reloads every running trial too. Just before each ask a worker counts the WAITING trials in
-  the ``trials`` table (:func:`has_waiting`, one indexed count) and, when there are none, skips
-  that read. A trial enqueued between the count and the ask is popped by a later ask, as one
-  enqueued between Optuna's own read and its new trial is.
+  reloads every running trial too. A worker's read of the study under the ask lock, before its
+  batch of asks, counts the WAITING trials; that many asks read the queue, and the rest skip
+  that read. A trial enqueued after that read (a sweep retrying a dead worker's trial meanwhile)
+  is popped by a later batch's ask, as one enqueued between Optuna's own read and its new trial
+  is by a later ask. (A count of the ``trials`` table before each ask cost a query and a
+  connection each, under the lock; issue 35.)
 - :func:`one_write`: a trial's parameters (a dozen to thirty ``suggest`` calls) and its user
   attrs each cost Optuna's storage a transaction of their own; on a study of a thousand trials
   with four workers those writes were a fifth of a trial's time and most of the store's write
@@ -57,7 +59,7 @@ from sqlalchemy import String, cast, column, delete, insert, select, table
 FIXED_PARAMS = "fixed_params"
 TRIALS_TABLE, HEARTBEATS_TABLE = "trials", "trial_heartbeats"
 PARAMS_TABLE, USER_ATTRS_TABLE = "trial_params", "trial_user_attributes"
-# the columns unbeaten, has_waiting and one_write read and fill (the ids are the database's)
+# the columns unbeaten and one_write read and fill (the ids are the database's)
 _TRIALS = table(TRIALS_TABLE, column("trial_id"), column("study_id"), column("state"))
 _BEATS = table(HEARTBEATS_TABLE, column("trial_id"))
 _PARAMS = table(PARAMS_TABLE, column("trial_id"), column("param_name"), column("param_value"),
@@ -157,18 +159,10 @@ def _write(rdb: optuna.storages.RDBStorage, trial_id: int, params: dict[str, tup
                                           for k, v in user_attrs.items()])
 
 
-def has_waiting(rdb: optuna.storages.RDBStorage, study_id: int) -> bool:
-    """Whether the study has a WAITING trial (an enqueued one no worker has popped yet)."""
-    q = select(_TRIALS.c.trial_id).where(_TRIALS.c.study_id == study_id,  # the state is an enum on PostgreSQL
-                                         cast(_TRIALS.c.state, String) == TrialState.WAITING.name).limit(1)
-    with rdb.engine.connect() as conn:
-        return conn.scalar(q) is not None
-
-
 @contextmanager
 def queue_empty(study: optuna.Study) -> Iterator[None]:
     """``study.ask()`` in the block creates a new trial without reading the queue of WAITING
-    trials (the caller has just found none: :func:`has_waiting`)."""
+    trials (the caller knows of none left to pop)."""
     study._pop_waiting_trial_id = lambda: None  # type: ignore[method-assign]  # shadows the method
     try:
         yield

@@ -67,7 +67,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import BuildResult, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Unmeasured
-from evo.search.internals import has_waiting, one_write, queue_empty, trial_id
+from evo.search.internals import one_write, queue_empty, trial_id
 from evo.search.liveness import Liveness
 from evo.search.memo import TrialMemo
 from evo.search.outcomes import Scoring
@@ -78,7 +78,7 @@ from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, O
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
 from evo.search.rungs import Ladder, Work
-from evo.search.storeview import Known, known_outcome
+from evo.search.storeview import Known, known_outcome, known_outcomes
 from evo.search.tell import Teller
 from evo.store.recording import record_key
 from evo.vocab import GATED
@@ -123,7 +123,6 @@ class Search:
         interval = storage.get_heartbeat_interval() or 30
         lease = storage.grace_period or 2 * interval  # the run's lease is a trial's grace (Optuna's default)
         self.heartbeat = Heartbeat(storage, interval, renew=functools.partial(store.renew_run, run_id, lease))
-        self.study_id = storage.get_study_id_from_name(study.study_name)
         self._valid_keys: set[str] | None = None
         self.key = TrialMemo(trial_key)  # a trial's record key, read by untried()
         self.time_budget_s: float | None = None
@@ -243,16 +242,15 @@ class Search:
         for p in pending:
             if p.candidate is not None:
                 groups[p.build_id].append(p)
-        fresh: dict[str, Known | None] = {}
-        for bid, ps in groups.items():
-            known = known_outcome(self.store, bid, self.evaluator.device)
+        fresh: dict[str, list[Pending]] = {}
+        for bid, known in known_outcomes(self.store, list(groups), self.evaluator.device).items():
             done = self.scoring.reuse(known)
-            if done is not None:
-                for p in ps:
-                    self._finish(p, done)
-            else:
-                fresh[bid] = known
-        mine, others = self._claim_all({bid: groups[bid] for bid in fresh})
+            if done is None:
+                fresh[bid] = groups[bid]
+                continue
+            for p in groups[bid]:
+                self._finish(p, done)
+        mine, others = self._claim_all(fresh)
         return self._start(mine, others)
 
     def _complete(self, prepared: Prepared) -> None:
@@ -318,7 +316,7 @@ class Search:
     def _start(self, groups: dict[str, list[Pending]], others: dict[str, list[Pending]] | None = None) -> Prepared:
         """Start building the candidates this worker claimed, reading the store once more first
         (a claim taken over from a finished trial may come with its outcome stored)."""
-        known = {bid: known_outcome(self.store, bid, self.evaluator.device) for bid in groups}
+        known = known_outcomes(self.store, list(groups), self.evaluator.device)
         todo = {}
         for bid, ps in groups.items():
             done = self.scoring.reuse(known[bid])
@@ -333,13 +331,14 @@ class Search:
             self.evaluator.prime(self.scoring.cases, self.ladder.screen_cases)
         return Prepared(todo, known, builds, others or {})
 
-    def _ask(self) -> Asked:
+    def _ask(self, queued: bool) -> Asked:
         """One trial asked under the ask lock, with its family and parameters when the sampler
         draws them one by one; a :class:`ProposalSampler` stored its whole proposal on the trial in
         the ask (other workers' samplers see it there), so its parameters are written after the
-        lock (:func:`describe`): a dozen writes per trial the other workers need not wait for."""
+        lock (:func:`describe`): a dozen writes per trial the other workers need not wait for.
+        ``queued``: whether a WAITING trial may be left to pop (else Optuna's read of them is skipped)."""
         while True:
-            queue = contextlib.nullcontext() if has_waiting(self.rdb, self.study_id) else queue_empty(self.study)
+            queue = contextlib.nullcontext() if queued else queue_empty(self.study)
             with queue, warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                 trial = self.study.ask()  # pops a WAITING trial (a retry) first, else a new one
@@ -411,7 +410,8 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
     """The next batch's trials (:meth:`Search._ask`) and why none are left (``""`` while there
     are). An evo sampler fits its model and drafts the proposals first; then, under the ask lock
     (count and ask as one step: N workers stop at exactly ``trials``), one read of the study
-    serves the batch's count and its sampler."""
+    serves the batch's count, its sampler, and how many of its asks may pop a WAITING trial
+    (:func:`~evo.search.internals.queue_empty`)."""
     if isinstance(sampler := search.study.sampler, ProposalSampler):
         ahead = search.study.get_trials(deepcopy=False)  # one read for the costly parts before the lock:
         sampler.prepare(search.study, ahead)              # the model fit
@@ -421,7 +421,8 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
         k, why = search._next_batch_size(trials, now)
         if isinstance(sampler, ProposalSampler):
             reads.enter_context(sampler.batch(now))
-        return [search._ask() for _ in range(k)], why
+        waiting = sum(t.state == TrialState.WAITING for t in now)  # the first asks pop them (queue_empty)
+        return [search._ask(i < waiting) for i in range(k)], why
 
 
 def describe(asked: Sequence[Asked], search: Search) -> tuple[list[Pending], list[FrozenTrial]]:
