@@ -17,7 +17,9 @@
 # At 2a6de5d's 942 candidates per H100-hour (3.8 s a candidate: screens, the 11 % kept for the
 # full protocol, builds not hidden behind the GPU) the 768 points take about 2,900 s of search:
 # seven calls of 420 s (export-sweep reads only the database: a call cut short can be exported on
-# a CPU from its evo.sqlite.gz).
+# a CPU from its evo.sqlite.gz). On a host of several GPUs `evo run` puts a worker on each (its
+# default): 4 H100s measured 2,005 an hour at 30cb384 (dev/perf-notes.md), about four calls; the
+# screens then come from four cards of one name, and the recording mixes them.
 # Knobs: WR_BUDGET (the search's --time-budget, 420 s), WR_SEED (1), WR_STUDY (wgmma-rec),
 # WR_RESUME (above), WR_DRY=1 (print each stage's command, one line each, and run nothing: the
 # CPU check in tests/test_pins.py runs the printed `evo run` on a recording instead of a GPU).
