@@ -486,7 +486,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
         grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
         start_from: Sequence[str] | None = None, start_top: int | None = None,
         reporter: Reporter | None = None, screen: bool = True, pruner: Any = None,
-        pins: Sequence[str] | None = None) -> RunSummary:
+        pins: Sequence[str] | None = None, screen_only: bool = False) -> RunSummary:
     """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
 
     Measurements come from ``replay`` (a recorded sweep), else the worker ``target`` when one is
@@ -501,7 +501,8 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     these studies (:mod:`evo.search.warmstart`). Families, FAST cases and sampler are checked
     before any database file is made. On a GPU each new candidate is screened first and timed
     in full only if ``pruner`` (an Optuna pruner; default :class:`~evo.search.pruner.EvoPruner`)
-    keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs"). ``pins``:
+    keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs"), and
+    ``screen_only`` none (:class:`~evo.search.pruner.ScreenOnlyPruner`: a run that records screens). ``pins``:
     ``GENE=VALUE`` or ``FAMILY.GENE=VALUE`` texts (``evo run --pin``): search the sub-space with
     those genes held at one value each; a study keeps the pins it was created with (a run giving
     others is refused; none given: the study's).
@@ -509,9 +510,14 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     from evo.search.driver import RunOptions
     from evo.search.fanout import start
     from evo.search.loop import NullReporter
+    from evo.search.pruner import ScreenOnlyPruner
 
     if gpus is not None and target is not None:
         raise EvoError("gpus chooses GPU workers; a target names another worker (leave one out)")
+    if screen_only and (not screen or pruner is not None):
+        raise EvoError("screen_only stops every candidate after its screen: it takes no pruner and needs screens")
+    if screen_only:
+        pruner = ScreenOnlyPruner()
     url = db.url if isinstance(db, Store) else _for_writing(_database_url(db), db is not None)
     opts = RunOptions(trials=trials, time_budget_s=time_budget_s, families=list(families) if families else None,
                       cases=list(cases) if cases else None, sampler=sampler, seed=seed, db=url,

@@ -2,8 +2,9 @@
 # Issue 35's flash_wgmma recording for `evo bench-samplers`, one GPU call at a time: `evo run` with
 # the random sampler (uniform over the valid points it has not tried) on flash_wgmma's pinned
 # sub-space (docs/search.md, "A sub-space of flash_wgmma for the sampler benchmark": $PINS below,
-# 768 valid points) for a time budget, then `evo export-sweep --fidelity screen`: each candidate at
-# its search screen (pruned ones included), about 2 s of H100 a screen. Calls resume one study,
+# 768 valid points) for a time budget, every candidate stopped after its screen (--screen-only: the
+# recording keeps screens, so a full rung would be GPU time spent on nothing it keeps), then
+# `evo export-sweep --fidelity screen`: each candidate at its screen, about 2 s of H100 a screen. Calls resume one study,
 # the database carried from each call's $OUT to the next (WR_RESUME), until the sub-space is
 # exhausted (the run then stops by itself: "search space exhausted").
 #
@@ -14,12 +15,12 @@
 #     WR_RESUME=evo.sqlite.gz EVO_GIT_SHA=... scripts/gpu-wgmma-recording.sh
 # $OUT gets run.json (the run's summary), sweep-wgmma-screen.json.gz (the recording of every call
 # so far: each export writes the whole database's screens), evo.sqlite.gz and the logs.
-# At 2a6de5d's 942 candidates per H100-hour (3.8 s a candidate: screens, the 11 % kept for the
-# full protocol, builds not hidden behind the GPU) the 768 points take about 2,900 s of search:
-# seven calls of 420 s (export-sweep reads only the database: a call cut short can be exported on
-# a CPU from its evo.sqlite.gz). On a host of several GPUs `evo run` puts a worker on each (its
-# default): 4 H100s measured 2,005 an hour at 30cb384 (dev/perf-notes.md), about four calls; the
-# screens then come from four cards of one name, and the recording mixes them.
+# A screen-only candidate costs about 2 s of H100 (GREEN 0.3 s and the screen 1.6 s at 2a6de5d),
+# so the 768 points take about 1,600 s of one GPU: four calls of 420 s (export-sweep reads only the
+# database: a call cut short can be exported on a CPU from its evo.sqlite.gz). On a host of several
+# GPUs `evo run` puts a worker on each (its default): on 4 H100s about one call, if the builds keep
+# up; the screens then come from four cards of one name (each against its own worker's cached
+# baseline), and the recording mixes them.
 # Knobs: WR_BUDGET (the search's --time-budget, 420 s), WR_SEED (1), WR_STUDY (wgmma-rec),
 # WR_RESUME (above), WR_DRY=1 (print each stage's command, one line each, and run nothing: the
 # CPU check in tests/test_pins.py runs the printed `evo run` on a recording instead of a GPU).
@@ -42,7 +43,7 @@ fi
 stage env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; nproc'
 # --trials far above the sub-space: the time budget, or the sub-space exhausted, ends the search
 stage run $((BUDGET + 70)) $EVO run --families flash_wgmma --sampler random --pin "$PINS" --study "${WR_STUDY:-wgmma-rec}" \
-  --trials 100000 --seed "${WR_SEED:-1}" --time-budget "$BUDGET" --summary-json "$OUT/run.json"
+  --screen-only --trials 100000 --seed "${WR_SEED:-1}" --time-budget "$BUDGET" --summary-json "$OUT/run.json"
 if [ -z "$DRY" ]; then   # the database first: the next call resumes it, and export-sweep needs no GPU
   python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' \
     "$EVO_HOME/db/evo.sqlite" 2>/dev/null

@@ -307,6 +307,11 @@ def test_full_only_asks_for_every_candidate_in_full(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(api, "run", run)
     CliRunner().invoke(cli, ["run", "--full-only", "--trials", "1"])
-    assert asked["screen"] is False
+    assert asked["screen"] is False and asked["screen_only"] is False
     CliRunner().invoke(cli, ["run", "--trials", "1"])
-    assert asked["screen"] is True
+    assert asked["screen"] is True and asked["screen_only"] is False
+    CliRunner().invoke(cli, ["run", "--screen-only", "--trials", "1"])
+    assert asked["screen"] is True and asked["screen_only"] is True
+    asked.clear()
+    both = CliRunner().invoke(cli, ["run", "--screen-only", "--full-only", "--trials", "1"])
+    assert both.exit_code == 2 and "exclude each other" in both.output and not asked

@@ -24,7 +24,7 @@ from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.loop import Search
 from evo.search.objective import names as objective_names
 from evo.search.params import trial_params
-from evo.search.pruner import SCREEN_ATTR, EvoPruner
+from evo.search.pruner import SCREEN_ATTR, EvoPruner, ScreenOnlyPruner
 from evo.search.resume import Retry
 from evo.search.study import open_study, storage
 from evo.store import open_store
@@ -82,13 +82,14 @@ def answer(job: Job) -> Evaluation:
                       device=device, green_seconds=0.5 * job.green, fast_seconds=1.0 if screen else 8.0)
 
 
-def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s", objective: str = "geomean") -> Search:
+def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s", objective: str = "geomean",
+           pruner: optuna.pruners.BasePruner | None = None) -> Search:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store, retry = open_store(url), Retry()
     rdb = storage(url, retry=retry)
     metrics = objective_names(objective, CASES)
     st = open_study(rdb, study, optuna.samplers.RandomSampler(seed=3), {}, ["maximize"] * len(metrics), metrics,
-                    pruner=EvoPruner() if screening else None)
+                    pruner=pruner or (EvoPruner() if screening else None))
     return Search(st, store, ev, [load_family("flash_mma")], CASES, "sdpa_default", objective,
                   store.start_run("evo run", study=study), storage=rdb, retry=retry, batch=4, screening=screening)
 
@@ -135,6 +136,18 @@ def test_each_candidate_is_screened_then_only_the_kept_are_timed_in_full(screene
     # each batch, which a GPU evaluator ignores), always for both rungs' cases
     assert ev.primed[0] == ([c.tag for c in CASES], [c.tag for c in screens[0].cases], 0)
     assert len(ev.primed) > 1 and all(p[:2] == ev.primed[0][:2] for p in ev.primed)
+
+
+def test_a_screen_only_run_times_no_candidate_in_full_and_stores_every_screen_pruned(db: str) -> None:
+    ev = Screening()
+    s = search(db, ev, pruner=ScreenOnlyPruner())
+    summary = s.run(6)
+    assert ev.jobs and {j.rung for j in ev.jobs} == {"screen"} and summary.kept == 0
+    assert summary.screened == summary.counts["pruned"] == len(ev.jobs) and "fast" not in summary.counts
+    store = open_store(db)
+    for t in s.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+        last = store.get(t.user_attrs["candidate"]).evaluations[-1]
+        assert last.status is Status.PRUNED and last.reason == ScreenOnlyPruner.WHY
 
 
 def test_a_pruned_candidate_is_stored_pruned_and_never_ranked(screened_run) -> None:

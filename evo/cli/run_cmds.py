@@ -78,6 +78,9 @@ class SamplerChoice(click.Choice):
 @click.option("--full-only", is_flag=True,
               help="time every candidate with the full protocol (no screen, no pruning), as evo did before "
               "rungs; evo eval and evo bench always do")
+@click.option("--screen-only", is_flag=True,
+              help="stop every candidate after its screen (stored pruned, never ranked): a run that records "
+              "screens for `evo export-sweep --fidelity screen`, timing none in full")
 @click.option("--summary-json", type=click.Path(path_type=Path), metavar="FILE",
               help="also write the summary to this file as JSON: trials by status, the best candidate, wall "
               "seconds, GPUs, device, git sha, candidates measured and per GPU-hour, screens (replaced atomically)")
@@ -85,7 +88,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
             gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int,
-            pin: tuple[str, ...], full_only: bool, summary_json: Path | None) -> None:
+            pin: tuple[str, ...], full_only: bool, screen_only: bool, summary_json: Path | None) -> None:
     """Start or resume an evolution.
 
     Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
@@ -104,6 +107,8 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
     scores. Then the best candidate against each SDPA backend, where the results are and what to
     run next.
     """
+    if full_only and screen_only:
+        raise click.UsageError("--full-only and --screen-only exclude each other")
     if summary_json is not None:
         check_writable(summary_json)
     reporter = TrialProgress(console)
@@ -112,7 +117,8 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           cases=split_list(cases), sampler=sampler, seed=seed, study=study, replay=replay,
                           batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
                           heartbeat_s=heartbeat, grace_s=grace, start_from=split_list(start_from),
-                          start_top=start_top, reporter=reporter, screen=not full_only, pins=split_list(pin))
+                          start_top=start_top, reporter=reporter, screen=not full_only, pins=split_list(pin),
+                          screen_only=screen_only)
     finally:
         reporter.stop()
     report = api.run_report(summary, db)

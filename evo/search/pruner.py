@@ -70,3 +70,17 @@ class EvoPruner(BasePruner):
 
 
 _SCREENED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+class ScreenOnlyPruner(BasePruner):
+    """Prunes every screened trial: a run that records screens only (``evo run --screen-only``,
+    the screen-fidelity recording of a sub-space for ``evo bench-samplers``), where a full rung
+    would cost 9 s of GPU a kept candidate and add nothing the recording keeps."""
+
+    WHY = "pruned after its screen: a screen-only run (--screen-only) times no candidate in full"
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        return bool(trial.user_attrs.get(SCREEN_ATTR))
+
+    def why(self, number: int) -> str:
+        return self.WHY

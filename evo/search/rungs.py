@@ -41,7 +41,7 @@ from evo.scoring import score
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.internals import one_write
 from evo.search.outcomes import Scoring
-from evo.search.pruner import SCREEN_ATTR, SCREEN_STEP, EvoPruner
+from evo.search.pruner import SCREEN_ATTR, SCREEN_STEP, EvoPruner, ScreenOnlyPruner
 from evo.search.records import UNMEASURED, Outcome, Pending, RunSummary
 from evo.search.screen import Screen, screen_cases, screened
 from evo.search.storeview import Known
@@ -188,7 +188,7 @@ class Ladder:
                 pruned = pruner.prune(self.study, self.rdb.get_trial(p.trial_id))
         except UpdateFinishedTrialError:
             return False, ""
-        why = pruner.why(p.trial.number) if isinstance(pruner, EvoPruner) else ""
+        why = pruner.why(p.trial.number) if isinstance(pruner, EvoPruner | ScreenOnlyPruner) else ""
         return pruned, why or f"{'pruned' if pruned else 'kept'} by {type(pruner).__name__} after its screen " \
                               f"(x{screen.score:.3f})"
 
