@@ -123,3 +123,17 @@ def test_tell_finishes_a_trial_as_study_tell_does_and_knows_its_storage_id(rdb: 
     kept = study.get_trials()
     assert [(t.state, t.values) for t in kept] == [(TrialState.COMPLETE, [2.0]), (TrialState.PRUNED, None),
                                                    (TrialState.FAIL, None), (TrialState.FAIL, None)]
+
+
+def test_mark_sets_a_system_attr_on_running_trials_as_optuna_would(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    plain, first, failed = study.ask(), study.ask(), study.ask()
+    rdb.set_trial_system_attr(_tid(rdb, plain), "evo:run", "7")
+    rdb.set_trial_system_attr(_tid(rdb, first), "evo:run", "6")  # replaced, as Optuna's write replaces it
+    rdb.set_trial_state_values(_tid(rdb, failed), TrialState.FAIL)  # as a survivor fails a stale trial
+    assert internals.mark(rdb, [_tid(rdb, first), _tid(rdb, failed)], "evo:run", "7") == [_tid(rdb, failed)]
+    kept = study.get_trials()
+    assert kept[1].system_attrs == kept[0].system_attrs == {"evo:run": "7"}, \
+        "Optuna's trial_system_attributes table changed"
+    assert kept[2].system_attrs == {}
+    assert internals.mark(rdb, [], "evo:run", "7") == []

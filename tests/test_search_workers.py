@@ -21,7 +21,7 @@ from evo.family.manifest import load_family
 from evo.store.recording import load_recording
 from evo.results import Evaluation
 from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
-from evo.search.loop import Outcome, Pending, Search, describe
+from evo.search.loop import Outcome, Pending, Search, ask_batch, describe
 from evo.search.resume import RUN, Retry
 from evo.search.study import storage
 from evo.store import open_store
@@ -90,7 +90,7 @@ def test_a_trial_failed_as_stale_under_its_worker_is_noted_not_a_crash(setup, wh
     search, rdb, store = setup
     notes: list[str] = []
     search.reporter.note = notes.append  # type: ignore[method-assign]
-    [p], _ = describe([search._ask(False)], search)
+    [p], _ = describe(ask_batch(search, 1)[0], search)
     stale = lambda *_: rdb.set_trial_state_values(p.trial._trial_id, TrialState.FAIL)  # noqa: E731
     if when == "before the outcome":  # another worker found it stale
         stale()
@@ -146,7 +146,7 @@ def test_each_trial_told_is_counted_once_however_it_was_answered(setup) -> None:
 
 def test_a_trial_of_this_worker_failed_by_its_own_check_is_lost_not_also_recovered(setup) -> None:
     search, rdb, store = setup
-    [p], _ = describe([search._ask(False)], search)  # one heartbeat; this worker's beats then stall (no heartbeat thread here)
+    [p], _ = describe(ask_batch(search, 1)[0], search)  # one heartbeat; this worker's beats then stall (no heartbeat thread here)
     time.sleep(2.3)    # past the 1 s grace period (the database clock has 1 s resolution)
     search._recover()  # this worker's own check finds its trial stale
     assert rdb.get_trial(p.trial_id).state == TrialState.FAIL

@@ -33,6 +33,10 @@ the one that went, if an Optuna release changes any of them:
   public ``distribution_to_json`` spells them. The trial object keeps them as ``suggest`` and
   ``set_user_attr`` always do. The trial must still be RUNNING then, as Optuna requires of each
   write (``UpdateFinishedTrialError`` otherwise; nothing is written).
+- :func:`mark`: the system attr that names a trial's run (``evo:run``), written on each trial of
+  a batch as it is asked, cost Optuna's storage a transaction a trial under the ask lock;
+  :func:`mark` writes it on the batch's trials in one, into the ``trial_system_attributes``
+  table (by name, as above), each trial's row locked and checked RUNNING as Optuna's write does.
 - :func:`tell`: ``Study.tell`` tells through ``optuna.study._tell._tell_with_warning`` (which
   reads the trial, checks it, calls the sampler's ``after_trial`` and stores its state and
   values) and then reads the trial once more, only to return a deep copy of it, which evo
@@ -58,13 +62,14 @@ from sqlalchemy import String, cast, column, delete, insert, select, table
 
 FIXED_PARAMS = "fixed_params"
 TRIALS_TABLE, HEARTBEATS_TABLE = "trials", "trial_heartbeats"
-PARAMS_TABLE, USER_ATTRS_TABLE = "trial_params", "trial_user_attributes"
-# the columns unbeaten and one_write read and fill (the ids are the database's)
+PARAMS_TABLE, USER_ATTRS_TABLE, SYSTEM_ATTRS_TABLE = "trial_params", "trial_user_attributes", "trial_system_attributes"
+# the columns unbeaten, one_write and mark read and fill (the ids are the database's)
 _TRIALS = table(TRIALS_TABLE, column("trial_id"), column("study_id"), column("state"))
 _BEATS = table(HEARTBEATS_TABLE, column("trial_id"))
 _PARAMS = table(PARAMS_TABLE, column("trial_id"), column("param_name"), column("param_value"),
                 column("distribution_json"))
 _ATTRS = table(USER_ATTRS_TABLE, column("trial_id"), column("key"), column("value_json"))
+_SYSTEM_ATTRS = table(SYSTEM_ATTRS_TABLE, column("trial_id"), column("key"), column("value_json"))
 
 
 def enqueued_params(t: FrozenTrial) -> dict[str, Any]:
@@ -157,6 +162,24 @@ def _write(rdb: optuna.storages.RDBStorage, trial_id: int, params: dict[str, tup
             conn.execute(delete(_ATTRS).where(_ATTRS.c.trial_id == trial_id, _ATTRS.c.key.in_(list(user_attrs))))
             conn.execute(insert(_ATTRS), [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                                           for k, v in user_attrs.items()])
+
+
+def mark(rdb: optuna.storages.RDBStorage, trial_ids: Sequence[int], key: str, value: Any) -> list[int]:
+    """Set the system attr ``key`` to ``value`` on each trial of ``trial_ids`` that is still
+    RUNNING, in one transaction of ``rdb`` (their rows locked against a worker failing them
+    meanwhile), as ``set_trial_system_attr`` would on each; returns the ids of the others, to
+    which nothing was written (Optuna's write would have raised ``UpdateFinishedTrialError``)."""
+    if not trial_ids:
+        return []
+    with rdb.engine.begin() as conn:
+        states = dict(conn.execute(select(_TRIALS.c.trial_id, _TRIALS.c.state)
+                                   .where(_TRIALS.c.trial_id.in_(trial_ids)).with_for_update()).all())
+        live = [tid for tid in trial_ids if states.get(tid) == TrialState.RUNNING.name]
+        if live:
+            conn.execute(delete(_SYSTEM_ATTRS).where(_SYSTEM_ATTRS.c.trial_id.in_(live), _SYSTEM_ATTRS.c.key == key))
+            conn.execute(insert(_SYSTEM_ATTRS), [{"trial_id": tid, "key": key, "value_json": json.dumps(value)}
+                                                 for tid in live])
+    return [tid for tid in trial_ids if tid not in live]
 
 
 @contextmanager

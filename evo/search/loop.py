@@ -67,7 +67,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import BuildResult, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Unmeasured
-from evo.search.internals import one_write, queue_empty, trial_id
+from evo.search.internals import mark, one_write, queue_empty, trial_id
 from evo.search.liveness import Liveness
 from evo.search.memo import TrialMemo
 from evo.search.outcomes import Scoring
@@ -344,10 +344,9 @@ class Search:
                 trial = self.study.ask()  # pops a WAITING trial (a retry) first, else a new one
             tid = trial_id(trial)
             self.heartbeat.add(tid)
+            if isinstance(self.study.sampler, ProposalSampler):
+                return trial, tid, None
             try:
-                self.rdb.set_trial_system_attr(tid, RUN, str(self.run_id))
-                if isinstance(self.study.sampler, ProposalSampler):
-                    return trial, tid, None
                 with one_write(trial, self.rdb, tid):
                     drawn = suggest(trial, list(self.families.values()))
                 return trial, tid, drawn
@@ -422,7 +421,14 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
         if isinstance(sampler, ProposalSampler):
             reads.enter_context(sampler.batch(now))
         waiting = sum(t.state == TrialState.WAITING for t in now)  # the first asks pop them (queue_empty)
-        return [search._ask(i < waiting) for i in range(k)], why
+        asked: list[Asked] = []
+        while len(asked) < k:  # each trial named this run's (one write), else, failed as stale meanwhile, asked again
+            more = [search._ask(len(asked) + i < waiting) for i in range(k - len(asked))]
+            lost = mark(search.rdb, [tid for _, tid, _ in more], RUN, str(search.run_id))
+            for tid in lost:
+                search.heartbeat.discard(tid)
+            asked += [a for a in more if a[1] not in lost]
+        return asked, why
 
 
 def describe(asked: Sequence[Asked], search: Search) -> tuple[list[Pending], list[FrozenTrial]]:
