@@ -34,8 +34,8 @@ class BaselineCache:
 
     def __init__(self, ramp: bool = False) -> None:
         self.uses, self.ramp = 0, ramp
-        self._entries: dict[tuple[Shape, str], tuple[int, Timing | None]] = {}
-        self._measured: dict[tuple[Shape, str], int] = {}   # times each entry was measured or inherited
+        # (use count when measured or inherited, the Timing or None, times measured or inherited)
+        self._entries: dict[tuple[Shape, str], tuple[int, Timing | None, int]] = {}
         self._fresh: list[Timing] = []
 
     def _due(self, key: tuple[Shape, str], every: int) -> bool:
@@ -43,8 +43,8 @@ class BaselineCache:
         hit = self._entries.get(key)
         if hit is None:
             return True
-        n = self._measured.get(key, 1)
-        return self.uses - hit[0] >= (min(every, 2 ** n) if self.ramp and n <= 3 else every)
+        stamp, _, n = hit
+        return self.uses - stamp >= (min(every, 2 ** n) if self.ramp and n <= 3 else every)
 
     def get(self, shape: Shape, backends: Sequence[str], every: int, measure: Measure) -> list[Timing]:
         """Timings of ``backends`` on ``shape``: those cached and younger than ``every`` uses, the
@@ -54,18 +54,16 @@ class BaselineCache:
         if due:
             got = {t.backend: t for t in measure(shape, due)}
             for b in due:
-                self._entries[(shape, b)] = (self.uses, got.get(b))
-                self._measured[(shape, b)] = self._measured.get((shape, b), 0) + 1
+                times = self._entries[(shape, b)][2] if (shape, b) in self._entries else 0
+                self._entries[(shape, b)] = (self.uses, got.get(b), times + 1)
             self._fresh += got.values()
         return [t for b in backends if (t := self._entries[(shape, b)][1]) is not None]
 
     def inherit(self, timings: Iterable[Timing]) -> None:
         """Timings another worker measured on this GPU kind, for the (shape, backend) pairs this
-        cache holds none of; they age from now like its own."""
+        cache holds none of; they age from now like its own (a first measurement, on the ramp)."""
         for t in timings:
-            if (t.shape, t.backend) not in self._entries:
-                self._entries[(t.shape, t.backend)] = (self.uses, t)
-                self._measured[(t.shape, t.backend)] = 1
+            self._entries.setdefault((t.shape, t.backend), (self.uses, t, 1))
 
     def drain(self) -> list[Timing]:
         """The Timings measured here since the last drain (and forget them)."""
