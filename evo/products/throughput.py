@@ -13,6 +13,7 @@ their summaries one record, each part's start-up counted in its wall time.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import statistics
@@ -68,11 +69,11 @@ def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _summed(maps: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    total: dict[str, float] = {}
+    """The parts' values summed key by key."""
+    total: collections.Counter[str] = collections.Counter()
     for m in maps:
-        for k, v in m.items():
-            total[k] = total.get(k, 0) + v
-    return total
+        total.update(m)
+    return dict(total)
 
 
 def _date(name: str) -> str:
