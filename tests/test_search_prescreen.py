@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 
 from evo.family.manifest import load_family
 from evo.search.params import distributions, suggest, trial_params
-from evo.search.prescreen import TinyGp, expected_improvement
+from evo.search.prescreen import (ARD_FACTORS, ARD_SWEEPS, LENGTH_SCALES, NOISES, TinyGp, _log_prior,
+                                  expected_improvement)
 from evo.search.proposal import PROPOSAL, Proposal, seen_keys
 from evo.search.sampler_evo import EvoSampler, MoveRecord, move_records, ok_share
 from evo.family.space import diff, make_candidate, mutations
@@ -53,6 +54,33 @@ def test_ard_gives_the_column_that_moves_the_value_the_shorter_length_scale() ->
     assert np.allclose(gp.unstandardized(mu), y, atol=0.1)
     again = TinyGp.fit(X, y, length=gp.length, noise=gp.noise)  # given hyperparameters are kept
     assert np.array_equal(np.asarray(again.length), length) and again.noise == gp.noise
+
+
+def test_ard_skips_only_factorizations_whose_kernel_a_zero_column_leaves_unchanged(monkeypatch) -> None:
+    """A step on a column that is zero in every row reuses the current factorization: the fit is
+    bit for bit that of a search that factorizes every step, with fewer factorizations."""
+    rng = np.random.default_rng(2)
+    X = np.hstack([rng.random((20, 2)), np.zeros((20, 3))])
+    y = np.sin(4 * X[:, 0]) + X[:, 1]
+    ys = (y - y.mean()) / y.std()
+    solve = TinyGp._solve
+    grid = max(((solve(X, ys, np.full(5, ls), nz)[0] + _log_prior(np.full(5, ls)), ls, nz)
+                for ls in LENGTH_SCALES for nz in NOISES), key=lambda g: g[0])
+    score, length, noise = grid[0], np.full(5, grid[1]), grid[2]
+    for _ in range(ARD_SWEEPS):  # the search as written before the shortcut: every step factorized
+        for j in range(5):
+            for f in ARD_FACTORS:
+                trial = length.copy()
+                trial[j] *= f
+                if solve(X, ys, trial, noise)[0] + _log_prior(trial) > score + 1e-9:
+                    score, length = solve(X, ys, trial, noise)[0] + _log_prior(trial), trial
+    reference = TinyGp.fit(X, y, length=length, noise=noise)
+    calls: list[int] = []
+    monkeypatch.setattr(TinyGp, "_solve", staticmethod(lambda *a: calls.append(1) or solve(*a)))
+    gp = TinyGp.fit(X, y, ard=True)
+    assert np.array_equal(np.asarray(gp.length), length) and gp.noise == noise
+    assert np.array_equal(gp.alpha, reference.alpha) and np.array_equal(gp.L, reference.L)
+    assert len(calls) == len(LENGTH_SCALES) * len(NOISES) + ARD_SWEEPS * 2 * len(ARD_FACTORS)  # 2 moving columns
 
 
 def test_expected_improvement_prefers_high_mean_then_high_uncertainty() -> None:

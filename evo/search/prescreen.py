@@ -144,7 +144,7 @@ class TinyGp:
         ys = (y - y_mean) / y_sd
         width = X.shape[1]
         prior = _log_prior if ard else (lambda _: 0.0)
-        best: tuple[float, np.ndarray | float, float, np.ndarray, np.ndarray] | None = None
+        best: tuple[float, float, np.ndarray | float, float, np.ndarray, np.ndarray] | None = None
         for length_ in (LENGTH_SCALES if length is None else (length,)):
             ls = np.full(width, float(length_)) if ard and np.ndim(length_) == 0 else length_
             for noise_ in (NOISES if noise is None else (noise,)):
@@ -154,24 +154,39 @@ class TinyGp:
                     continue
                 score = lml + prior(np.broadcast_to(ls, (width,)))
                 if best is None or score > best[0]:
-                    best = (score, ls, noise_, L, alpha)
+                    best = (score, lml, ls, noise_, L, alpha)
         if best is None:
             raise np.linalg.LinAlgError("no kernel of the grid gives a positive definite matrix")
-        score, ls, noise_, L, alpha = best
+        score, lml, ls, noise_, L, alpha = best
         if ard and length is None:
-            ls = np.array(ls, dtype=float)
-            for _ in range(ARD_SWEEPS):
-                for j in range(width):
-                    for f in ARD_FACTORS:
-                        trial = ls.copy()
-                        trial[j] *= f
-                        try:
-                            lml, L2, a2 = cls._solve(X, ys, trial, noise_)
-                        except np.linalg.LinAlgError:
-                            continue
-                        if lml + prior(trial) > score + 1e-9:
-                            score, ls, L, alpha = lml + prior(trial), trial, L2, a2
+            ls, L, alpha = cls._ard(X, ys, np.array(ls, dtype=float), noise_, (score, lml, L, alpha))
         return cls(X, ls, noise_, alpha, L, y_mean, y_sd)
+
+    @classmethod
+    def _ard(cls, X: np.ndarray, ys: np.ndarray, ls: np.ndarray, noise: float,
+             start: tuple[float, float, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ARD coordinate search of :meth:`fit` from the length scales ``ls`` (whose posterior
+        score, log marginal likelihood, Cholesky factor and alpha are ``start``): its length scales,
+        Cholesky factor and alpha. A column that is zero in every row of ``X`` (the genes of a family
+        no point of the window is of, a flag every point has off) scales to zero whatever its length
+        scale: the kernel matrix of a step on it is bit for bit the current one, so the step's
+        likelihood is the current one's and only the prior moves; it is not factorized again (on a
+        study of three families with one of them never timed, 33 of 46 columns: two thirds of the
+        factorizations of a fit; issue 35)."""
+        score, lml, L, alpha = start
+        still = ~np.any(X, axis=0)
+        for _ in range(ARD_SWEEPS):
+            for j in range(len(ls)):
+                for f in ARD_FACTORS:
+                    trial = ls.copy()
+                    trial[j] *= f
+                    try:
+                        lml2, L2, a2 = (lml, L, alpha) if still[j] else cls._solve(X, ys, trial, noise)
+                    except np.linalg.LinAlgError:
+                        continue
+                    if lml2 + _log_prior(trial) > score + 1e-9:
+                        score, lml, ls, L, alpha = lml2 + _log_prior(trial), lml2, trial, L2, a2
+        return ls, L, alpha
 
     def predict(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of the latent (noise-free) standardized value at each row of ``Z``."""
