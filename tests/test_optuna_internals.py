@@ -110,19 +110,57 @@ def test_queue_empty_makes_ask_skip_the_queue_and_only_inside(rdb: optuna.storag
 
 def test_tell_finishes_a_trial_as_study_tell_does_and_knows_its_storage_id(rdb: optuna.storages.RDBStorage) -> None:
     study = optuna.create_study(study_name="s", storage=rdb)
-    done, pruned, nan, failed = (study.ask() for _ in range(4))
+    done, pruned, screened, nan, failed, read = (study.ask() for _ in range(6))
     assert [internals.trial_id(t) for t in (done, pruned)] == [_tid(rdb, done), _tid(rdb, pruned)], \
         "Trial._trial_id is no longer the storage id"
     internals.tell(study, done, [2.0])
     internals.tell(study, pruned, state=TrialState.PRUNED)
+    screened.report(0.5, 0)
+    internals.tell(study, screened, state=TrialState.PRUNED)  # as Study.tell: its last reported value
     with pytest.warns(UserWarning, match="nan is not acceptable"):  # as Study.tell: a NaN value fails the trial, with a warning
         internals.tell(study, nan, [float("nan")])
-    rdb.set_trial_state_values(_tid(rdb, failed), TrialState.FAIL)  # as a survivor fails a stale trial
-    with pytest.raises(ValueError, match="Cannot tell a FAIL trial"):
+    for t in (failed, read):
+        rdb.set_trial_state_values(_tid(rdb, t), TrialState.FAIL)  # as a survivor fails a stale trial
+    with pytest.raises(UpdateFinishedTrialError):  # the write checks the state: nothing is written
         internals.tell(study, failed, [1.0])
+    assert study.get_trials()[5].state == TrialState.FAIL  # now this process has read it finished
+    with pytest.raises(ValueError, match="Cannot tell a FAIL trial"):
+        internals.tell(study, read, [1.0])
     kept = study.get_trials()
     assert [(t.state, t.values) for t in kept] == [(TrialState.COMPLETE, [2.0]), (TrialState.PRUNED, None),
+                                                   (TrialState.PRUNED, [0.5]), (TrialState.FAIL, None),
                                                    (TrialState.FAIL, None), (TrialState.FAIL, None)]
+
+
+def _reads(rdb: optuna.storages.RDBStorage, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The trial ids the RDB storage reads one trial of, from now on."""
+    reads: list[int] = []
+    real = optuna.storages.RDBStorage.get_trial
+    monkeypatch.setattr(optuna.storages.RDBStorage, "get_trial", lambda self, tid: reads.append(tid) or real(self, tid))
+    return reads
+
+
+def test_ask_and_tell_do_not_read_the_trial_they_hold(rdb: optuna.storages.RDBStorage,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    study.enqueue_trial({"x": 0.5})
+    reads = _reads(rdb, monkeypatch)
+    popped, fresh = internals.ask(study), internals.ask(study)
+    assert reads == [internals.trial_id(popped)], "Optuna's cached storage no longer creates or reads through _backend"
+    assert internals.enqueued_params(popped._cached_frozen_trial) == {"x": 0.5}  # a popped trial is read
+    assert fresh.number == 1
+    stored = rdb.get_trial(internals.trial_id(fresh))
+    asked = fresh._cached_frozen_trial
+    assert (asked.number, asked.state, asked.datetime_start, asked.params, asked.system_attrs) == \
+        (stored.number, stored.state, stored.datetime_start, {}, {})
+    fresh.suggest_float("x", 0.0, 1.0)
+    reads.clear()
+    internals.tell(study, fresh, [1.0])
+    assert reads == [] and study.get_trials()[1].state == TrialState.COMPLETE
+    assert study._storage._backend is rdb  # the storage is itself again
+    monkeypatch.setattr(study, "_storage", rdb)  # another kind of storage reads as always
+    internals.tell(study, popped, [1.0])
+    assert reads == [internals.trial_id(popped)]
 
 
 def test_mark_sets_a_system_attr_on_running_trials_as_optuna_would(rdb: optuna.storages.RDBStorage) -> None:

@@ -41,14 +41,30 @@ the one that went, if an Optuna release changes any of them:
   reads the trial, checks it, calls the sampler's ``after_trial`` and stores its state and
   values) and then reads the trial once more, only to return a deep copy of it, which evo
   never uses. With four workers on PostgreSQL that last read was a twentieth of a worker's CPU
-  (issue 35); :func:`tell` calls the same function and skips it.
+  (issue 35); :func:`tell` calls the same function and skips it. Its first read, too, is
+  answered from the trial object (``Trial._get_latest_trial``, what Optuna hands a sampler
+  while the trial runs: the params, user attrs and intermediate values set through it), not
+  from the storage (six queries: the trial, then each of its five tables): the storage's write
+  of the state checks the trial is still RUNNING, under a lock of its row, as it always did
+  (see :func:`answering`).
+- :func:`ask`: ``Study.ask`` builds its ``Trial``, whose ``__init__`` reads the trial from the
+  storage (six queries again); for a trial the ask has just created, what the storage's
+  ``_create_new_trial`` returned is that trial, and :func:`ask` answers the read with it. A
+  WAITING trial the ask pops is read as before (it holds the params it was enqueued with).
+- :func:`answering`: both of those go through the RDB storage that Optuna's cached storage
+  wraps (``_CachedStorage._backend``): the cached storage reads an unfinished trial from it
+  (``get_trial``) and creates trials through it (``_create_new_trial``). For the length of one
+  ask or tell the backend is a stand-in that keeps what it is given and answers the calling
+  thread's read of it once; every other call passes through.
 - :func:`trial_id`: the storage id of a trial that ``Study.ask`` returned is its ``_trial_id``;
   looking it up by study and number instead cost a query per ask, under the ask lock.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -87,12 +103,61 @@ def set_trial_system_attr(study: optuna.Study, trial: FrozenTrial, key: str, val
     study._storage.set_trial_system_attr(trial._trial_id, key, value)
 
 
+class _Kept:
+    """The RDB storage behind a study's cached storage while :func:`answering` runs: the trials it
+    is given, and a copy of a trial created through it as creating it returned it (the cached
+    storage keeps the original), are kept, and the next read of each by the thread that set it
+    up is answered with it; all else passes through."""
+
+    def __init__(self, backend: optuna.storages.RDBStorage, kept: Sequence[FrozenTrial]) -> None:
+        self._backend, self._thread = backend, threading.get_ident()
+        self._kept = {t._trial_id: t for t in kept}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        made = self._backend._create_new_trial(study_id, template_trial)
+        self._kept[made._trial_id] = copy.deepcopy(made)
+        return made
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        kept = self._kept.pop(trial_id, None) if threading.get_ident() == self._thread else None
+        return self._backend.get_trial(trial_id) if kept is None else kept
+
+
+@contextmanager
+def answering(study: optuna.Study, kept: Sequence[FrozenTrial] = ()) -> Iterator[None]:
+    """In the block, the study's storage answers this thread's first read of each trial of
+    ``kept`` (handed over as they are) and of each trial it creates from what it holds, without
+    reading the database (a storage that is not Optuna's cached RDB storage reads as always)."""
+    cached = study._storage
+    backend = getattr(cached, "_backend", None)
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        yield
+        return
+    cached._backend = _Kept(backend, kept)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        cached._backend = backend  # type: ignore[attr-defined]
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    """``study.ask()``, less the read of the trial it creates (see :func:`answering`)."""
+    with answering(study):
+        return study.ask()
+
+
 def tell(study: optuna.Study, trial: optuna.Trial, values: Sequence[float] | None = None,
          state: TrialState | None = None) -> None:
-    """``study.tell(trial, values, state=state)``, less the read of the told trial that only
-    builds ``Study.tell``'s return value; it raises as ``Study.tell`` does (``ValueError`` for a
-    trial no longer RUNNING, ``UpdateFinishedTrialError`` for one finished meanwhile)."""
-    _tell_with_warning(study=study, trial=trial, value_or_values=values, state=state)
+    """``study.tell(trial, values, state=state)``, less its two reads of the told trial: the one
+    that only builds ``Study.tell``'s return value, and the one before it, answered from the
+    trial object (see the module docstring). It raises as ``Study.tell`` does: ``ValueError``
+    for a trial this process has read finished since, ``UpdateFinishedTrialError`` for one
+    finished otherwise (nothing is written to either)."""
+    with answering(study, [trial._get_latest_trial()]):
+        _tell_with_warning(study=study, trial=trial, value_or_values=values, state=state)
 
 
 def trial_id(trial: optuna.Trial) -> int:

@@ -67,7 +67,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import BuildResult, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Unmeasured
-from evo.search.internals import mark, one_write, queue_empty, trial_id
+from evo.search.internals import ask, mark, one_write, queue_empty, trial_id
 from evo.search.liveness import Liveness
 from evo.search.memo import TrialMemo
 from evo.search.outcomes import Scoring
@@ -341,7 +341,7 @@ class Search:
             queue = contextlib.nullcontext() if queued else queue_empty(self.study)
             with queue, warnings.catch_warnings():  # ask-and-tell keeps its own heartbeat (resume.Heartbeat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-                trial = self.study.ask()  # pops a WAITING trial (a retry) first, else a new one
+                trial = ask(self.study)  # pops a WAITING trial (a retry) first, else a new one
             tid = trial_id(trial)
             self.heartbeat.add(tid)
             if isinstance(self.study.sampler, ProposalSampler):
