@@ -48,7 +48,7 @@ import contextlib
 import functools
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -170,8 +170,8 @@ class Search:
             ahead: Prepared | None = None   # the batch built while the one before it is evaluated
             while True:
                 self._recover()
-                asked, why = ask_batch(self, trials)
-                pending, seen = describe(asked, self)  # parameters written, rendering, lineage: no lock needed
+                asked, why, view = ask_batch(self, trials)
+                pending, seen = describe(asked, self, view)  # parameters written, rendering, lineage: no lock needed
                 if not pending and ahead is not None:   # nothing new to build: finish the batch in flight
                     self._complete(ahead)
                     ahead = None
@@ -405,12 +405,15 @@ def untried(search: Search, all_trials: Sequence[FrozenTrial]) -> int:
     return len(search.valid_keys() - {k for t in all_trials if (k := search.key(t)) is not None}) + unlisted
 
 
-def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
-    """The next batch's trials (:meth:`Search._ask`) and why none are left (``""`` while there
-    are). An evo sampler fits its model and drafts the proposals first; then, under the ask lock
-    (count and ask as one step: N workers stop at exactly ``trials``), one read of the study
-    serves the batch's count, its sampler, and how many of its asks may pop a WAITING trial
+def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str, list[FrozenTrial] | None]:
+    """The next batch's trials (:meth:`Search._ask`), why none are left (``""`` while there
+    are), and, where the sampler proposes whole candidates, the study as the batch's asks saw it
+    (:meth:`ProposalSampler.batch <evo.search.proposal.ProposalSampler.batch>`; else None). An evo
+    sampler fits its model and drafts the proposals first; then, under the ask lock (count and ask
+    as one step: N workers stop at exactly ``trials``), one read of the study serves the batch's
+    count, its sampler, and how many of its asks may pop a WAITING trial
     (:func:`~evo.search.internals.queue_empty`)."""
+    view: Mapping[int, FrozenTrial] | None = None
     if isinstance(sampler := search.study.sampler, ProposalSampler):
         ahead = search.study.get_trials(deepcopy=False)  # one read for the costly parts before the lock:
         sampler.prepare(search.study, ahead)              # the model fit
@@ -419,7 +422,7 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
         now = search.study.get_trials(deepcopy=False)
         k, why = search._next_batch_size(trials, now)
         if isinstance(sampler, ProposalSampler):
-            reads.enter_context(sampler.batch(now))
+            view = reads.enter_context(sampler.batch(now))
         waiting = sum(t.state == TrialState.WAITING for t in now)  # the first asks pop them (queue_empty)
         asked: list[Asked] = []
         while len(asked) < k:  # each trial named this run's (one write), else, failed as stale meanwhile, asked again
@@ -428,15 +431,20 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str]:
             for tid in lost:
                 search.heartbeat.discard(tid)
             asked += [a for a in more if a[1] not in lost]
-        return asked, why
+        return asked, why, None if view is None else list(view.values())
 
 
-def describe(asked: Sequence[Asked], search: Search) -> tuple[list[Pending], list[FrozenTrial]]:
+def describe(asked: Sequence[Asked], search: Search,
+             view: list[FrozenTrial] | None = None) -> tuple[list[Pending], list[FrozenTrial]]:
     """The trials ``search`` asked, after the ask lock is released: parameters not drawn yet
     written from the proposal, then each candidate, its rendered source, build id and parents;
-    and the read of the study that served the whole batch's lineage (:meth:`Search._prepare`
-    takes it too: each read reloads every running trial of every worker). A trial failed as
-    stale meanwhile is dropped."""
+    and the study that served the whole batch's lineage (:meth:`Search._prepare` takes it too):
+    ``view``, the study as the batch's asks saw it under the ask lock, where :func:`ask_batch`
+    gives one, else a read of the study. Lineage needs the asked trials' proposals, the enqueued
+    ones' user attrs and the finished trials, all in the view: a read more, of every running
+    trial of every worker, was a twentieth of four workers' CPU (issue 35). A trial another
+    worker finishes after the view is not among the nearest parents this batch considers, as one
+    finished just after that read was not. A trial failed as stale meanwhile is dropped."""
     families = list(search.families.values())
     pending = []
     for trial, tid, drawn in asked:
@@ -449,7 +457,7 @@ def describe(asked: Sequence[Asked], search: Search) -> tuple[list[Pending], lis
             search.heartbeat.discard(tid)
             continue
         pending.append(Pending(trial, tid, fam, raw))
-    trials = search.study.get_trials(deepcopy=False) if pending else []
+    trials = (search.study.get_trials(deepcopy=False) if view is None else view) if pending else []
     for p in pending:
         try:
             p.candidate = make_candidate(p.family, p.raw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,17 +153,19 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
             number += 1
 
     @contextmanager
-    def batch(self, trials: Sequence[FrozenTrial]) -> Iterator[None]:
+    def batch(self, trials: Sequence[FrozenTrial]) -> Iterator[Mapping[int, FrozenTrial]]:
         """The asks made in the block propose from ``trials`` (the study as its caller read it
         under the ask lock that every ask of the study is made under) plus the trials they
         asked, instead of reading the whole study again for each ask (issue 35: the read
         reloads every running trial, a worker's batch of them or four workers' worth). No other
         worker adds a trial meanwhile, so every candidate the study holds is seen; a trial another
         worker finishes meanwhile counts as running until the next batch. The asks take the
-        :meth:`draft` proposals first."""
+        :meth:`draft` proposals first. Yields that view of the study by trial number, number order
+        (each trial asked in the block as its next asks see it: a new one running with its
+        proposal, a popped one as the ask read it), which the caller may keep after the block."""
         self._batch = {t.number: t for t in trials}
         try:
-            yield
+            yield self._batch
         finally:
             self._batch, self._drafts = None, []
 
