@@ -23,6 +23,7 @@ from evo.results import Evaluation
 from evo.search.evaluators import Job, ReplayEvaluator, Unmeasured
 from evo.search.loop import Outcome, Pending, Search, ask_batch, describe
 from evo.search.resume import RUN, Retry
+from evo.search.sampler_evo import EvoSampler
 from evo.search.study import storage
 from evo.store import open_store
 from evo.store.models import Trial
@@ -83,6 +84,25 @@ def test_a_dead_holder_in_another_study_is_failed_here_and_its_claim_taken(setup
         row = s.scalars(select(Trial).where(Trial.study == "a", Trial.trial_number == holder.number)).one()
     assert row.state == "FAIL"
     assert search.study.get_trials(states=(TrialState.FAIL,)) == []  # no trial of this study was touched
+
+
+def test_a_batch_takes_its_lineage_from_the_study_its_asks_saw(setup) -> None:
+    """describe reads no study where ask_batch gives the view its asks saw, and finds the same
+    parents as from a read (the batch's new trials there hold their proposals)."""
+    search, rdb, store = setup
+    search.study.sampler = EvoSampler([load_family("flash_mma")], seed=0)
+    asked_, _, view = ask_batch(search, 8)  # a batch told, for parents to come from
+    search._complete(search._prepare(*describe(asked_, search, view)))
+    asked_, _, view = ask_batch(search, 16)
+    assert view is not None and [t.number for t in view] == list(range(16))
+    reads = []
+    real = search.study.get_trials
+    search.study.get_trials = lambda **kw: reads.append(1) or real(**kw)  # type: ignore[method-assign]
+    pending, seen = describe(asked_, search, view)
+    assert reads == [] and seen == view
+    again, _ = describe(asked_, search)  # the same trials, lineage from a read of the study
+    assert reads == [1]
+    assert [p.parents for p in pending] == [p.parents for p in again] and any(p.parents for p in pending)
 
 
 @pytest.mark.parametrize("when", ["before the outcome", "before tell"])
