@@ -169,9 +169,12 @@ def test_mark_sets_a_system_attr_on_running_trials_as_optuna_would(rdb: optuna.s
     rdb.set_trial_system_attr(_tid(rdb, plain), "evo:run", "7")
     rdb.set_trial_system_attr(_tid(rdb, first), "evo:run", "6")  # replaced, as Optuna's write replaces it
     rdb.set_trial_state_values(_tid(rdb, failed), TrialState.FAIL)  # as a survivor fails a stale trial
-    assert internals.mark(rdb, [_tid(rdb, first), _tid(rdb, failed)], "evo:run", "7") == [_tid(rdb, failed)]
+    rdb.set_trial_system_attr(_tid(rdb, plain), "evo:proposal", {"op": "seed"})
+    rdb.set_trial_system_attr(_tid(rdb, first), "evo:other", 1)  # a key not written stays
+    assert internals.mark(rdb, {_tid(rdb, first): {"evo:run": "7", "evo:proposal": {"op": "seed"}},
+                                _tid(rdb, failed): {"evo:run": "7"}}) == [_tid(rdb, failed)]
     kept = study.get_trials()
-    assert kept[1].system_attrs == kept[0].system_attrs == {"evo:run": "7"}, \
-        "Optuna's trial_system_attributes table changed"
+    assert kept[1].system_attrs == kept[0].system_attrs | {"evo:other": 1} == \
+        {"evo:run": "7", "evo:proposal": {"op": "seed"}, "evo:other": 1}, "Optuna's trial_system_attributes table changed"
     assert kept[2].system_attrs == {}
-    assert internals.mark(rdb, [], "evo:run", "7") == []
+    assert internals.mark(rdb, {}) == []

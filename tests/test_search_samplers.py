@@ -12,7 +12,7 @@ from evo.cli import main
 from evo.errors import EvoError
 from evo.family.manifest import load_family
 from evo.search.params import FAMILY, from_trial_params, param_name
-from evo.search.proposal import SweepSampler, drawn_params
+from evo.search.proposal import PROPOSAL, SweepSampler, drawn_params
 from evo.search.sampler_evo import EvoSampler
 from evo.search.sampler_gp import GpSampler
 from evo.search.samplers import SAMPLERS, make_sampler
@@ -74,3 +74,18 @@ def test_drafts_are_asked_in_order_unless_another_worker_took_their_candidate_me
     assert held[0] == (first["family"], first["params"]) and held[1] == (second["family"], second["params"])
     assert held[2] is not None and held[2] not in held[:2]  # past the drafts: a fresh, unseen proposal
     assert sampler._drafts == []
+
+
+def test_a_batch_may_leave_its_proposals_to_its_caller() -> None:
+    """batch(write=False): the asks store no proposal on their trials; unwritten() hands them to
+    the caller once, by storage id (the search loop stores them with the batch's other system
+    attrs, in one write), and the proposals still answer the trials' parameters."""
+    sampler = SweepSampler([load_family("flash_scalar")], seed=0, order="grid")
+    study = optuna.create_study(sampler=sampler)
+    with sampler.batch(study.get_trials(deepcopy=False), write=False):
+        a, b = study.ask(), study.ask()
+        kept = sampler.unwritten()
+        assert list(kept) == [a._trial_id, b._trial_id] and sampler.unwritten() == {}
+    assert all(PROPOSAL not in t.system_attrs for t in study.get_trials(deepcopy=False))
+    assert a.suggest_categorical(FAMILY, ["flash_scalar"]) == kept[a._trial_id]["family"]
+    assert sampler.unwritten() == {}  # outside a batch there is nothing to hand over

@@ -33,9 +33,10 @@ the one that went, if an Optuna release changes any of them:
   public ``distribution_to_json`` spells them. The trial object keeps them as ``suggest`` and
   ``set_user_attr`` always do. The trial must still be RUNNING then, as Optuna requires of each
   write (``UpdateFinishedTrialError`` otherwise; nothing is written).
-- :func:`mark`: the system attr that names a trial's run (``evo:run``), written on each trial of
-  a batch as it is asked, cost Optuna's storage a transaction a trial under the ask lock;
-  :func:`mark` writes it on the batch's trials in one, into the ``trial_system_attributes``
+- :func:`mark`: the system attrs of a batch's trials -- the one that names a trial's run
+  (``evo:run``) and the proposal of a sampler that proposes whole candidates
+  (``evo:proposal``) -- each cost Optuna's storage a transaction a trial under the ask lock;
+  :func:`mark` writes them on the batch's trials in one, into the ``trial_system_attributes``
   table (by name, as above), each trial's row locked and checked RUNNING as Optuna's write does.
 - :func:`tell`: ``Study.tell`` tells through ``optuna.study._tell._tell_with_warning`` (which
   reads the trial, checks it, calls the sampler's ``after_trial`` and stores its state and
@@ -65,7 +66,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -229,22 +230,24 @@ def _write(rdb: optuna.storages.RDBStorage, trial_id: int, params: dict[str, tup
                                           for k, v in user_attrs.items()])
 
 
-def mark(rdb: optuna.storages.RDBStorage, trial_ids: Sequence[int], key: str, value: Any) -> list[int]:
-    """Set the system attr ``key`` to ``value`` on each trial of ``trial_ids`` that is still
-    RUNNING, in one transaction of ``rdb`` (their rows locked against a worker failing them
-    meanwhile), as ``set_trial_system_attr`` would on each; returns the ids of the others, to
+def mark(rdb: optuna.storages.RDBStorage, attrs: Mapping[int, Mapping[str, Any]]) -> list[int]:
+    """Set the system attrs ``attrs[trial_id]`` (key -> value) on each of those trials that is
+    still RUNNING, in one transaction of ``rdb`` (their rows locked against a worker failing them
+    meanwhile), as ``set_trial_system_attr`` would one by one; returns the ids of the others, to
     which nothing was written (Optuna's write would have raised ``UpdateFinishedTrialError``)."""
-    if not trial_ids:
+    if not attrs:
         return []
     with rdb.engine.begin() as conn:
         states = dict(conn.execute(select(_TRIALS.c.trial_id, _TRIALS.c.state)
-                                   .where(_TRIALS.c.trial_id.in_(trial_ids)).with_for_update()).all())
-        live = [tid for tid in trial_ids if states.get(tid) == TrialState.RUNNING.name]
-        if live:
-            conn.execute(delete(_SYSTEM_ATTRS).where(_SYSTEM_ATTRS.c.trial_id.in_(live), _SYSTEM_ATTRS.c.key == key))
-            conn.execute(insert(_SYSTEM_ATTRS), [{"trial_id": tid, "key": key, "value_json": json.dumps(value)}
-                                                 for tid in live])
-    return [tid for tid in trial_ids if tid not in live]
+                                   .where(_TRIALS.c.trial_id.in_(list(attrs))).with_for_update()).all())
+        rows = [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                for tid, kv in attrs.items() if states.get(tid) == TrialState.RUNNING.name for k, v in kv.items()]
+        for key in {r["key"] for r in rows}:
+            conn.execute(delete(_SYSTEM_ATTRS).where(_SYSTEM_ATTRS.c.key == key, _SYSTEM_ATTRS.c.trial_id.in_(
+                [r["trial_id"] for r in rows if r["key"] == key])))
+        if rows:
+            conn.execute(insert(_SYSTEM_ATTRS), rows)
+    return [tid for tid in attrs if states.get(tid) != TrialState.RUNNING.name]
 
 
 @contextmanager

@@ -73,7 +73,7 @@ from evo.search.memo import TrialMemo
 from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
 from evo.search.parents import parents
-from evo.search.proposal import ProposalSampler, trial_key
+from evo.search.proposal import PROPOSAL, ProposalSampler, trial_key
 from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
@@ -422,16 +422,26 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str, list[Froze
         now = search.study.get_trials(deepcopy=False)
         k, why = search._next_batch_size(trials, now)
         if isinstance(sampler, ProposalSampler):
-            view = reads.enter_context(sampler.batch(now))
+            view = reads.enter_context(sampler.batch(now, write=False))
         waiting = sum(t.state == TrialState.WAITING for t in now)  # the first asks pop them (queue_empty)
         asked: list[Asked] = []
-        while len(asked) < k:  # each trial named this run's (one write), else, failed as stale meanwhile, asked again
+        while len(asked) < k:  # each trial marked (_mark), else, failed as stale meanwhile, asked again
             more = [search._ask(len(asked) + i < waiting) for i in range(k - len(asked))]
-            lost = mark(search.rdb, [tid for _, tid, _ in more], RUN, str(search.run_id))
-            for tid in lost:
-                search.heartbeat.discard(tid)
+            lost = _mark(search, more)
             asked += [a for a in more if a[1] not in lost]
         return asked, why, None if view is None else list(view.values())
+
+
+def _mark(search: Search, more: Sequence[Asked]) -> list[int]:
+    """Name the trials of ``more`` this run's and store their sampler's proposals, in one write
+    (:func:`~evo.search.internals.mark`); the storage ids of those failed as stale meanwhile,
+    which nothing was written to and which this worker no longer keeps alive."""
+    sampler, run = search.study.sampler, {RUN: str(search.run_id)}
+    proposals = sampler.unwritten() if isinstance(sampler, ProposalSampler) else {}
+    lost = mark(search.rdb, {tid: run | ({PROPOSAL: proposals[tid]} if tid in proposals else {}) for _, tid, _ in more})
+    for tid in lost:
+        search.heartbeat.discard(tid)
+    return lost
 
 
 def describe(asked: Sequence[Asked], search: Search,

@@ -88,6 +88,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         self._proposals: dict[int, dict[str, Any]] = {}
         self._key = TrialMemo(trial_key)
         self._batch: dict[int, FrozenTrial] | None = None  # the study as a batch of asks sees it: batch()
+        self._unwritten: dict[int, dict[str, Any]] | None = None  # a batch's proposals left to its caller
         self._drafts: list[dict[str, Any]] = []               # proposals made ahead of the asks: draft()
 
     def seen(self, trials: Sequence[FrozenTrial]) -> set[str]:
@@ -153,7 +154,7 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
             number += 1
 
     @contextmanager
-    def batch(self, trials: Sequence[FrozenTrial]) -> Iterator[Mapping[int, FrozenTrial]]:
+    def batch(self, trials: Sequence[FrozenTrial], write: bool = True) -> Iterator[Mapping[int, FrozenTrial]]:
         """The asks made in the block propose from ``trials`` (the study as its caller read it
         under the ask lock that every ask of the study is made under) plus the trials they
         asked, instead of reading the whole study again for each ask (issue 35: the read
@@ -162,12 +163,22 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         worker finishes meanwhile counts as running until the next batch. The asks take the
         :meth:`draft` proposals first. Yields that view of the study by trial number, number order
         (each trial asked in the block as its next asks see it: a new one running with its
-        proposal, a popped one as the ask read it), which the caller may keep after the block."""
+        proposal, a popped one as the ask read it), which the caller may keep after the block.
+        ``write=False``: the asks do not store their proposals on their trials (a transaction each,
+        under the caller's lock); :meth:`unwritten` hands them to the caller, which must store
+        them before its lock is released (:func:`evo.search.internals.mark` writes a batch's in one)."""
         self._batch = {t.number: t for t in trials}
+        self._unwritten = None if write else {}
         try:
             yield self._batch
         finally:
-            self._batch, self._drafts = None, []
+            self._batch, self._drafts, self._unwritten = None, [], None
+
+    def unwritten(self) -> dict[int, dict[str, Any]]:
+        """The proposals of the asks of a ``batch(write=False)`` not handed over yet, by the
+        storage id of their trial (:data:`PROPOSAL` is the system attr they belong in)."""
+        out, self._unwritten = self._unwritten or {}, None if self._unwritten is None else {}
+        return out
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if is_enqueued(trial):
@@ -178,7 +189,10 @@ class ProposalSampler(optuna.samplers.BaseSampler, abc.ABC):
         if data is None and (prop := self.propose(study, trials)) is not None:
             data = prop.to_json()
         if data is not None:
-            set_trial_system_attr(study, trial, PROPOSAL, data)
+            if self._unwritten is None:
+                set_trial_system_attr(study, trial, PROPOSAL, data)
+            else:
+                self._unwritten[trial._trial_id] = data
             self._proposals[trial.number] = data
             trial = _running(trial.number, data)  # as the next asks of the batch will read it
         self._note(trial)
