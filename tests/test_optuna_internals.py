@@ -93,6 +93,20 @@ def test_one_write_writes_nothing_after_an_error_or_to_a_finished_trial(rdb: opt
     assert [(t.params, t.user_attrs) for t in study.get_trials()] == [({}, {}), ({}, {})]
 
 
+def test_one_write_all_writes_several_trials_at_once_and_names_the_finished(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    a, failed, b = study.ask(), study.ask(), study.ask()
+    rdb.set_trial_state_values(_tid(rdb, failed), TrialState.FAIL)  # as a survivor fails a stale trial
+    with internals.one_write_all([(t, _tid(rdb, t)) for t in (a, failed, b)], rdb) as lost:
+        for i, t in enumerate((a, failed, b)):
+            t.suggest_float("x", 0.0, 1.0)
+            t.set_user_attr("label", str(i))
+    assert lost == [_tid(rdb, failed)]
+    kept = study.get_trials()
+    assert [(t.params.keys(), t.user_attrs) for t in kept] == [({"x"}, {"label": "0"}), (set(), {}), ({"x"}, {"label": "2"})]
+    assert all(t.storage is study._storage for t in (a, failed, b))  # each trial's own storage again
+
+
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
     yield

@@ -132,19 +132,19 @@ def test_the_model_never_runs_under_the_ask_lock(monkeypatch: pytest.MonkeyPatch
 def test_a_proposal_samplers_parameters_are_written_after_the_ask_lock(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
     rec = make_recording(tmp_path / "sweep.json.gz", seed=0)
-    writes: list[bool] = []   # per trial whose parameters are written: under the lock
-    real = internals._write    # where one_write puts a trial's parameters, in one transaction
+    writes: list[tuple[int, bool]] = []   # per write of parameters: of how many trials, under the lock
+    real = internals._write    # where one_write(_all) puts trials' parameters, in one transaction
 
-    def write(rdb: Any, trial_id: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
-        if params:
-            writes.append(WatchedLock.held)
-        real(rdb, trial_id, params, user_attrs)
+    def write(rdb: Any, kept: Any) -> list[int]:
+        if any(k.params for k in kept):
+            writes.append((sum(bool(k.params) for k in kept), WatchedLock.held))
+        return real(rdb, kept)
 
     monkeypatch.setattr(internals, "_write", write)
     monkeypatch.setattr(driver, "ProcessLock", WatchedLock)
     opts = RunOptions(replay=rec, db=f"sqlite:///{tmp_path / 'evo.sqlite'}", study="s", batch=4, seed=0,
                       cases=["F1", "F6"], trials=12)
     summary = run(opts, NullReporter())
-    assert summary.total == 12 and len(writes) == 12 and not any(writes)  # one write per trial, none under the lock
+    assert summary.total == 12 and writes == [(4, False)] * 3  # one write per batch of 4, none under the lock
     study = optuna.load_study(study_name="s", storage=opts.db)
     assert all(t.params for t in study.trials)   # every trial still holds its parameters

@@ -75,7 +75,7 @@ from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.study._tell import _tell_with_warning
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import String, cast, column, delete, insert, select, table
+from sqlalchemy import Connection, String, TableClause, cast, column, delete, insert, select, table
 
 FIXED_PARAMS = "fixed_params"
 TRIALS_TABLE, HEARTBEATS_TABLE = "trials", "trial_heartbeats"
@@ -200,34 +200,63 @@ class _Deferred:
 def one_write(trial: optuna.Trial, rdb: optuna.storages.RDBStorage, trial_id: int) -> Iterator[optuna.Trial]:
     """Within the block, ``trial``'s ``suggest_*`` and ``set_user_attr`` are written together at
     its end, in one transaction of ``rdb`` (the storage of ``trial_id``); an error in the block
-    writes none of them."""
-    real = trial.storage
-    kept = _Deferred(real, trial_id)
-    trial.storage = kept  # type: ignore[assignment]
-    try:
+    writes none of them, and neither does a trial no longer RUNNING (``UpdateFinishedTrialError``)."""
+    with one_write_all([(trial, trial_id)], rdb) as lost:
         yield trial
+    if lost:
+        raise UpdateFinishedTrialError(f"trial {trial_id} is not RUNNING: its parameters were not written")
+
+
+@contextmanager
+def one_write_all(trials: Sequence[tuple[optuna.Trial, int]], rdb: optuna.storages.RDBStorage) -> Iterator[list[int]]:
+    """:func:`one_write` for several trials (each with its storage id) at once: what the block
+    sets on them is written at its end in one transaction, a batch's worth of parameters in one
+    instead of a transaction a trial (issue 35). The list it yields then holds the storage ids of
+    those no longer RUNNING, to which nothing was written."""
+    real = [trial.storage for trial, _ in trials]
+    kept = [_Deferred(storage, tid) for storage, (_, tid) in zip(real, trials, strict=True)]
+    for (trial, _), deferred in zip(trials, kept, strict=True):
+        trial.storage = deferred  # type: ignore[assignment]
+    lost: list[int] = []
+    try:
+        yield lost
     finally:
-        trial.storage = real
-    if kept.params or kept.user_attrs:
-        _write(rdb, trial_id, kept.params, kept.user_attrs)
+        for (trial, _), storage in zip(trials, real, strict=True):
+            trial.storage = storage
+    lost += _write(rdb, [k for k in kept if k.params or k.user_attrs])
 
 
-def _write(rdb: optuna.storages.RDBStorage, trial_id: int, params: dict[str, tuple[float, BaseDistribution]],
-           user_attrs: dict[str, Any]) -> None:
-    """Insert a RUNNING trial's parameters and user attrs (replacing attrs of the same keys) in
-    one transaction, the trial's row locked against a worker failing it meanwhile."""
+def _write(rdb: optuna.storages.RDBStorage, kept: Sequence[_Deferred]) -> list[int]:
+    """Insert the parameters and user attrs (replacing attrs of the same keys) that ``kept`` hold
+    for their trials, those still RUNNING, in one transaction, the trials' rows locked against a
+    worker failing them meanwhile; the storage ids of the others, to which nothing was written."""
+    if not kept:
+        return []
     with rdb.engine.begin() as conn:
-        state = conn.scalar(select(_TRIALS.c.state).where(_TRIALS.c.trial_id == trial_id).with_for_update())
-        if state != TrialState.RUNNING.name:
-            raise UpdateFinishedTrialError(f"trial {trial_id} is {state}, not RUNNING: its parameters were not written")
+        running = _running(conn, [k._trial_id for k in kept])
+        live = [k for k in kept if k._trial_id in running]
+        params = [{"trial_id": k._trial_id, "param_name": n, "param_value": v, "distribution_json": distribution_to_json(d)}
+                  for k in live for n, (v, d) in k.params.items()]
         if params:
-            conn.execute(insert(_PARAMS), [{"trial_id": trial_id, "param_name": n, "param_value": v,
-                                            "distribution_json": distribution_to_json(d)}
-                                           for n, (v, d) in params.items()])
-        if user_attrs:
-            conn.execute(delete(_ATTRS).where(_ATTRS.c.trial_id == trial_id, _ATTRS.c.key.in_(list(user_attrs))))
-            conn.execute(insert(_ATTRS), [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                                          for k, v in user_attrs.items()])
+            conn.execute(insert(_PARAMS), params)
+        _replace(conn, _ATTRS, [(k._trial_id, key, v) for k in live for key, v in k.user_attrs.items()])
+    return [k._trial_id for k in kept if k._trial_id not in running]
+
+
+def _running(conn: Connection, trial_ids: Sequence[int]) -> set[int]:
+    """Those of ``trial_ids`` that are RUNNING, their rows locked until the transaction ends."""
+    rows = conn.execute(select(_TRIALS.c.trial_id, _TRIALS.c.state).where(_TRIALS.c.trial_id.in_(trial_ids))
+                        .with_for_update())
+    return {tid for tid, state in rows if state == TrialState.RUNNING.name}
+
+
+def _replace(conn: Connection, attrs: TableClause, rows: Sequence[tuple[int, str, Any]]) -> None:
+    """Write ``(trial id, key, value)`` rows into an attribute table, each replacing the row of the
+    same trial and key."""
+    for key in dict.fromkeys(k for _, k, _ in rows):
+        conn.execute(delete(attrs).where(attrs.c.key == key, attrs.c.trial_id.in_([t for t, k, _ in rows if k == key])))
+    if rows:
+        conn.execute(insert(attrs), [{"trial_id": t, "key": k, "value_json": json.dumps(v)} for t, k, v in rows])
 
 
 def mark(rdb: optuna.storages.RDBStorage, attrs: Mapping[int, Mapping[str, Any]]) -> list[int]:
@@ -238,16 +267,9 @@ def mark(rdb: optuna.storages.RDBStorage, attrs: Mapping[int, Mapping[str, Any]]
     if not attrs:
         return []
     with rdb.engine.begin() as conn:
-        states = dict(conn.execute(select(_TRIALS.c.trial_id, _TRIALS.c.state)
-                                   .where(_TRIALS.c.trial_id.in_(list(attrs))).with_for_update()).all())
-        rows = [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
-                for tid, kv in attrs.items() if states.get(tid) == TrialState.RUNNING.name for k, v in kv.items()]
-        for key in {r["key"] for r in rows}:
-            conn.execute(delete(_SYSTEM_ATTRS).where(_SYSTEM_ATTRS.c.key == key, _SYSTEM_ATTRS.c.trial_id.in_(
-                [r["trial_id"] for r in rows if r["key"] == key])))
-        if rows:
-            conn.execute(insert(_SYSTEM_ATTRS), rows)
-    return [tid for tid in attrs if states.get(tid) != TrialState.RUNNING.name]
+        running = _running(conn, list(attrs))
+        _replace(conn, _SYSTEM_ATTRS, [(tid, k, v) for tid, kv in attrs.items() if tid in running for k, v in kv.items()])
+    return [tid for tid in attrs if tid not in running]
 
 
 @contextmanager

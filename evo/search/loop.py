@@ -67,7 +67,7 @@ from evo.family.space import Candidate, all_candidates, combinations, listable, 
 from evo.results import BuildResult, Shape, Status
 from evo.search import objective
 from evo.search.evaluators import Evaluator, Unmeasured
-from evo.search.internals import ask, mark, one_write, queue_empty, trial_id
+from evo.search.internals import ask, mark, one_write, one_write_all, queue_empty, trial_id
 from evo.search.liveness import Liveness
 from evo.search.memo import TrialMemo
 from evo.search.outcomes import Scoring
@@ -447,7 +447,7 @@ def _mark(search: Search, more: Sequence[Asked]) -> list[int]:
 def describe(asked: Sequence[Asked], search: Search,
              view: list[FrozenTrial] | None = None) -> tuple[list[Pending], list[FrozenTrial]]:
     """The trials ``search`` asked, after the ask lock is released: parameters not drawn yet
-    written from the proposal, then each candidate, its rendered source, build id and parents;
+    written from the proposals (the batch's in one write), then each candidate, its rendered source, build id and parents;
     and the study that served the whole batch's lineage (:meth:`Search._prepare` takes it too):
     ``view``, the study as the batch's asks saw it under the ask lock, where :func:`ask_batch`
     gives one, else a read of the study. Lineage needs the asked trials' proposals, the enqueued
@@ -456,17 +456,12 @@ def describe(asked: Sequence[Asked], search: Search,
     worker finishes after the view is not among the nearest parents this batch considers, as one
     finished just after that read was not. A trial failed as stale meanwhile is dropped."""
     families = list(search.families.values())
-    pending = []
-    for trial, tid, drawn in asked:
-        try:
-            if drawn is None:
-                with one_write(trial, search.rdb, tid):  # the proposal's dozen parameters: one transaction
-                    drawn = suggest(trial, families)
-            fam, raw = drawn
-        except UpdateFinishedTrialError:
-            search.heartbeat.discard(tid)
-            continue
-        pending.append(Pending(trial, tid, fam, raw))
+    todo = [(trial, tid) for trial, tid, drawn in asked if drawn is None]
+    with one_write_all(todo, search.rdb) as lost:  # the proposals' parameters, a dozen a trial: one transaction
+        made = {tid: suggest(trial, families) for trial, tid in todo}
+    for tid in lost:
+        search.heartbeat.discard(tid)
+    pending = [Pending(trial, tid, *(drawn or made[tid])) for trial, tid, drawn in asked if tid not in lost]
     trials = (search.study.get_trials(deepcopy=False) if view is None else view) if pending else []
     for p in pending:
         try:
