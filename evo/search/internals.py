@@ -252,9 +252,15 @@ def _running(conn: Connection, trial_ids: Sequence[int]) -> set[int]:
 
 def _replace(conn: Connection, attrs: TableClause, rows: Sequence[tuple[int, str, Any]]) -> None:
     """Write ``(trial id, key, value)`` rows into an attribute table, each replacing the row of the
-    same trial and key."""
-    for key in dict.fromkeys(k for _, k, _ in rows):
-        conn.execute(delete(attrs).where(attrs.c.key == key, attrs.c.trial_id.in_([t for t, k, _ in rows if k == key])))
+    same trial and key (one delete for the trials that set the same keys)."""
+    keys: dict[int, list[str]] = {}
+    for t, k, _ in rows:
+        keys.setdefault(t, []).append(k)
+    trials_of: dict[tuple[str, ...], list[int]] = {}
+    for t, names in keys.items():
+        trials_of.setdefault(tuple(names), []).append(t)
+    for same, ts in trials_of.items():
+        conn.execute(delete(attrs).where(attrs.c.trial_id.in_(ts), attrs.c.key.in_(same)))
     if rows:
         conn.execute(insert(attrs), [{"trial_id": t, "key": k, "value_json": json.dumps(v)} for t, k, v in rows])
 
