@@ -262,8 +262,8 @@ class EvoSampler(ProposalSampler):
         self._point = TrialMemo(lambda t: timed_point(t, self._by_name))  # completed and pruned trials
         self._numbered: Mapping[int, FrozenTrial] = {}  # the trials of the current ask, by number
         self._moves = TrialMemo(lambda t: move_outcomes(t, self._numbered))  # each finished trial once
-        self._made: dict[tuple[str, tuple[tuple[str, Value], ...]], Candidate | None] = {}  # crossover's checks
-        self._mutations: dict[tuple[str, int], list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]] = {}
+        self._made: dict[tuple[str, tuple[tuple[str, Value], ...]], tuple[Candidate, str] | None] = {}  # crossover's
+        self._mutations: dict[tuple[Candidate, int], list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]] = {}
         self.population = population
         self.immigrant_rate = immigrant_rate
         self.crossover_rate = crossover_rate
@@ -465,19 +465,22 @@ class EvoSampler(ProposalSampler):
                      genes: int) -> list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]:
         """:func:`~evo.family.space.mutations` of ``parent`` with each child's record key, listed
         once per parent (a popular elite was otherwise re-enumerated and re-validated dozens of
-        times per ask)."""
-        at = (record_key(parent.family, parent.p), genes)
+        times per ask), kept by the parent itself (a candidate is canonical: equal candidates are
+        one point), not by its record key, a JSON text made anew on each of those calls."""
+        at = (parent, genes)
         if at not in self._mutations:
             self._mutations[at] = [(c, m, record_key(c.family, c.p)) for c, m in mutations(fam, parent, genes)]
         return self._mutations[at]
 
-    def _checked(self, family: str, params: Mapping[str, Value]) -> Candidate | None:
-        """``make_candidate`` of ``params``, None when invalid; each point checked once per sampler
-        (crossover re-draws the same mixes of two elites many times over a study)."""
+    def _checked(self, family: str, params: Mapping[str, Value]) -> tuple[Candidate, str] | None:
+        """``make_candidate`` of ``params`` and its record key, None when invalid; each point checked
+        and keyed once per sampler (crossover re-draws the same mixes of two elites many times over
+        a study)."""
         at = (family, tuple(sorted(params.items())))
         if at not in self._made:
             try:
-                self._made[at] = make_candidate(self._by_name[family], params)
+                child = make_candidate(self._by_name[family], params)
+                self._made[at] = (child, record_key(child.family, child.p))
             except InvalidCandidate:
                 self._made[at] = None
         return self._made[at]
@@ -517,8 +520,8 @@ class EvoSampler(ProposalSampler):
             (ta, a), (tb, b) = self._rng.sample(group, 2)
             pa, pb = a.p, b.p
             mixed = {n: (pa[n] if self._rng.random() < 0.5 else pb[n]) for n in pa}
-            child = self._checked(a.family, mixed)
-            if child is None or child in (a, b) or record_key(child.family, child.p) in seen:
+            got = self._checked(a.family, mixed)
+            if got is None or got[0] in (a, b) or got[1] in seen:
                 continue
-            return Proposal(child, "crossover", [ta.number, tb.number])
+            return Proposal(got[0], "crossover", [ta.number, tb.number])
         return None
