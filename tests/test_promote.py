@@ -361,6 +361,40 @@ def test_an_unverified_package_says_so(package: Path) -> None:
     assert _json(package, "PROVENANCE.json")["verification"] == {"verified": False}
 
 
+def test_a_launcher_build_goes_ahead_past_the_lock_a_killed_build_left(package: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's ``lock`` file, left in the build folder by a build killed mid-way, made every later
+    process wait forever in its first call (an H100, 2026-11-28): the package's build takes an OS
+    lock of its own, removes the stale file and builds, and holds that lock while torch builds."""
+    import fcntl
+    import importlib
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(package))
+    try:
+        launcher = importlib.import_module(f"{NAME}._launcher")
+        folder = launcher.build_folder()
+        folder.mkdir(parents=True)
+        (folder / "lock").write_text("")
+        seen: dict[str, Any] = {}
+
+        def fake_load(**kwargs: Any) -> str:
+            seen.update(kwargs, lock_left=(Path(kwargs["build_directory"]) / "lock").exists())
+            with open(folder.with_name(folder.name + ".flock")) as other:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return "built"
+
+        monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)
+        monkeypatch.setattr(launcher, "_cuda_include", lambda: str(tmp_path))
+        assert launcher._build() == "built"
+        assert seen["build_directory"] == str(folder) and seen["lock_left"] is False
+        assert folder.parent == tmp_path and not (folder / "lock").exists()
+    finally:
+        for mod in [m for m in sys.modules if m == NAME or m.startswith(NAME + ".")]:
+            del sys.modules[mod]
+
+
 @pytest.fixture
 def fake_gpu_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """A GPU that runs verify_kernels and the package tests as stand-ins, recording the calls."""
