@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
 # Issue 33's measurement on one H100: flash_wgmma searched over the LLM suite and the FAST suite with
 # the rung evaluator, a package promoted from the whole database, and `evo bench --package` beside
-# SDPA and FlashAttention-4. Three calls on one warm machine (the database and the package stay in
-# /tmp between them), after FlashAttention-4's parts are staged (../shared/device/fa4/README.md):
+# SDPA and FlashAttention-4. Four calls on one warm machine (the database, the package and its built
+# launcher stay in /tmp between them), after FlashAttention-4's two big parts are staged
+# (../shared/device/fa4/README.md). Run from a clean export of the commit, so that nothing
+# uncommitted travels: `git archive HEAD evo templates scripts acceptance db pyproject.toml setup.py
+# README.md | gzip > .clean/src.tgz` (.clean git-excluded), then on the GPU machine
+# `mkdir -p /tmp/src && tar xzf .clean/src.tgz -C /tmp/src && cp -r .whl /tmp/src/ && cd /tmp/src`.
 #
-#   carry [".whl", "db/evo.sqlite.gz", ".fa4/small"]:
-#     source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=... scripts/gpu-llm.sh search   (~560 s)
-#   carry [".whl"]:  EVO_GIT_SHA=... scripts/gpu-llm.sh package   (~570 s)
-#   carry [".whl"]:  EVO_GIT_SHA=... scripts/gpu-llm.sh fast      (~450 s)
+#   1. carry [".whl", ".clean", ".fa4/small", "db/evo.sqlite.gz"]: stage FA4, export, copy
+#      db/evo.sqlite.gz to /tmp/src/db/, then  scripts/gpu-llm.sh search        (~500 s)
+#   2. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh promote                   (~540 s)
+#   3. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-llm                 (~450 s)
+#   4. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-fast                (~300 s)
+#   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
-# search: the carried database (db/evo.sqlite.gz: scripts/fetch-db.sh's, gzipped) gets study llm4 (the
-#   16 LLM cases, bf16 and fp16, from llm3's best; LLM_BUDGET s) and study fast4 (the FAST suite's
-#   cases the package is benched on, from fast3's best; FAST_BUDGET s); the database comes back.
-# package: `evo promote --confirm` of the whole database on this GPU's timings, the package's own
-#   tests, then the LLM suite benched in bf16 beside cuDNN, SDPA's default and FA4.
-# fast: the LLM suite in fp16 as in package, the FAST suite benched through the same package (fp16, and F6, F7 in bf16) beside cuDNN and
+# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm5: the 16
+#   LLM cases, bf16 and fp16, from the best of LLM_FROM, llm3,llm4; LLM_BUDGET s) and study FAST_STUDY
+#   (fast5: the FAST cases the package is benched on, from FAST_FROM, fast3,fast4; FAST_BUDGET s); the
+#   database comes back. (At e366e33 these were llm4 from llm3 and fast4 from fast3.)
+# promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
+#   tests. On an H100 at e366e33 the confirmation and verification of 12 winners took about 6 min and
+#   the package tests (the launcher's first build included) did not finish in the 420 s the first
+#   version of this script gave the whole stage: it now has its call to itself.
+# bench-llm: the package's launcher built first (`prepare()`, a minute, outside any benchmark's
+#   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
+# bench-fast: the FAST suite through the same package (fp16, and F6, F7 in bf16) beside cuDNN and
 #   SDPA's default, and the package's speed checked against its provenance.
 # Knobs: LLM_BUDGET (240), FAST_BUDGET (100), BENCH_BACKENDS (sdpa_cudnn,sdpa_default,fa4 for the
 # LLM suite: sdpa_flash is 2x behind there and sdpa_efficient refuses grouped heads).
@@ -24,6 +35,8 @@ export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # Flas
 export EVO_HOME=/tmp/evohome
 DBF=$EVO_HOME/db/evo.sqlite
 PKG=evoattn
+LLM_STUDY=${LLM_STUDY:-llm5}
+FAST_STUDY=${FAST_STUDY:-fast5}
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
 save_db() {
   python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
@@ -31,7 +44,7 @@ save_db() {
 }
 
 bench_llm() {   # the LLM suite in one dtype through the installed package
-  stage "bench-llm-$1" 150 $EVO bench --package $PKG --cases llm --dtype "$1" \
+  stage "bench-llm-$1" 200 $EVO bench --package $PKG --cases llm --dtype "$1" \
     --backends "${BENCH_BACKENDS:-sdpa_cudnn,sdpa_default,fa4}" --out "$OUT/benchmarks"
 }
 
@@ -41,32 +54,34 @@ case ${1:-} in
     stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
       python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
       python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
-    stage llm4 $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study llm4 --families flash_wgmma --cases L1-L8,L1-L8-fp16 \
-      --start-from llm3 --start-top 4 --trials 100000 --time-budget "${LLM_BUDGET:-240}" --seed 1 \
-      --summary-json "$OUT/llm4.json"
-    stage fast4 $(( ${FAST_BUDGET:-100} + 70 )) $EVO run --study fast4 --families flash_wgmma --cases F1-F8,F6-F7-bf16 \
-      --start-from fast3 --start-top 4 --trials 100000 --time-budget "${FAST_BUDGET:-100}" --seed 1 \
-      --summary-json "$OUT/fast4.json"
-    for s in llm4 fast4; do
+    stage "$LLM_STUDY" $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study "$LLM_STUDY" --families flash_wgmma \
+      --cases L1-L8,L1-L8-fp16 --start-from "${LLM_FROM:-llm3,llm4}" --start-top 4 --trials 100000 \
+      --time-budget "${LLM_BUDGET:-240}" --seed 1 --summary-json "$OUT/$LLM_STUDY.json"
+    stage "$FAST_STUDY" $(( ${FAST_BUDGET:-100} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
+      --cases F1-F8,F6-F7-bf16 --start-from "${FAST_FROM:-fast3,fast4}" --start-top 4 --trials 100000 \
+      --time-budget "${FAST_BUDGET:-100}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
+    for s in "$LLM_STUDY" "$FAST_STUDY"; do
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
     done
     save_db ;;
-  package)
+  promote)
     [ -f "$DBF" ] || { echo "no database in $DBF: run the search call first, on the same warm machine"; exit 1; }
-    stage promote 420 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --name $PKG --out /tmp/pkg --device '$(gpu)' --confirm \
-      && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG \
-      && cd /tmp && PYTHONPATH=/tmp/pkgsite:\$PYTHONPATH python3 -m pytest -q -p no:cacheprovider --pyargs $PKG.tests"
+    stage promote 540 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --name $PKG --out /tmp/pkg --device '$(gpu)' --confirm \
+      && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG"
     save_db
-    tar czf "$OUT/$PKG-pkg.tgz" -C /tmp pkg
+    tar czf "$OUT/$PKG-pkg.tgz" -C /tmp pkg ;;
+  bench-llm)
+    [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
-    bench_llm bf16 ;;
-  fast)
-    [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the package call first, on the same warm machine"; exit 1; }
+    stage prepare 150 python3 -c "import $PKG; print('kernels loaded:', $PKG.prepare())"
+    bench_llm bf16
+    bench_llm fp16 ;;
+  bench-fast)
+    [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
-    bench_llm fp16
     stage bench-fast-fp16 200 $EVO bench --package $PKG --backends sdpa_cudnn,sdpa_default --out "$OUT/benchmarks"
     stage bench-fast-bf16 90 $EVO bench --package $PKG --dtype bf16 --cases F6,F7 --backends sdpa_cudnn,sdpa_default \
       --out "$OUT/benchmarks"
     stage check-speed 60 python3 scripts/check_package_speed.py /tmp/pkg/$PKG/$PKG/PROVENANCE.json "$OUT"/benchmarks/*.json ;;
-  *) echo "usage: scripts/gpu-llm.sh search|package|fast"; exit 2 ;;
+  *) echo "usage: scripts/gpu-llm.sh search|promote|bench-llm|bench-fast"; exit 2 ;;
 esac
