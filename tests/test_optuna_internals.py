@@ -55,6 +55,17 @@ def test_the_heartbeat_tables_find_a_running_trial_that_never_beat(rdb: optuna.s
     assert internals.unbeaten(rdb, sid) == []
 
 
+def test_beat_records_heartbeats_as_optuna_does(rdb: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(study_name="s", storage=rdb)
+    sid = rdb.get_study_id_from_name("s")
+    old, new = study.ask(), study.ask()
+    rdb.record_heartbeat(_tid(rdb, old))
+    internals.beat(rdb, [_tid(rdb, old), _tid(rdb, new)])  # one moved, one new
+    assert internals.unbeaten(rdb, sid) == [], "Optuna's trial_heartbeats table changed"
+    assert rdb._get_stale_trial_ids(sid) == []  # fresh beats, at the database's time
+    internals.beat(rdb, [])
+
+
 def _tid(rdb: optuna.storages.RDBStorage, trial: optuna.Trial) -> int:
     return rdb.get_trial_id_from_study_id_trial_number(rdb.get_study_id_from_name("s"), trial.number)
 

@@ -16,6 +16,9 @@ the one that went, if an Optuna release changes any of them:
   through Optuna's private ORM models, and not reflected: reflecting them queried the database's
   catalog on every check, before each batch and on the liveness thread's schedule, a twentieth
   of a worker's CPU with four workers on PostgreSQL; issue 35).
+- :func:`beat`: a batch's trials each got their first heartbeat from Optuna's
+  ``record_heartbeat``, a transaction a trial under the ask lock; :func:`beat` writes them in one
+  (the ``trial_heartbeats`` table by name, as above, at the database's time as Optuna writes it).
 - :func:`queue_empty`: ``Study.ask`` first reads the study's WAITING trials (the queue that
   ``enqueue_trial`` fills) through ``Study._pop_waiting_trial_id``; the storage's read of them
   reloads every running trial too. A worker's read of the study under the ask lock, before its
@@ -75,14 +78,15 @@ from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.study._tell import _tell_with_warning
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import Connection, String, TableClause, cast, column, delete, insert, select, table
+from sqlalchemy import Connection, String, TableClause, cast, column, delete, func, insert, select, table, update
+from sqlalchemy.exc import IntegrityError
 
 FIXED_PARAMS = "fixed_params"
 TRIALS_TABLE, HEARTBEATS_TABLE = "trials", "trial_heartbeats"
 PARAMS_TABLE, USER_ATTRS_TABLE, SYSTEM_ATTRS_TABLE = "trial_params", "trial_user_attributes", "trial_system_attributes"
 # the columns unbeaten, one_write and mark read and fill (the ids are the database's)
 _TRIALS = table(TRIALS_TABLE, column("trial_id"), column("study_id"), column("state"))
-_BEATS = table(HEARTBEATS_TABLE, column("trial_id"))
+_BEATS = table(HEARTBEATS_TABLE, column("trial_id"), column("heartbeat"))
 _PARAMS = table(PARAMS_TABLE, column("trial_id"), column("param_name"), column("param_value"),
                 column("distribution_json"))
 _ATTRS = table(USER_ATTRS_TABLE, column("trial_id"), column("key"), column("value_json"))
@@ -173,6 +177,25 @@ def unbeaten(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
                 cast(_TRIALS.c.state, String) == TrialState.RUNNING.name, _BEATS.c.trial_id.is_(None)))
     with storage.engine.connect() as conn:
         return [int(tid) for tid in conn.scalars(q)]
+
+
+def beat(rdb: optuna.storages.RDBStorage, trial_ids: Sequence[int]) -> None:
+    """``rdb.record_heartbeat`` for each trial of ``trial_ids``, in one transaction: a new row at
+    the database's current time, or the row a trial has moved to it. Where another process beat
+    for one of them meanwhile (its check of the trials that never beat: unique row per trial), each
+    is beaten as Optuna beats it."""
+    if not trial_ids:
+        return
+    try:
+        with rdb.engine.begin() as conn:
+            have = set(conn.scalars(select(_BEATS.c.trial_id).where(_BEATS.c.trial_id.in_(trial_ids))))
+            if have:
+                conn.execute(update(_BEATS).where(_BEATS.c.trial_id.in_(have)).values(heartbeat=func.now()))
+            if new := [{"trial_id": tid} for tid in trial_ids if tid not in have]:
+                conn.execute(insert(_BEATS).values(heartbeat=func.current_timestamp()), new)
+    except IntegrityError:
+        for tid in trial_ids:
+            rdb.record_heartbeat(tid)
 
 
 class _Deferred:

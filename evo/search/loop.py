@@ -333,9 +333,11 @@ class Search:
 
     def _ask(self, queued: bool) -> Asked:
         """One trial asked under the ask lock, with its family and parameters when the sampler
-        draws them one by one; a :class:`ProposalSampler` stored its whole proposal on the trial in
-        the ask (other workers' samplers see it there), so its parameters are written after the
-        lock (:func:`describe`): a dozen writes per trial the other workers need not wait for.
+        draws them one by one (and its first heartbeat written); a :class:`ProposalSampler` made its
+        whole proposal in the ask, which :func:`ask_batch` stores on the trial with the batch's other
+        system attrs (other workers' samplers see it there) after writing the batch's first heartbeats,
+        so its parameters are written after the lock (:func:`describe`): a dozen writes per trial the
+        other workers need not wait for.
         ``queued``: whether a WAITING trial may be left to pop (else Optuna's read of them is skipped)."""
         while True:
             queue = contextlib.nullcontext() if queued else queue_empty(self.study)
@@ -343,9 +345,9 @@ class Search:
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
                 trial = ask(self.study)  # pops a WAITING trial (a retry) first, else a new one
             tid = trial_id(trial)
-            self.heartbeat.add(tid)
             if isinstance(self.study.sampler, ProposalSampler):
-                return trial, tid, None
+                return trial, tid, None  # its first heartbeat is written with its batch's (ask_batch)
+            self.heartbeat.add(tid)
             try:
                 with one_write(trial, self.rdb, tid):
                     drawn = suggest(trial, list(self.families.values()))
@@ -427,6 +429,7 @@ def ask_batch(search: Search, trials: int) -> tuple[list[Asked], str, list[Froze
         asked: list[Asked] = []
         while len(asked) < k:  # each trial marked (_mark), else, failed as stale meanwhile, asked again
             more = [search._ask(len(asked) + i < waiting) for i in range(k - len(asked))]
+            search.heartbeat.add_all([tid for _, tid, drawn in more if drawn is None])  # one write: Search._ask
             lost = _mark(search, more)
             asked += [a for a in more if a[1] not in lost]
         return asked, why, None if view is None else list(view.values())
