@@ -486,7 +486,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
         grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
         start_from: Sequence[str] | None = None, start_top: int | None = None,
         reporter: Reporter | None = None, screen: bool = True, pruner: Any = None,
-        pins: Sequence[str] | None = None, screen_only: bool = False) -> RunSummary:
+        pins: Sequence[str] | None = None, screen_only: bool = False, screen_alone: bool = False) -> RunSummary:
     """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
 
     Measurements come from ``replay`` (a recorded sweep), else the worker ``target`` when one is
@@ -502,7 +502,10 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     before any database file is made. On a GPU each new candidate is screened first and timed
     in full only if ``pruner`` (an Optuna pruner; default :class:`~evo.search.pruner.EvoPruner`)
     keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs"), and
-    ``screen_only`` none (:class:`~evo.search.pruner.ScreenOnlyPruner`: a run that records screens). ``pins``:
+    ``screen_only`` none (:class:`~evo.search.pruner.ScreenOnlyPruner`: a run that records screens). A screen
+    times its long cases as the full rung does, beside the scoring baseline, and the full rung reuses
+    them; ``screen_alone`` times them with the candidate alone against a cached baseline (cheaper, and
+    1-3 % high there: :meth:`evo.gpu.evaluate.Plan.for_case`). ``pins``:
     ``GENE=VALUE`` or ``FAMILY.GENE=VALUE`` texts (``evo run --pin``): search the sub-space with
     those genes held at one value each; a study keeps the pins it was created with (a run giving
     others is refused; none given: the study's).
@@ -527,7 +530,7 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
                       grace_s=GRACE_S if grace_s is None else grace_s, target=target,
                       start_from=list(start_from) if start_from else None,
                       start_top=DEFAULT_TOP if start_top is None else start_top, screen=screen, pruner=pruner,
-                      pins=list(pins) if pins is not None else None)
+                      pins=list(pins) if pins is not None else None, screen_alone=screen_alone)
     return start(opts, gpus, reporter or NullReporter())
 
 

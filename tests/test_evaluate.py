@@ -265,6 +265,47 @@ def test_a_screen_times_the_candidate_alone_against_its_cached_scoring_baseline(
     assert json.loads(ev.device["baselines_measured"]) == {"screen": ["F1-fp16|sdpa_default"]}
 
 
+F8C = Shape("F8", 4, 32, 4096, 128, True)   # a long case (the steady-state rule)
+
+
+def test_a_screen_times_its_long_cases_as_the_full_rung_does_for_it_to_reuse(fake_worker: dict[str, list]) -> None:
+    """With ``screen_full`` a screen's long case is timed beside the scoring baseline with the full
+    rung's sampling and output checks, the other backends from the full rung's cache, and named in
+    ``screen_full_cases``; its short case as any screen's. A prime of the screen fills the full
+    rung's cache for the long case, not the screen's."""
+    from evo.gpu.evaluate import QUICK, SCREEN_SAMPLING, serve
+    from evo.gpu.worker import EvalRequest
+
+    screen = {"quick": True, "paired": "sdpa_default", "rung": "screen", "first_failure": True, "screen_full": True}
+    entries = (Entry("evo_attn_d64_fp16_full", 64, "fp16", False, CFG),
+               Entry("evo_attn_d128_fp16_causal", 128, "fp16", True, CFG))
+    prime = EvalRequest("prime", "", (), False, (F1, F8C), screen | {"prime": True})
+    conn = FakeConn([prime, EvalRequest("b", "x.cubin", entries, fast_cases=(F1, F8C), options=screen), None])
+    serve(conn)
+    primed, ev = conn.sent
+    reported = sorted(f"F8c-fp16|{b}" for b in SDPA_BACKENDS if b != "sdpa_default")
+    assert json.loads(primed.device["baselines_measured"]) == {"full": reported, "screen": ["F1-fp16|sdpa_default"]}
+    short, long = [kw for kw in fake_worker["time_kw"] if "check" in kw]
+    assert short["check"] is None and short["rounds"] == SCREEN_SAMPLING["rounds"] and short["reps"] == SCREEN_SAMPLING["reps"]
+    assert long["check"] is not None and (long["rounds"], long["reps"], long["remeasure"]) == \
+        (QUICK["rounds"], QUICK["reps"], QUICK["remeasure"])
+    assert ev.status is Status.GREEN and ev.device["screen_full_cases"] == "F8c-fp16" and "paired" not in ev.device
+    by_case = {(t.shape.tag, t.backend) for t in ev.timings}
+    assert {("F8c-fp16", b) for b in ("evo", *SDPA_BACKENDS)} <= by_case
+    assert by_case - {("F8c-fp16", b) for b in ("evo", *SDPA_BACKENDS)} == {("F1-fp16", "evo"), ("F1-fp16", "sdpa_default")}
+    assert ev.reason.endswith("screened on 2 FAST cases (1 of them as the full rung times them)")
+
+
+def test_without_screen_full_a_screens_long_case_is_the_candidate_alone() -> None:
+    from evo.gpu.evaluate import SCREEN_SAMPLING
+
+    plan = Plan.of({"quick": True, "paired": "sdpa_default", "rung": "screen"})
+    assert plan.for_case(F8C) is plan and plan.for_case(F8C).beside() == ()
+    full = Plan.of({"quick": True, "paired": "sdpa_default", "rung": "screen", "screen_full": True})
+    assert full.for_case(F1) is full and full.for_case(F1).reps == SCREEN_SAMPLING["reps"]
+    assert full.for_case(F8C).beside() == ("sdpa_default",)
+
+
 def test_a_prime_request_fills_each_rungs_cache_ahead_of_the_candidates(fake_worker: dict[str, list]) -> None:
     """Priming (a search's first batch is building): no kernel loaded, no GREEN; the screen's
     scoring baseline and the full rung's reported backends measured as those rungs sample, named

@@ -380,9 +380,8 @@ def test_a_launcher_build_goes_ahead_past_the_lock_a_killed_build_left(package: 
 
         def fake_load(**kwargs: Any) -> str:
             seen.update(kwargs, lock_left=(Path(kwargs["build_directory"]) / "lock").exists())
-            with open(folder.with_name(folder.name + ".flock")) as other:
-                with pytest.raises(BlockingIOError):
-                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with open(folder.with_name(folder.name + ".flock")) as other, pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return "built"
 
         monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)

@@ -10,6 +10,7 @@ import itertools
 import shutil
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -29,6 +30,7 @@ from evo.search.resume import Retry
 from evo.search.study import open_study, storage
 from evo.store import open_store
 from evo.gpu.suites import fast_cases
+from evo.gpu.timing import steady_case
 from evo.vocab import PASSED
 from synthetic_sweep import speedup
 
@@ -66,7 +68,10 @@ class Screening(Evaluator):
             if self.stop_at is not None and len(self.jobs) + 1 == self.stop_at:
                 raise KeyboardInterrupt
             self.jobs.append(job)
-            yield answer(job)
+            yield self.answer(job)
+
+    def answer(self, job: Job) -> Evaluation:
+        return answer(job)
 
 
 def answer(job: Job) -> Evaluation:
@@ -312,3 +317,52 @@ def test_full_only_times_a_pruned_candidate_in_full_keeping_its_checks(screened_
     (job,) = ev.jobs
     assert job.rung == "full" and not job.green and set(job.cases) == set(CASES)
     assert job.build.build_id == pruned.user_attrs["candidate"]
+
+
+class Reusing(Screening):
+    """Screens as the GPU worker does with ``screen_full``: the screen's long cases timed as the
+    full rung times them (no screen bias), named in ``screen_full_cases``."""
+
+    def answer(self, job: Job) -> Evaluation:
+        ev = answer(job)
+        if job.rung == "screen":
+            long = {s.tag for s in job.cases if steady_case(s)}
+            ev.device["screen_full_cases"] = ",".join(sorted(long))
+            full = answer(replace(job, rung="full")).timings
+            ev.timings = [t for t in ev.timings if t.shape.tag not in long] + [t for t in full if t.shape.tag in long]
+        return ev
+
+
+def _full_and_reused(url: str, bid: str) -> tuple[set[str], str]:
+    last = open_store(url).get(bid).evaluations[-1]
+    return {t.shape.tag for t in last.timings if t.backend == "evo"}, str(last.device_info.get("reused_from_screen"))
+
+
+def test_a_kept_candidates_full_rung_reuses_the_cases_its_screen_timed_in_full(db: str) -> None:
+    """The full rung times only the cases the screen did not time as it would; its stored
+    evaluation holds every case, the reused ones named, and its full score counts them."""
+    ev = Reusing()
+    summary = search(db, ev).run(4)
+    long = {s.tag for s in CASES if steady_case(s)} & {s.tag for s in ev.jobs[0].cases}
+    assert long == {"F5-fp16", "F5c-fp16", "F8-fp16", "F8c-fp16"}
+    full = [j for j in ev.jobs if j.rung == "full"]
+    assert full and summary.kept == len(full)
+    for job in full:
+        assert {s.tag for s in job.cases} == {s.tag for s in CASES} - long
+        tags, reused = _full_and_reused(db, job.build.build_id)
+        assert tags == {s.tag for s in CASES} and reused == ",".join(sorted(long))
+    assert summary.counts["fast"] == len(full) and len(summary.screen_errors) == len(full)
+
+
+def test_a_stored_screen_judged_again_after_a_stop_still_lends_its_full_cases(db: str) -> None:
+    first = Reusing()
+    first.stop_at = 2
+    with pytest.raises(KeyboardInterrupt):
+        search(db, first).run(2)
+    (screen,) = first.jobs
+    again = Reusing()
+    search(db, again).run(2)
+    (job,) = [j for j in again.jobs if j.build.build_id == screen.build.build_id]
+    assert job.rung == "full" and {"F5-fp16", "F8c-fp16"}.isdisjoint(s.tag for s in job.cases)
+    tags, reused = _full_and_reused(db, job.build.build_id)
+    assert tags == {s.tag for s in CASES} and reused == "F5-fp16,F5c-fp16,F8-fp16,F8c-fp16"

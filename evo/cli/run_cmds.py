@@ -81,6 +81,10 @@ class SamplerChoice(click.Choice):
 @click.option("--screen-only", is_flag=True,
               help="stop every candidate after its screen (stored pruned, never ranked): a run that records "
               "screens for `evo export-sweep --fidelity screen`, timing none in full")
+@click.option("--screen-alone", is_flag=True,
+              help="time a screen's long cases with the candidate alone against a cached baseline, not beside "
+              "it as the full rung does (the full rung then times them again): a cheaper screen that reads "
+              "1-3 % high on long cases")
 @click.option("--summary-json", type=click.Path(path_type=Path), metavar="FILE",
               help="also write the summary to this file as JSON: trials by status, the best candidate, wall "
               "seconds, GPUs, device, git sha, candidates measured and per GPU-hour, screens (replaced atomically)")
@@ -88,12 +92,13 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
             gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int,
-            pin: tuple[str, ...], full_only: bool, screen_only: bool, summary_json: Path | None) -> None:
+            pin: tuple[str, ...], full_only: bool, screen_only: bool, screen_alone: bool,
+            summary_json: Path | None) -> None:
     """Start or resume an evolution.
 
     Ctrl-C stops it; a later run continues the study. With a GPU every candidate is built,
-    gated (GREEN, stopping at the first failing check) and screened: timed alone on a few FAST
-    cases; only a candidate whose screen leads some bucket (head dim x causal) goes on to the
+    gated (GREEN, stopping at the first failing check) and screened: timed on a few FAST cases
+    (alone on the short ones, beside SDPA on the long ones, which the full rung reuses); only a candidate whose screen leads some bucket (head dim x causal) goes on to the
     full protocol on every case, the others are stored as pruned and never ranked (--full-only:
     every candidate in full). Without a GPU the newest recording under data/ is replayed
     (measured values looked up, never invented).
@@ -109,6 +114,8 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
     """
     if full_only and screen_only:
         raise click.UsageError("--full-only and --screen-only exclude each other")
+    if full_only and screen_alone:
+        raise click.UsageError("--screen-alone shapes the screen; --full-only has none")
     if summary_json is not None:
         check_writable(summary_json)
     reporter = TrialProgress(console)
@@ -118,7 +125,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
                           heartbeat_s=heartbeat, grace_s=grace, start_from=split_list(start_from),
                           start_top=start_top, reporter=reporter, screen=not full_only, pins=split_list(pin),
-                          screen_only=screen_only)
+                          screen_only=screen_only, screen_alone=screen_alone)
     finally:
         reporter.stop()
     report = api.run_report(summary, db)

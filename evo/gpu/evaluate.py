@@ -21,8 +21,9 @@ A search times in two rungs (``options["rung"]``, docs/design.md "Rungs"): a ``s
 runs GREEN (stopping at its first failing check, ``first_failure``), then times the candidate
 alone on the few cases it names, with :data:`SCREEN_SAMPLING` and no output checks, against the
 scoring baseline measured the same way and cached for the worker (re-measured every
-``screen_baseline_every`` screens); it answers ``green`` (passed and screened: the parent decides
-whether the full rung follows). A ``full`` request is the protocol above. Baselines measured for
+``screen_baseline_every`` screens); with ``screen_full`` its long cases are timed as the full rung
+times them instead (:meth:`Plan.for_case`), for the full rung to reuse. It answers ``green``
+(passed and screened: the parent decides whether the full rung follows). A ``full`` request is the protocol above. Baselines measured for
 a cache are named in the device info (``baselines_measured``) so the parent can share them
 (:mod:`evo.gpu.baselines`). A ``prime`` request (:func:`prime`) loads no kernel: it measures its
 rung's cache on its cases ahead of the first candidate, while the search's first batch builds.
@@ -56,7 +57,7 @@ import os
 import time
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +99,7 @@ class Plan:
     rung: str = FULL            # a search's screen (the candidate alone, against a cached baseline) or full
     screen_every: int = SCREEN_BASELINE_EVERY
     first_failure: bool = False  # GREEN stops at its first failing check (a search)
+    screen_full: bool = False    # a screen times its long cases as the full rung does (:meth:`for_case`)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
@@ -119,7 +121,23 @@ class Plan:
                    fidelity=bool(options.get("fidelity", False)),
                    paired=str(options["paired"]) if options.get("paired") else None,
                    rung=rung, screen_every=int(options.get("screen_baseline_every", SCREEN_BASELINE_EVERY)),
-                   first_failure=bool(options.get("first_failure", False)))
+                   first_failure=bool(options.get("first_failure", False)),
+                   screen_full=bool(options.get("screen_full", False)))
+
+    def for_case(self, shape: Shape) -> Plan:
+        """How ``shape`` is timed in this request. A screen with ``screen_full`` times a long case
+        (:func:`~evo.gpu.timing.steady_case`) with the full rung's protocol: beside the scoring
+        baseline, :data:`QUICK` sampling, the timed outputs checked, the other backends from the
+        full rung's cache; the search's full rung then reuses that case instead of timing it again.
+        Why: a long case's time depends on what the GPU ran in the seconds before it, which the
+        candidate's own warm-up does not undo, so the candidate alone against a baseline cached in
+        another history read 1-3 % high there, and up to 8 % (dev/perf-notes.md, 2026-11-28 b);
+        timed beside the baseline, both share the history. Every other case: this plan."""
+        from evo.gpu.timing import steady_case
+
+        if self.rung != SCREEN or not self.screen_full or not self.paired or not steady_case(shape):
+            return self
+        return replace(self, rung=FULL, rounds=QUICK["rounds"], reps=QUICK["reps"], remeasure=QUICK["remeasure"])
 
     def beside(self) -> tuple[str, ...]:
         """The backends timed round by round with the candidate: all of them when interleaved,
@@ -344,34 +362,40 @@ def _recheck(launch: Callable[..., Any] | None, salt: int) -> Callable[[Shape], 
 def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases: Sequence[Shape],
           plan: Plan, session: Session, ev: Evaluation) -> None:
     """Time every case (stopping at a wrong timed output: red, with the case and why); a screen
-    times the candidate alone, checks no timed outputs and answers green (module docstring)."""
+    times the candidate alone, checks no timed outputs and answers green (module docstring),
+    except on the long cases :meth:`Plan.for_case` times as the full rung does (named in the
+    device info's ``screen_full_cases``, for the full rung to reuse)."""
     from evo.gpu.layouts import cache_args
     from evo.gpu.suites import green_settings
     from evo.gpu.timing import recheck_failed, time_case
 
     screen = plan.rung == SCREEN
-    settings = None if screen else green_settings()
+    settings = green_settings()
     checked = 0
     unavailable: dict[str, dict[str, str]] = {}
-    beside = plan.beside()
-    if beside:                                   # the baselines timed beside the candidate
-        ev.device["paired"] = ",".join(beside)
+    full_cases: list[str] = []
+    if plan.beside():                            # the baselines timed beside the candidate
+        ev.device["paired"] = ",".join(plan.beside())
     if not plan.interleave:                      # interleaved (evo eval, evo bench): no cache at all
         session.start(plan)
     t0 = time.perf_counter()
     try:
         for i, shape in enumerate(cases):
             cache = cache_args(shape, "cuda")   # a lens or paged case's seqlens and block table, made once
+            case_plan = plan.for_case(shape)
+            if case_plan is not plan:
+                full_cases.append(shape.tag)
 
             def cand(q: Any, k: Any, v: Any, o: Any, _causal: bool = shape.causal, _shift: int = shape.shift,
                      _cache: dict[str, Any] = cache) -> Any:
                 return op(q, k, v, o, causal=_causal, shift=_shift, **_cache)
 
             progress(f"FAST {shape.tag}")
-            known = [] if plan.interleave else session.baselines(shape, plan)
-            got = time_case(cand, shape, beside, rounds=plan.rounds,
-                            reps=plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
-                            check=settings, fidelity=plan.fidelity, remeasure=plan.remeasure)
+            known = [] if plan.interleave else session.baselines(shape, case_plan)
+            got = time_case(cand, shape, case_plan.beside(), rounds=case_plan.rounds,
+                            reps=case_plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
+                            check=None if case_plan.rung == SCREEN else settings, fidelity=plan.fidelity,
+                            remeasure=case_plan.remeasure)
             checked += got.outputs_checked
             if got.unavailable:
                 unavailable[shape.tag] = got.unavailable
@@ -383,6 +407,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     finally:
         ev.fast_seconds = time.perf_counter() - t0
         ev.device["fast_outputs_checked"] = str(checked)
+        if full_cases:       # the screen's cases timed as the full rung times them (evo.search.rungs reuses them)
+            ev.device["screen_full_cases"] = ",".join(full_cases)
         measured = {} if plan.interleave else session.measured(ev.timings)
         if measured:         # the parent shares them with the host's other workers (evo.gpu.worker)
             ev.device["baselines_measured"] = json.dumps(measured, sort_keys=True)
@@ -393,7 +419,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
         ev.status, ev.reason = Status.RED, f"{failed[0].shape.tag}: {failed[0].flagged}"
         return
     ev.status = Status.GREEN if screen else Status.FAST
-    timed = f"screened on {len(cases)} FAST cases" if screen else \
+    full = f" ({len(full_cases)} of them as the full rung times them)" if full_cases else ""
+    timed = f"screened on {len(cases)} FAST cases{full}" if screen else \
         f"timed on {len(cases)} FAST cases, {checked} timed outputs checked"
     ev.reason = f"{ev.reason}; {timed}" if ev.reason else timed
 
@@ -406,9 +433,9 @@ def prime(request: EvalRequest, plan: Plan, session: Session) -> Evaluation:
     cache: the entries age from the first candidate on."""
     ev = Evaluation(request.build_id, Status.GREEN, device=dict(session.device) | {"rung": plan.rung})
     t0 = time.perf_counter()
-    for shape in request.fast_cases:
+    for shape in request.fast_cases:       # a screen's full-protocol case takes the full rung's cache
         progress(f"prime {plan.rung} {shape.tag}")
-        ev.timings += session.baselines(shape, plan)
+        ev.timings += session.baselines(shape, plan.for_case(shape))
     ev.fast_seconds = time.perf_counter() - t0
     measured = session.measured(ev.timings)
     if measured:

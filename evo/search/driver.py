@@ -81,6 +81,7 @@ class RunOptions:
     screen: bool = True                   # screen new candidates, the full protocol only for those kept (GPU only)
     pruner: BasePruner | None = None      # what decides after a screen (None: EvoPruner)
     pins: list[str] | None = None         # --pin GENE=VALUE / FAMILY.GENE=VALUE: a sub-space (None: the study's)
+    screen_alone: bool = False            # a screen times its long cases with the candidate alone (evo.gpu.evaluate)
 
 
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
@@ -91,7 +92,8 @@ def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator
         return ReplayEvaluator(_replay(opts.replay, opts.arch))
     if opts.target is not None or gpu_count() > 0:
         return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0],
-                            options={"quick": True, "first_failure": True}, target=opts.target or DEFAULT_TARGET)
+                            options={"quick": True, "first_failure": True, "screen_full": not opts.screen_alone},
+                            target=opts.target or DEFAULT_TARGET)
     found = newest_recording(paths.root() / "data")
     if found is not None:
         rec = _replay(found, opts.arch)

@@ -3,13 +3,16 @@
 A search whose evaluator screens (the GPU) evaluates each new candidate in two requests
 (docs/design.md, "Rungs"), where the screen is fewer cases than the study's (a study of short
 cases only, or of one case per bucket, is timed in full: its screen would cost as much). The first runs GREEN, stopping at its first failing check, then the
-screen: the candidate alone on the study's :func:`~evo.search.screen.screen_cases`, few samples,
-against the worker's cached scoring baseline. It comes back ``green``; it is stored at once (the
+screen: the candidate on the study's :func:`~evo.search.screen.screen_cases`, alone with few
+samples against the worker's cached scoring baseline, except the long cases a ``screen_full``
+worker times as the full rung does (its ``screen_full_cases``: :meth:`evo.gpu.evaluate.Plan.for_case`),
+which the full rung then reuses (:func:`reusable`). It comes back ``green``; it is stored at once (the
 screened score in its device info), its screened values go on the trial (user attr ``screen``;
 the screened score is the intermediate value of step 0 where the study has one objective), and
 the study's pruner decides (``trial.should_prune()``). A pruned candidate's stored screen
 becomes ``pruned`` and its trials are told PRUNED; a kept one goes straight on to the full
-protocol (every case, the scoring baseline timed beside it), whose evaluation stores its
+protocol (every case the screen did not time in full, the scoring baseline timed beside it; the
+reused ones join its timings, ``reused_from_screen``), whose evaluation stores its
 ``screen_score`` beside its ``full_score`` (geometric means over the study's cases): what
 ``evo insights`` and the run summary read the screen's error from.
 
@@ -29,14 +32,14 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 
 from evo.errors import EvoError
-from evo.results import BuildResult, Evaluation, Status
+from evo.results import BuildResult, Evaluation, Status, Timing
 from evo.scoring import score
 from evo.search.evaluators import Evaluator, Job, Unmeasured
 from evo.search.internals import one_write
@@ -62,6 +65,7 @@ class Work:
     prior: Known | None = None
     screen: Screen | None = None
     screen_id: int | None = None
+    reused: list[Timing] = field(default_factory=list)   # the screen's cases timed as the full rung times them
 
     def job(self, green: bool, cases: Sequence[Any], rung: str) -> Job:
         assert self.ps[0].rendered is not None
@@ -123,6 +127,7 @@ class Ladder:
             return w.job(True, self.scoring.cases, FULL)
         if self.screen_cases and prior.rung == SCREEN and prior.status is Status.GREEN:
             w.screen = screened(prior.timings, self.scoring.baseline, self.scoring.cases)
+            w.reused = reusable(prior.timings, prior.full_cases)
             w.screen_id, w.prior = prior.evaluation_id, replace(prior, timings=[])
             return self._judge(w)
         if prior.rung == SCREEN or not prior.timed_beside(self.scoring.paired()):
@@ -145,9 +150,13 @@ class Ladder:
             if w.screen is not None:
                 ev.device["screen_score"] = f"{w.screen.score:.6f}"
             w.screen_id = self._store(ev)
+            w.reused = reusable(ev.timings, str(ev.device.get("screen_full_cases", "")).split(","))
             w.prior = Known(w.cid, Status.GREEN, checks=list(ev.checks))   # GREEN's checks count for the margin
             s.screened += 1
             return self._judge(w)
+        if w.reused and ev.status is Status.FAST:   # the screen's full-protocol cases complete the full rung
+            ev.timings = [*w.reused, *ev.timings]
+            ev.device["reused_from_screen"] = ",".join(sorted({t.shape.tag for t in w.reused}))
         outcome = self.scoring.evaluated(w.cid, ev, w.prior)
         if w.screen is not None and outcome.values is not None:
             full = self._full_score(ev)
@@ -161,13 +170,14 @@ class Ladder:
         """The pruner's verdict on a screened candidate: PRUNED (its stored screen too), or the
         full rung. A candidate the screen could not score (a bucket without a timed case) is kept."""
         screen = w.screen
+        rest = [s for s in self.scoring.cases if s.tag not in {t.shape.tag for t in w.reused}]
         if screen is None:
             self.summary.kept += 1
-            return w.job(False, self.scoring.cases, FULL)
+            return w.job(False, rest, FULL)
         pruned, why = self._prune(w.ps[0], screen)
         if not pruned:
             self.summary.kept += 1
-            return w.job(False, self.scoring.cases, FULL)
+            return w.job(False, rest, FULL)
         if w.screen_id is not None:
             self.store.set_status(w.screen_id, Status.PRUNED, why)
         return Outcome(Status.PRUNED.value, why, candidate_id=w.cid)
@@ -202,3 +212,10 @@ class Ladder:
     def _store(self, ev: Evaluation) -> int:
         return int(self.store.record_evaluation(ev, self.run_id, device=self.evaluator.device))
 
+
+def reusable(timings: Sequence[Timing], tags: Sequence[str]) -> list[Timing]:
+    """The timings of a screen's cases named in ``tags`` (its ``screen_full_cases``: timed as the
+    full rung times them, beside the scoring baseline, outputs checked), which the full rung takes
+    instead of timing those cases again."""
+    wanted = set(tags) - {""}
+    return [t for t in timings if t.shape.tag in wanted]

@@ -18,9 +18,11 @@ What they say (:func:`screened`): a group's screened value is the geometric mean
 cases' speedups, and each case of the group counts at that value (a case left out of the screen
 stands in at its group's mean); a bucket's screened value is the geometric mean over its cases so
 counted, and the screened score, the screen's estimate of the study's objective, the same over
-every case. Where groups are buckets (every FAST suite but decode) that is each bucket's mean. The screen's timings come from another protocol than the full rung's (the
-candidate alone, few samples, against a cached baseline: :mod:`evo.gpu.evaluate`), so a screen
-is compared only with other screens (:mod:`evo.search.pruner`) and never ranks a candidate.
+every case. Where groups are buckets (every FAST suite but decode) that is each bucket's mean. The screen's
+short cases come from another protocol than the full rung's (the candidate alone, few samples,
+against a cached baseline; its long cases are timed as the full rung times them, unless the run
+says ``--screen-alone``: :meth:`evo.gpu.evaluate.Plan.for_case`), so a screen is compared only
+with other screens (:mod:`evo.search.pruner`) and never ranks a candidate.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ class Known:
     paired: str = ""   # passed: the baselines its newest evaluation timed beside the candidate, comma-separated ("": cached)
     rung: str = FULL   # passed: the rung of its newest evaluation (a search's screen, else full)
     evaluation_id: int | None = None    # passed: the id of its newest evaluation
+    full_cases: tuple[str, ...] = ()    # a screen: the case tags it timed as the full rung does (evo.search.rungs)
 
     def timed_beside(self, baseline: str) -> bool:
         """Whether ``baseline`` was timed beside the candidate ("": whether nothing was, as in a
@@ -68,4 +69,4 @@ def _known(store: Store, build_id: str, status: Status | None, device: str) -> K
     info = last.device_info
     return Known(build_id, last.status, last.reason, store.timings_for(build_id, device),
                  [c for e in evaluations for c in e.checks], str(info.get("paired", "")), str(info.get("rung", FULL)),
-                 last.id)
+                 last.id, tuple(t for t in str(info.get("screen_full_cases", "")).split(",") if t))
