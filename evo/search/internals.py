@@ -191,8 +191,8 @@ def beat(rdb: optuna.storages.RDBStorage, trial_ids: Sequence[int]) -> None:
             have = set(conn.scalars(select(_BEATS.c.trial_id).where(_BEATS.c.trial_id.in_(trial_ids))))
             if have:
                 conn.execute(update(_BEATS).where(_BEATS.c.trial_id.in_(have)).values(heartbeat=func.now()))
-            if new := [{"trial_id": tid} for tid in trial_ids if tid not in have]:
-                conn.execute(insert(_BEATS).values(heartbeat=func.current_timestamp()), new)
+            if new := [{"trial_id": tid, "heartbeat": func.current_timestamp()} for tid in trial_ids if tid not in have]:
+                conn.execute(insert(_BEATS).values(new))  # one statement (an executemany that fails logs its pipeline)
     except IntegrityError:
         for tid in trial_ids:
             rdb.record_heartbeat(tid)
