@@ -718,7 +718,9 @@ def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any
         for cid, cubin, entries, shapes in kernels:
             assert Path(cubin).is_file() and entries
             us = {s: seen["now"].get((cid, s), seen["db"][cid][s]) for s in shapes}
-            out.append(Evaluation(cid, Status.FAST, timings=timings(us), device=seen.get("device", DEVICE)))
+            out.append(Evaluation(cid, Status.FAST, timings=timings(us), device=dict(seen.get("device", DEVICE))))
+            if kw.get("keep"):
+                kw["keep"](out[-1])
         return out
 
     monkeypatch.setattr("evo.products.verify.confirm_speed", confirm_speed)
@@ -770,6 +772,26 @@ def test_confirm_on_another_gpu_than_the_timings_is_refused(tmp_path: Path, db: 
     with open_store(db_copy) as store:                  # nothing measured elsewhere was stored as this GPU's
         assert [t.median_us for t in store.timings_for(db["A"]) if t.shape == LONG and t.backend == "evo"] == [50.0]
     assert not (tmp_path / NAME).exists()
+
+
+def test_a_second_confirm_times_only_what_the_first_did_not_store(tmp_path: Path, db: dict[str, str], db_copy: str,
+                                                                   fake_confirm: dict[str, Any]) -> None:
+    """Each confirmation is stored as it is measured and marked; a later promote (or one resumed
+    after a kill) does not time a (winner, case) whose newest evaluation is one, and its record keeps
+    both speedups."""
+    a, b = db["A"], db["B"]
+    fake_confirm["db"] = {db[k]: v for k, v in DB_US.items()}
+    fake_confirm["now"] = {(a, LONG): 120.0, (b, LONG): 90.0}
+    promote(NAME, tmp_path / "first", db_url=db_copy, study="s", confirm=True)
+    with open_store(db_copy) as store:
+        marks = [e.device_info.get("confirmed_beside") for e in store.evaluations(b)]
+    assert marks[-1] == "sdpa_default"
+    calls = len(fake_confirm["calls"])
+    again = promote(NAME, tmp_path / "again", db_url=db_copy, study="s", confirm=True)
+    assert len(fake_confirm["calls"]) == calls                  # nothing left to time
+    long_route, = [r for r in again.routes if LONG in r.shapes]
+    assert long_route.winner == b and long_route.speedup == pytest.approx(100 / 90)
+    assert again.confirmed[a]["F5-fp16"] == [pytest.approx(2.0), pytest.approx(100 / 120)]
 
 
 def test_without_confirm_nothing_is_timed_again(tmp_path: Path, db: dict[str, str], fake_confirm: dict[str, Any]) -> None:

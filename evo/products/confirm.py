@@ -13,6 +13,12 @@ and reports read the interleaved numbers: they are the newest), and the table is
 from them. A bucket whose winner loses its lead goes to the next contender, which is confirmed
 in turn, or to SDPA. After :data:`ROUNDS` rounds, the FAST cases still served by an unconfirmed
 winner keep only confirmed measurements, so no bucket is routed on a search-time number alone.
+
+Each confirmation is stored as soon as it is measured, marked :data:`CONFIRMED` (the baseline it
+was timed beside), and a (winner, case) whose newest evaluation on this GPU is such a confirmation
+is not timed again (:func:`stored`): a promote killed mid-way (an H100's call limit ended one
+after 6 of its minutes of confirmation, 2026-11-28) resumes where it stopped, and a later promote
+of the same database confirms only what is new.
 """
 
 from __future__ import annotations
@@ -28,7 +34,27 @@ from evo.products.routes import Contender, Measured, Route, Shipped
 from evo.results import Evaluation, Shape, Timing
 
 ROUNDS = 4
+CONFIRMED = "confirmed_beside"   # device info of a stored confirmation: the baseline it was timed beside
 Todo = tuple[str, Path, list[Entry], list[Shape]]
+Recalled = dict[Shape, list[float | None]]   # per FAST case: [the speedup before it, the confirmed one]
+
+
+def stored(store: Any, cid: str, device: str, baseline: str) -> Recalled:
+    """The FAST cases of ``cid`` whose newest evaluation on ``device`` is a confirmation beside
+    ``baseline``, each with the speedup of the newest evaluation before it that was not one (None
+    if none) and the confirmed speedup."""
+    from evo.products.routes import measurements
+
+    newest: dict[Shape, tuple[bool, Measured]] = {}
+    before: dict[Shape, Measured] = {}
+    for ev in store.evaluations(cid, device):           # oldest first
+        confirmed = ev.device_info.get(CONFIRMED) == baseline
+        for m in measurements(ev.timings, baseline):
+            if not confirmed:
+                before[m.shape] = m
+            newest[m.shape] = (confirmed, m)
+    return {shape: [before[shape].speedup if shape in before else None, m.speedup]
+            for shape, (confirmed, m) in newest.items() if confirmed}
 
 
 @dataclass
@@ -39,16 +65,29 @@ class Confirmation:
     rounds: int = 0
     done: set[tuple[str, Shape]] = field(default_factory=set)
     speedups: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    recall: Callable[[str], Recalled] | None = None   # a candidate's confirmations stored earlier (:func:`stored`)
+    recalled: set[str] = field(default_factory=set)
 
     def todo(self, routes: Sequence[Route], shipped: Sequence[Shipped]) -> list[Todo]:
-        """Each winner with the FAST cases of its buckets not yet timed beside SDPA."""
+        """Each winner with the FAST cases of its buckets not yet timed beside SDPA, in this
+        promotion or (``recall``) an earlier one."""
         by_id = {s.view.id: s for s in shipped}
         need: dict[str, list[Shape]] = {}
         for r in routes:
             if r.winner is not None:
+                self._recall(r.winner)
                 need.setdefault(r.winner, []).extend(s for s in r.shapes if (r.winner, s) not in self.done)
         return [(cid, by_id[cid].cubin, list(by_id[cid].entries.values()), shapes)
                 for cid, shapes in need.items() if shapes]
+
+    def _recall(self, cid: str) -> None:
+        """Count ``cid``'s stored confirmations as done, once per candidate."""
+        if self.recall is None or cid in self.recalled:
+            return
+        self.recalled.add(cid)
+        for shape, pair in self.recall(cid).items():
+            self.done.add((cid, shape))
+            self.speedups.setdefault(cid, {})[shape.tag] = pair
 
     def take(self, contenders: Sequence[Contender], todo: Sequence[Todo], evaluations: Sequence[Evaluation],
              fresh: Callable[[Sequence[Timing]], Sequence[Measured]]) -> list[Contender]:

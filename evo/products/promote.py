@@ -73,7 +73,7 @@ from evo.products.routes import (
     measurements,
     plan_routes,
 )
-from evo.results import Status
+from evo.results import Evaluation, Status
 from evo.scoring import geomean
 from evo.store import CandidateView, Store, open_store
 from evo.toolchain import build, smi
@@ -282,7 +282,7 @@ def _settle(store: Store, contest: _Contest, baseline: str, dev: str, min_speedu
     confirmation."""
     passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
     seed = secrets.randbelow(2**31)
-    confirmation = confirming.Confirmation()
+    confirmation = confirming.Confirmation(recall=lambda cid: confirming.stored(store, cid, dev, baseline))
     while True:
         routes, shipped, contest.contenders = _plan(store, contest.contenders, contest.red, contest.excluded,
                                                     baseline, dev, min_speedup,
@@ -301,18 +301,21 @@ def _settle(store: Store, contest: _Contest, baseline: str, dev: str, min_speedu
 def _confirm(store: Store, confirmation: confirming.Confirmation, contenders: Sequence[Contender], routes: Sequence[Route],
              todo: Sequence[confirming.Todo], seed: int, dev: str, baseline: str,
              note: Callable[[str], None] | None = None) -> list[Contender]:
-    """One round of :mod:`evo.products.confirm`: the winners in ``todo`` timed beside SDPA, their
-    evaluations stored, their measurements replaced; after the last round, no GPU work: only the
-    confirmed measurements stay where an unconfirmed winner still serves."""
+    """One round of :mod:`evo.products.confirm`: the winners in ``todo`` timed beside SDPA, each
+    evaluation stored as it comes (marked confirmed), their measurements replaced; after the last
+    round, no GPU work: only the confirmed measurements stay where an unconfirmed winner still serves."""
     if confirmation.rounds >= confirming.ROUNDS:
         return confirmation.only_confirmed(contenders, routes)
-    evaluations = verifier.confirm_speed(todo, seed, backends=(baseline,), note=note)
-    here = {ev.device.get("name", "") for ev in evaluations}
-    if here != {dev}:
-        raise EvoError(f"--confirm times on this GPU ({', '.join(sorted(here))}), but the timings compared are "
-                       f"from {dev!r}: run it there, or leave --confirm out")
-    for ev in evaluations:
+
+    def keep(ev: Evaluation) -> None:
+        here = ev.device.get("name", "")
+        if here != dev:
+            raise EvoError(f"--confirm times on this GPU ({here}), but the timings compared are "
+                           f"from {dev!r}: run it there, or leave --confirm out")
+        ev.device[confirming.CONFIRMED] = baseline
         store.record_evaluation(ev)
+
+    evaluations = verifier.confirm_speed(todo, seed, backends=(baseline,), note=note, keep=keep)
     return confirmation.take(contenders, todo, evaluations, lambda timings: measurements(timings, baseline))
 
 

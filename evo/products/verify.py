@@ -160,14 +160,16 @@ def verify_kernels(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[
 
 def confirm_speed(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[Shape]]], seed: int, *,
                   backends: Sequence[str] = (), note: Callable[[str], None] | None = None,
-                  device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S) -> list[Evaluation]:
+                  device: int = 0, timeout_s: float = VERIFY_TIMEOUT_S,
+                  keep: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
     """Time each ``(candidate id, cubin, entries, FAST cases)`` in one GPU worker, interleaved
     round by round with the SDPA ``backends`` (default: every one) as ``evo eval`` and ``evo bench``
     time it. Promote asks for the baseline it routes on alone: each backend beside a long case
     costs its own settling and samples every round (with all four, a real promote spent over 10
     minutes here). ``note`` hears of each kernel as it starts. The timed outputs are checked
     as in any FAST run: a kernel whose outputs come out wrong raises VerifyFailed (promote stores
-    it red and plans again); one that crashes or hangs refuses the promotion."""
+    it red and plans again); one that crashes or hangs refuses the promotion. ``keep`` gets each
+    kernel's evaluation as soon as it is measured (promote stores it: a kill loses none)."""
     done = []
     options: dict[str, object] = {"interleave": True, "salt": seed}
     if backends:
@@ -186,6 +188,8 @@ def confirm_speed(kernels: Sequence[tuple[str, Path, Sequence[Entry], Sequence[S
             if ev.status is not Status.FAST:
                 raise EvoError(f"refusing to promote {cid[:12]}: it {ev.status.value} while timed beside SDPA "
                                f"to confirm its speed: {ev.reason}")
+            if keep is not None:
+                keep(ev)
             done.append(ev)
     return done
 
