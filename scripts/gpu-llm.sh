@@ -22,7 +22,8 @@
 # promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
 #   tests. On an H100 at e366e33 the confirmation and verification of 12 winners took about 6 min and
 #   the package tests (the launcher's first build included) did not finish in the 420 s the first
-#   version of this script gave the whole stage: it now has its call to itself.
+#   version of this script gave the whole stage: it now has its call to itself, and a promote its
+#   limit stops is run again (its confirmations are stored as measured and not timed twice).
 # bench-llm: the package's launcher built first (`prepare()`, a minute, outside any benchmark's
 #   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
 # bench-fast: the FAST suite through the same package (fp16, and F6, F7 in bf16) beside cuDNN and
