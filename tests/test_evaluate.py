@@ -36,6 +36,38 @@ def test_plan_defaults_compare_with_every_backend() -> None:
     assert Plan.of({"fidelity": True}).fidelity
 
 
+@pytest.mark.gpu
+def test_a_screen_times_its_long_cases_beside_sdpa_on_a_gpu() -> None:
+    """A search's screen with ``screen_full`` (evo run's default): F1 alone against the cached
+    scoring baseline, the long F5 beside it with its outputs checked, named for reuse."""
+    from evo.toolchain.build import build_batch, default_arch, nvcc_path
+    from evo.errors import EvoError
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+    from evo.gpu.suites import fast_cases
+    from evo.gpu.worker import EvalRequest, Worker
+
+    try:
+        nvcc_path()
+    except EvoError:
+        pytest.skip("nvcc not available")
+    rendered = render(make_candidate("flash_mma"))
+    (built,) = build_batch([rendered], arch=default_arch())
+    assert built.status is Status.BUILT, built.reason
+    options = {"quick": True, "salt": 1, "rung": "screen", "paired": "sdpa_default", "first_failure": True,
+               "screen_full": True}
+    request = EvalRequest(built.build_id, built.cubin_path, rendered.entries,
+                          fast_cases=tuple(fast_cases(["F1", "F5"])), options=options)
+    with Worker(0) as worker:
+        ev = worker.evaluate(request, timeout_s=600)
+    assert ev.status is Status.GREEN, ev.reason
+    assert ev.device["screen_full_cases"] == "F5-fp16,F5c-fp16"
+    assert int(ev.device["fast_outputs_checked"]) >= 2                     # the two F5 modes' outputs
+    tags = {(t.shape.tag, t.backend) for t in ev.timings}
+    assert {("F5-fp16", b) for b in ("evo", *SDPA_BACKENDS)} - tags <= {("F5-fp16", "sdpa_efficient")}
+    assert {("F1-fp16", "evo"), ("F1-fp16", "sdpa_default")} <= tags and ("F1-fp16", "sdpa_flash") not in tags
+
+
 def test_supported_keeps_shapes_with_a_kernel() -> None:
     entries = [Entry("evo_attn_d64_fp16_full", 64, "fp16", False, CFG),
                Entry("evo_attn_d64_fp16_causal", 64, "fp16", True, CFG)]
