@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     for ident in args.ids:
         view = store.get(ident).candidate
         fam = load_family(view.family)
-        rendered = render(make_candidate(fam, dict(view.params)), fam)
+        rendered = render(make_candidate(fam, dict(view.params)), fam, view.kernels)
         if rendered.source_hash != view.source_hash:
             print(f"note: {ident}: today's template renders it differently from its stored source", file=sys.stderr)
         built = build_batch([rendered], args.arch)[0]

@@ -82,7 +82,7 @@ def time_in_full(store: Store, url: str, study: str, cids: list[str], budget_s: 
     try:
         for cid in cids:
             view = store.get(cid).candidate
-            rendered = render(make_candidate(view.family, dict(view.params)))
+            rendered = render(make_candidate(view.family, dict(view.params)), kernels=view.kernels)
             (built,) = ev.build([rendered])                   # the search's build, from the build cache
             if isinstance(built, BuildResult) and built.status is Status.BUILT:
                 jobs.append((cid, Job(rendered, built, False, tuple(cases), FULL)))

@@ -26,7 +26,7 @@ from evo.errors import EvoError
 from evo.products.promote import capability, check_name, promote, sanitize_url
 from evo.gpu.draws import MAX_BUCKET_LEN, MAX_GRID_Y, bucket_top, route_length, verified_group, verified_heads
 from evo.products.routes import Bucket, Contender, Measured, Route, length_buckets, measurements, plan_routes
-from evo.family.render import Rendered, render
+from evo.family.render import Rendered, entry_name, render
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
 from evo.family.space import launch_config, make_candidate
 from evo.family.manifest import load_family
@@ -328,6 +328,20 @@ def test_a_plan_over_the_database_leaves_out_candidates_of_older_template_text(t
     assert _json(tmp_path / "out" / NAME, "PROVENANCE.json")["excluded_stale_candidates"] == [old]
     with pytest.raises(EvoError, match="renders differently"):   # asked for by id: refused, not skipped
         promote(NAME, tmp_path / "named", db_url=url, candidate_ids=[old], verify=False)
+
+
+def test_a_candidate_of_a_kernel_subset_renders_as_stored_and_ships_its_kernels(tmp_path: Path) -> None:
+    """A search's candidate exports only its cases' kernels (render's ``kernels``): it is not
+    stale, and its package ships the kernels it has."""
+    url = f"sqlite:///{tmp_path / 'subset.sqlite'}"
+    part = render(make_candidate("tiny", {"ROWS": 32}), kernels={(64, "fp16", False)})
+    with open_store(url) as store:
+        run = store.start_run("test", study="sub", device=DEVICE)
+        cid = add(store, part, run, Status.FAST, {MID: 5.0})
+    result = promote(NAME, tmp_path / "out", db_url=url, verify=False)
+    assert result.stale == [] and {r.winner for r in result.routes} == {cid}
+    kernels = _json(tmp_path / "out" / NAME, "dispatch.json")["kernels"]
+    assert [k["entry"] for k in kernels] == [entry_name(64, "fp16", False)]
 
 
 def test_cli_promotes_chosen_candidates(tmp_path: Path, db: dict[str, str],

@@ -51,6 +51,28 @@ def test_candidates_differing_in_d64_genes_share_their_d128_kernels(tmp_path: Pa
         assert (a[name] == b[name]) == ("_d128_" in name), name
 
 
+def test_a_kernel_built_in_a_subset_keeps_its_portable_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search builds only its cases' kernels (render's ``kernels``): the same kernel then sits
+    beside other functions, its plain digest may move with the file's symbol table, its portable
+    one does not, and a red kernel is matched by either."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not available")
+    monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path))
+    fam = dataclasses.replace(load_family("flash_wgmma"), head_dims=(64, 128))
+    cand = make_candidate(fam, {})
+    pair = [render(cand, fam), render(cand, fam, kernels={(64, "fp16", False), (128, "fp16", True)})]
+    try:
+        full, part = build_batch(pair, arch="sm_90a")
+    except EvoError as err:
+        pytest.skip(str(err))
+    assert full.build_id != part.build_id and len(pair[1].entries) == 2
+    a, b = (kernel_digests(Path(r.cubin_path), portable=True) for r in (full, part))
+    assert sorted(b) == sorted(e.name for e in pair[1].entries) and all(a[n] == b[n] for n in b)
+    from evo.products.red_kernels import cubin_digests
+
+    assert all(kernel_digests(Path(full.cubin_path))[n] in cubin_digests(full.cubin_path)[n] for n in a)
+
+
 def test_what_is_not_an_elf_cubin_has_no_digests(tmp_path: Path) -> None:
     assert kernel_digests(b"\x7fELF placeholder") == {}
     (tmp_path / "k.py").write_text("import triton\n")
@@ -125,8 +147,8 @@ def test_a_winner_whose_cubin_turns_out_red_loses_its_buckets(db: dict[str, Any]
     # the winner's cubin, once found for shipping, does not
     monkeypatch.setattr(promote_mod, "candidate_digests", lambda store, cid, info=None: {})
     real = {db["A"]: {FULL: "same", CAUSAL: "a-causal"}, db["B"]: {FULL: "b-full", CAUSAL: "b-causal"}}
-    monkeypatch.setattr(promote_mod, "kernel_digests",
-                        lambda path: next(d for cid, d in real.items() if cid in str(path)))
+    monkeypatch.setattr(promote_mod, "cubin_digests",
+                        lambda path: {k: {v} for k, v in next(d for cid, d in real.items() if cid in str(path)).items()})
     got = promote("pkg", tmp_path / "out", db_url=db["url"], study="s", verify=False)
     winners = {r.key: r.winner for r in got.routes}
     assert winners == {(64, "fp16", False): db["B"], (64, "fp16", True): db["A"]}

@@ -68,6 +68,23 @@ def test_entries_cover_head_dims_dtypes_and_causal(families: Path) -> None:
     assert r.entry(128, "bf16", True).launch.smem_bytes == 16 * 128
 
 
+def test_a_kernel_subset_exports_only_those_kernels_under_an_id_of_its_own(families: Path) -> None:
+    """A search renders only its cases' kernels: fewer exports, another source and id; ``None``
+    and a subset naming none of the family's kernels render every kernel, as before."""
+    from evo.family.manifest import load_family
+    from evo.family.render import subset
+
+    cand, fam = make_candidate("toy"), load_family("toy")
+    every = render(cand)
+    part = render(cand, kernels={(64, "fp16", True), (128, "bf16", False), (256, "fp16", True)})
+    assert [e.name for e in part.entries] == [entry_name(64, "fp16", True), entry_name(128, "bf16", False)]
+    assert entry_name(64, "fp16", False) not in part.source and part.source_hash != every.source_hash
+    assert render(cand, kernels=None).source == every.source == render(cand, kernels={(96, "fp16", True)}).source
+    assert subset(fam, every.entries) is None
+    assert subset(fam, part.entries) == [[64, "fp16", True], [128, "bf16", False]]
+    assert render(cand, kernels={tuple(k) for k in subset(fam, part.entries) or []}).source == part.source
+
+
 def test_undefined_template_name_is_a_clear_error(families: Path) -> None:
     with pytest.raises(EvoError, match="template error in broken.*NOT_A_PARAM"):
         render(make_candidate("broken"))

@@ -366,3 +366,15 @@ def test_a_stored_screen_judged_again_after_a_stop_still_lends_its_full_cases(db
     assert job.rung == "full" and {"F5-fp16", "F8c-fp16"}.isdisjoint(s.tag for s in job.cases)
     tags, reused = _full_and_reused(db, job.build.build_id)
     assert tags == {s.tag for s in CASES} and reused == "F5-fp16,F5c-fp16,F8-fp16,F8c-fp16"
+
+
+def test_an_evaluator_that_builds_gets_only_the_kernels_the_studys_cases_run(db: str) -> None:
+    """A GPU search renders each candidate with its study's (head dim, dtype, causal) kernels only
+    (flash_mma: the fp16 four of its eight), so nvcc compiles what is timed and nothing else."""
+    ev = Screening()
+    ev.subsets = True
+    search(db, ev).run(2)
+    wanted = {(s.D, s.dtype, s.causal) for s in CASES}
+    assert ev.jobs and all({(e.head_dim, e.dtype, e.causal) for e in j.rendered.entries} == wanted for j in ev.jobs)
+    stored = open_store(db).get(ev.jobs[0].build.build_id).candidate
+    assert stored.kernels == frozenset(wanted)

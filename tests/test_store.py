@@ -125,6 +125,17 @@ def test_rebuild_keeps_evaluated_status_and_adds_no_cached_row(store: Store, lin
     assert rec.candidate.status is Status.FAST and len(rec.builds) == 1
 
 
+def test_a_candidate_keeps_the_kernel_subset_it_was_rendered_with(store: Store) -> None:
+    from evo.family.render import render
+
+    every = tiny(ROWS=64)
+    part = render(make_candidate("tiny", {"ROWS": 64}), kernels={(64, "fp16", True)})
+    for item, bid in ((every, "a" * 64), (part, "b" * 64)):
+        store.record_build(item, built(item, bid))
+    assert store.get("a" * 64).candidate.kernels is None
+    assert store.get("b" * 64).candidate.kernels == frozenset({(64, "fp16", True)})
+
+
 def test_invalid_candidate_is_stored_with_its_reason(store: Store) -> None:
     point = make_candidate("tiny", {})
     cid = store.record_invalid(point, "constraint violated: x")

@@ -85,8 +85,8 @@ def test_an_import_that_renders_differently_now_gets_an_import_edge(recording: P
     search(db, recording, "a", trials=8)
     real = loop.render
 
-    def changed(cand, fam):  # today's template: one more line, so every candidate gets a new id
-        r = real(cand, fam)
+    def changed(cand, fam, kernels=None):  # today's template: one more line, so every candidate gets a new id
+        r = real(cand, fam, kernels)
         return dataclasses.replace(r, source=r.source + "// changed\n", source_hash="0" + r.source_hash[1:])
 
     monkeypatch.setattr(loop, "render", changed)

@@ -109,7 +109,7 @@ class CandidateReport:
             return cached.read_text()
         if c.status is Status.INVALID:
             raise EvoError(f"{short_id(c.id)} is invalid and was never rendered: {c.reason}")
-        rendered = render(make_candidate(c.family, c.params))
+        rendered = render(make_candidate(c.family, c.params), kernels=c.kernels)
         if rendered.source_hash != c.source_hash:
             raise EvoError(f"{short_id(c.id)} is not in the build cache and today's {c.family} templates render it "
                            f"differently (hash {rendered.source_hash[:12]}, stored {(c.source_hash or '?')[:12]})")

@@ -31,7 +31,7 @@ rung's cache on its cases ahead of the first candidate, while the search's first
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
 were drawn), ``unavailable`` (JSON: per FAST case, each baseline asked for that could not time it,
-and why: FlashAttention-4 not importable, a backend that refused the case), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` (JSON:
+and why: FlashAttention-4 not importable, a backend that refused the case), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` and ``kernel_code_sha256`` (JSON:
 per kernel function, its machine code: :mod:`evo.toolchain.machine_code`; promote refuses a kernel whose code
 failed GREEN under any candidate), ``fast_outputs_checked`` (timed outputs compared with the
 reference).
@@ -281,8 +281,9 @@ def _candidate(request: EvalRequest, ev: Evaluation) -> tuple[Callable[..., Any]
         raise EvoError(f"{request.cubin_path} changed while it was being loaded")
     ev.device["cubin_sha256"] = before
     digests = kernel_digests(image)
-    if digests:
-        ev.device["kernel_sha256"] = json.dumps(digests, sort_keys=True)   # device info holds strings
+    if digests:   # device info holds strings; the portable digests match a kernel across kernel subsets
+        ev.device["kernel_sha256"] = json.dumps(digests, sort_keys=True)
+        ev.device["kernel_code_sha256"] = json.dumps(kernel_digests(image, portable=True), sort_keys=True)
 
     def kernel_op(q: Any, k: Any, v: Any, o: Any, *, causal: bool, shift: int, **cache: Any) -> None:
         kernels.launch(q, k, v, o, causal=causal, shift=shift, **cache)

@@ -57,12 +57,13 @@ from evo import paths
 from evo.errors import EvoError
 from evo.family import splitkv
 from evo.family.manifest import load_family
-from evo.family.render import Rendered, entries_for, entry_name, render
+from evo.family.render import Rendered, entry_name, render
 from evo.family.space import make_candidate
 from evo.gpu.suites import green_cases, green_settings
 from evo.products import confirm as confirming
 from evo.products import verify as verifier
-from evo.products.red_kernels import Excluded, RedCheck, candidate_digests, excluded_entries, red_kernels
+from evo.products.red_kernels import (Excluded, RedCheck, candidate_digests, cubin_digests, excluded_entries,
+                                      red_kernels)
 from evo.products.routes import (
     Contender,
     Key,
@@ -77,7 +78,6 @@ from evo.results import Evaluation, Status
 from evo.scoring import geomean
 from evo.store import CandidateView, Store, open_store
 from evo.toolchain import build, smi
-from evo.toolchain.machine_code import kernel_digests
 from evo.version import __version__
 from evo.vocab import DEFAULT_BASELINE, PASSED
 
@@ -325,7 +325,7 @@ def renders_as_stored(view: CandidateView) -> bool:
     code changed, an older version); their measurements belong to code that today's templates no
     longer make, so a plan over the whole database leaves them out."""
     fam = load_family(view.family)
-    return render(make_candidate(fam, view.params), fam).source_hash == view.source_hash
+    return render(make_candidate(fam, view.params), fam, view.kernels).source_hash == view.source_hash
 
 
 def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str, str], RedCheck],
@@ -346,7 +346,7 @@ def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str,
         shipped = [_ship(store, by_id[w].view, list(dict.fromkeys(r.key for r in routes if r.winner == w)), dev)
                    for w in winners]
         late = [x for s in shipped for x in excluded_entries(
-            s.view.id, kernel_digests(s.cubin), [e.name for e in s.entries.values()], red)]
+            s.view.id, cubin_digests(s.cubin), [e.name for e in s.entries.values()], red)]
         if not late:
             return routes, shipped, contenders
         excluded += late
@@ -424,12 +424,12 @@ def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> S
     and source."""
     _check_green_evidence(store, view)
     fam = load_family(view.family)
-    rendered = render(make_candidate(fam, view.params), fam)
+    rendered = render(make_candidate(fam, view.params), fam, view.kernels)
     if rendered.source_hash != view.source_hash:
         raise EvoError(f"candidate {view.id[:12]} ({view.label}) renders differently with today's "
                        f"{view.family} templates, so its launch configuration cannot be trusted; "
                        "evaluate a fresh build instead")
-    entries = {(e.head_dim, e.dtype, e.causal): e for e in entries_for(fam, rendered.candidate)}
+    entries = {(e.head_dim, e.dtype, e.causal): e for e in rendered.entries}
     missing = [entry_name(*k) for k in keys if k not in entries]
     if missing:
         raise EvoError(f"candidate {view.id[:12]} has no kernel {', '.join(missing)}")

@@ -9,14 +9,16 @@ out of every bucket of its key, whichever candidate brings it; the winners' cubi
 against the same list again once they are found or rebuilt (a match loses its buckets).
 
 A candidate's digests come from its evaluations' device info (``kernel_sha256``, JSON, recorded since
-this rule exists) or, for older records, from its cubin if the build cache still has it; a kernel
-whose digest cannot be known is not matched here (the winners' cubin check still covers it).
+this rule exists, and ``kernel_code_sha256``, the portable digests that match one kernel across a
+search's kernel subsets, since 2026-11-28) or, for older records, from its cubin if the build cache
+still has it; a kernel whose digest cannot be known is not matched here (the winners' cubin check
+still covers it). A kernel matches a red one by either digest.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,14 +57,32 @@ class Excluded:
                 "red_evaluation": self.red.evaluation, "red_check": self.red.check}
 
 
-def _stored(info: Mapping[str, object]) -> dict[str, str]:
-    """The digests an evaluation's device info recorded (``kernel_sha256``), or none."""
-    stored = info.get("kernel_sha256")
-    return {str(k): str(v) for k, v in json.loads(stored).items()} if isinstance(stored, str) and stored else {}
+Digests = dict[str, set[str]]   # kernel function -> its machine-code digests (plain and portable)
+STORED = ("kernel_sha256", "kernel_code_sha256")   # the device info keys that hold them
 
 
-def candidate_digests(store: Store, candidate_id: str, device_info: Mapping[str, object] | None = None) -> dict[str, str]:
-    """Kernel function -> machine-code digest for a candidate: from ``device_info`` or its newest
+def _stored(info: Mapping[str, object]) -> Digests:
+    """The digests an evaluation's device info recorded (:data:`STORED`), or none."""
+    out: Digests = {}
+    for key in STORED:
+        stored = info.get(key)
+        if isinstance(stored, str) and stored:
+            for name, digest in json.loads(stored).items():
+                out.setdefault(str(name), set()).add(str(digest))
+    return out
+
+
+def cubin_digests(path: str | Path) -> Digests:
+    """A cubin's plain and portable digests per kernel function (:mod:`evo.toolchain.machine_code`)."""
+    out: Digests = {}
+    for portable in (False, True):
+        for name, digest in kernel_digests(path, portable=portable).items():
+            out.setdefault(name, set()).add(digest)
+    return out
+
+
+def candidate_digests(store: Store, candidate_id: str, device_info: Mapping[str, object] | None = None) -> Digests:
+    """Kernel function -> machine-code digests for a candidate: from ``device_info`` or its newest
     evaluation that recorded them, else from its cubin in the build cache; empty if neither.
     The database is read only when ``device_info`` has none, and then once."""
     if device_info is not None and (digests := _stored(device_info)):
@@ -75,7 +95,7 @@ def candidate_digests(store: Store, candidate_id: str, device_info: Mapping[str,
     paths.append(build.cache_dir(candidate_id) / build.CUBIN)
     for path in paths:
         if path.is_file():
-            return kernel_digests(path)
+            return cubin_digests(path)
     return {}
 
 
@@ -86,13 +106,20 @@ def red_kernels(store: Store) -> dict[tuple[str, str], RedCheck]:
         digests = candidate_digests(store, ev.candidate_id, ev.device_info)
         for c in ev.checks:
             name = entry_name(c.shape.D, c.shape.dtype, c.shape.causal)
-            if not c.passed and name in digests:
+            if not c.passed:
                 what = f"{c.shape.tag} seed {c.seed}: {c.reason or 'failed'}"
-                out.setdefault((name, digests[name]), RedCheck(ev.candidate_id, ev.id, what))
+                for digest in sorted(digests.get(name, ())):
+                    out.setdefault((name, digest), RedCheck(ev.candidate_id, ev.id, what))
     return out
 
 
-def excluded_entries(candidate: str, digests: Mapping[str, str], entries: Sequence[str], red: Red) -> list[Excluded]:
-    """Which of ``entries`` of ``candidate`` (kernel names) are machine code listed in ``red``."""
-    return [Excluded(candidate, name, red[(name, digests[name])]) for name in entries
-            if name in digests and (name, digests[name]) in red]
+def excluded_entries(candidate: str, digests: Mapping[str, Collection[str]], entries: Sequence[str],
+                     red: Red) -> list[Excluded]:
+    """Which of ``entries`` of ``candidate`` (kernel names) are machine code listed in ``red``
+    (by any of their digests)."""
+    out = []
+    for name in entries:
+        hits = [red[(name, d)] for d in sorted(digests.get(name, ())) if (name, d) in red]
+        if hits:
+            out.append(Excluded(candidate, name, hits[0]))
+    return out

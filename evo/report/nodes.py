@@ -53,7 +53,7 @@ def source_of(c: CandidateView) -> tuple[str | None, str]:
     if c.status is Status.INVALID:
         return None, "invalid: never rendered"
     try:
-        rendered = render(make_candidate(c.family, c.params))
+        rendered = render(make_candidate(c.family, c.params), kernels=c.kernels)
     except EvoError as exc:
         return None, f"cannot render it today: {exc}"
     if rendered.source_hash != c.source_hash:

@@ -73,6 +73,7 @@ class Evaluator(abc.ABC):
     not_evaluated: str = ""  # non-empty when this evaluator cannot run GREEN/FAST (why)
     screens = False          # whether a screen job is timed as a screen (else as the full rung)
     overlaps_builds = False  # whether the next batch is built while this one is evaluated (nvcc beside a GPU)
+    subsets = False          # whether candidates are rendered with only the kernels the study's cases run (nvcc builds)
     host = ""                # the host whose workers share cached baselines ("": none are shared)
 
     def build_id(self, item: Rendered) -> str:
@@ -121,7 +122,7 @@ class GpuEvaluator(Evaluator):
     name = "gpu"
     gemm_pending = True  # the run's first request also measures the GEMM rate (evo report's roofline)
     primed = False       # whether the workers were asked to measure their cached baselines (prime)
-    screens = overlaps_builds = True
+    screens = overlaps_builds = subsets = True
 
     def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
                  timeout_s: float = 300.0, options: dict[str, Any] | None = None,
@@ -192,6 +193,7 @@ class BuildOnlyEvaluator(Evaluator):
 
     name = "build-only"
     not_evaluated = "not evaluated: GREEN and FAST need a GPU (this machine has none)"
+    subsets = True
 
     def __init__(self, arch: str, jobs: int | None = None) -> None:
         self.arch, self.jobs = arch, jobs or os.cpu_count() or 1

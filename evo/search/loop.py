@@ -466,13 +466,15 @@ def describe(asked: Sequence[Asked], search: Search,
         search.heartbeat.discard(tid)
     pending = [Pending(trial, tid, *(drawn or made[tid])) for trial, tid, drawn in asked if tid not in lost]
     trials = (search.study.get_trials(deepcopy=False) if view is None else view) if pending else []
+    # an evaluator that builds compiles only the kernels the study's cases run (evo.family.render)
+    kernels = {(s.D, s.dtype, s.causal) for s in search.scoring.cases} if search.evaluator.subsets else None
     for p in pending:
         try:
             p.candidate = make_candidate(p.family, p.raw)
         except InvalidCandidate as exc:
             p.invalid = str(exc)
             continue
-        p.rendered = render(p.candidate, p.family)
+        p.rendered = render(p.candidate, p.family, kernels)
         p.build_id = search.evaluator.build_id(p.rendered)
         p.parents = parents(p.trial.number, p.candidate, trials, search.families)
     return pending, trials

@@ -14,7 +14,7 @@ from sqlalchemy import func, or_, select
 
 from evo.errors import EvoError
 from evo.family.manifest import load_family
-from evo.family.render import Rendered
+from evo.family.render import Rendered, subset
 from evo.family.space import Candidate as CandidatePoint
 from evo.results import BuildResult, Status
 from evo.store.base import StoreBase
@@ -33,6 +33,16 @@ def short_id(cid: str) -> str:
 def invalid_id(cand: CandidatePoint) -> str:
     """Id of a candidate that was never rendered: ``invalid-`` + 40 hex of its canonical key."""
     return "invalid-" + hashlib.sha256(cand.key().encode()).hexdigest()[:40]
+
+
+def _subset(rendered: Rendered) -> list[list[Any]] | None:
+    """The kernels ``rendered`` exports as the store keeps them, None when they are all of its
+    family's (a family the store cannot load is taken as exporting all of them)."""
+    try:
+        fam = load_family(rendered.candidate.family)
+    except EvoError:
+        return None
+    return subset(fam, rendered.entries)
 
 
 class CandidateStore(StoreBase):
@@ -59,7 +69,7 @@ class CandidateStore(StoreBase):
                 row = Candidate(id=cid, family=cand.family, family_version=rendered.family_version,
                                 params=cand.p, label=cand.label(), source_hash=result.source_hash,
                                 arch=result.arch, flags=list(result.flags), status=result.status.value,
-                                reason=result.reason, first_run_id=run_id)
+                                reason=result.reason, first_run_id=run_id, kernels=_subset(rendered))
                 s.add(row)
             elif Status(row.status) not in EVALUATED:
                 row.status, row.reason = result.status.value, result.reason

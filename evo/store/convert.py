@@ -45,8 +45,9 @@ def run_view(r: Run, expired: bool | None) -> RunView:
 
 
 def cand_view(c: Candidate) -> CandidateView:
+    kernels = None if c.kernels is None else frozenset((int(d), str(dt), bool(cz)) for d, dt, cz in c.kernels)
     return CandidateView(c.id, c.family, c.family_version, dict(c.params), c.label, Status(c.status), c.reason,
-                         c.source_hash, c.arch, tuple(c.flags or ()), c.created, c.first_run_id)
+                         c.source_hash, c.arch, tuple(c.flags or ()), c.created, c.first_run_id, kernels)
 
 
 def build_view(b: Build) -> BuildView:

@@ -43,7 +43,7 @@ from evo.store.models import VERSION_TABLE
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0005"  # the newest revision under db/versions (tests/test_store.py checks it)
+HEAD = "0006"  # the newest revision under db/versions (tests/test_store.py checks it)
 BUSY_TIMEOUT_MS = 30_000
 WRITE = {"evo_write": True}  # execution option: a serialized write transaction (see module docstring)
 WRITE_LOCK = 0x65766F5F7772  # pg advisory lock key of store writes ("evo_wr"); ProcessLock hashes its name

@@ -71,6 +71,7 @@ class Candidate(Base):
     source_hash: Mapped[str | None] = mapped_column(String(64))
     arch: Mapped[str | None] = mapped_column(String(16))
     flags: Mapped[list[Any] | None]
+    kernels: Mapped[list[Any] | None]   # [head dim, dtype, causal] of each kernel exported; NULL: all of its family's
     status: Mapped[str] = mapped_column(String(20), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[datetime] = mapped_column(default=utcnow)

@@ -62,6 +62,7 @@ class CandidateView:
     flags: tuple[str, ...]
     created: datetime
     first_run_id: int | None
+    kernels: frozenset[tuple[int, str, bool]] | None = None   # the kernels it exports (None: all of its family's)
 
 
 @dataclass(frozen=True)

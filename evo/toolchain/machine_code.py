@@ -9,6 +9,12 @@ behaviour: its code (``.text.<fn>``), its constant bank 0 (``.nv.constant0.<fn>`
 layout and compiled-in constants), its attributes (``.nv.info.<fn>``: registers, barriers,
 parameter offsets) and its static shared memory size (``.nv.shared.<fn>``). Relocation sections
 are left out: they index a symbol table whose order depends on the other functions of the file.
+So does one attribute, the constant bank of the parameters (``EIATTR_PARAM_CBANK``: a symbol
+index, then the bank's offset and size). ``portable`` digests zero that index before hashing:
+the same kernel compiled beside 15 others or beside 3 (a search's kernel subset) then has one
+digest; its code, constants and every other attribute were byte for byte the same (flash_wgmma's
+default, nvcc 13.0, sm_90a). The plain digests (``portable=False``) are the ones stored before
+subsets existed, and are kept beside the portable ones so that old records still match.
 
 A cubin is ELF64, little-endian (CUDA emits nothing else); anything else (a Triton module
 written as a path to Python source) has no digests.
@@ -22,6 +28,8 @@ from pathlib import Path
 
 _PARTS = (".text.", ".nv.constant0.", ".nv.info.", ".nv.shared.")
 _NOBITS = 8            # section type without file bytes (.nv.shared: only its size counts)
+_SVAL = 4              # .nv.info record format with a sized value (format, attribute, u16 size, value)
+_PARAM_CBANK = 0x0A    # .nv.info attribute: the parameters' constant bank (symbol index first)
 
 
 def _sections(data: bytes) -> dict[str, bytes]:
@@ -38,9 +46,23 @@ def _sections(data: bytes) -> dict[str, bytes]:
     return out
 
 
-def kernel_digests(cubin: bytes | str | Path) -> dict[str, str]:
-    """Kernel function name -> sha256 of its code, constants, attributes and shared memory size;
-    empty when ``cubin`` is not an ELF64 little-endian file."""
+def _without_symbol_indices(info: bytes) -> bytes:
+    """``.nv.info.<fn>`` with the symbol index of its parameter-bank attribute zeroed (records:
+    format and attribute bytes, then a u16 size and the value for the sized format, else two bytes)."""
+    out, i = bytearray(info), 0
+    while i + 4 <= len(out):
+        fmt, attr = out[i], out[i + 1]
+        size = struct.unpack_from("<H", out, i + 2)[0] if fmt == _SVAL else 0
+        if fmt == _SVAL and attr == _PARAM_CBANK and size >= 4:
+            out[i + 4:i + 8] = bytes(4)
+        i += 4 + size
+    return bytes(out)
+
+
+def kernel_digests(cubin: bytes | str | Path, portable: bool = False) -> dict[str, str]:
+    """Kernel function name -> sha256 of its code, constants, attributes and shared memory size
+    (``portable``: without the file's symbol index, module docstring); empty when ``cubin`` is
+    not an ELF64 little-endian file."""
     data = cubin if isinstance(cubin, bytes) else Path(cubin).read_bytes()
     if len(data) < 0x40 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return {}
@@ -53,6 +75,8 @@ def kernel_digests(cubin: bytes | str | Path) -> dict[str, str]:
         h = hashlib.sha256()
         for part in _PARTS:
             body = sections.get(part + fn, b"")
+            if portable and part == ".nv.info.":
+                body = _without_symbol_indices(body)
             h.update(part.encode() + struct.pack("<Q", len(body)) + body)
         out[fn] = h.hexdigest()
     return out
