@@ -23,7 +23,8 @@ alone on the few cases it names, with :data:`SCREEN_SAMPLING` and no output chec
 scoring baseline measured the same way and cached for the worker (re-measured every
 ``screen_baseline_every`` screens); with ``screen_full`` its long cases are timed as the full rung
 times them instead (:meth:`Plan.for_case`), for the full rung to reuse. It answers ``green``
-(passed and screened: the parent decides whether the full rung follows). A ``full`` request is the protocol above. Baselines measured for
+(passed and screened: the parent decides whether the full rung follows). A ``full`` request is
+the protocol above. Baselines measured for
 a cache are named in the device info (``baselines_measured``) so the parent can share them
 (:mod:`evo.gpu.baselines`). A ``prime`` request (:func:`prime`) loads no kernel: it measures its
 rung's cache on its cases ahead of the first candidate, while the search's first batch builds.
@@ -31,10 +32,11 @@ rung's cache on its cases ahead of the first candidate, while the search's first
 The evaluation's device info records what makes the verdict reproducible and the timing
 attributable: ``salt`` (the seed of GREEN's inputs and draws), ``green_drawn`` (how many cases
 were drawn), ``unavailable`` (JSON: per FAST case, each baseline asked for that could not time it,
-and why: FlashAttention-4 not importable, a backend that refused the case), ``cubin_sha256`` (the cubin gated and timed, loaded once), ``kernel_sha256`` and ``kernel_code_sha256`` (JSON:
-per kernel function, its machine code: :mod:`evo.toolchain.machine_code`; promote refuses a kernel whose code
-failed GREEN under any candidate), ``fast_outputs_checked`` (timed outputs compared with the
-reference).
+and why: FlashAttention-4 not importable, a backend that refused the case), ``cubin_sha256`` (the
+cubin gated and timed, loaded once), ``kernel_sha256`` and ``kernel_code_sha256`` (JSON: per
+kernel function, its machine code, plain and portable: :mod:`evo.toolchain.machine_code`; promote
+refuses a kernel whose code failed GREEN under any candidate), ``fast_outputs_checked`` (timed
+outputs compared with the reference).
 
 A CUDA fault poisons the context for good, and an exception cannot tell reliably whether it
 left one behind, so after any exception the worker replies ``crashed`` (with the exception as
