@@ -134,7 +134,7 @@ class Search:
         screening = screening and evaluator.screens
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired, screening)
         self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
-                                 period_s=interval / 2)
+                                 period_s=interval / 2, ask_lock=self.ask_lock)
         self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
         self.ladder = Ladder(study, storage, store, evaluator, self.scoring, self.summary, run_id, screening=screening,
                              finish=self._finish_all, out_of_time=self._out_of_time)
