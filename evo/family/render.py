@@ -139,14 +139,15 @@ def _env(search: tuple[str, ...]) -> jinja2.Environment:
 Kernel = tuple[int, str, bool]   # a kernel entry's key: (head dim, dtype, causal)
 
 
-def kernel_keys(entries: Iterable[Entry]) -> frozenset[Kernel]:
-    return frozenset((e.head_dim, e.dtype, e.causal) for e in entries)
+def family_kernels(family: Family) -> list[Kernel]:
+    """Every (head dim, dtype, causal) key of ``family``, in the order its entries are exported."""
+    return [(d, dt, c) for d in family.head_dims for dt in family.dtypes for c in (False, True)]
 
 
 def entries_for(family: Family, cand: Candidate, kernels: Collection[Kernel] | None = None) -> tuple[Entry, ...]:
     """The entries ``cand`` exports: every (head dim, dtype, causal) of ``family``, or those of
     them in ``kernels`` (all of them when ``kernels`` names none of the family's)."""
-    keys = [(d, dt, c) for d in family.head_dims for dt in family.dtypes for c in (False, True)]
+    keys = family_kernels(family)
     chosen = [k for k in keys if kernels is None or k in kernels] or keys
     return tuple(Entry(entry_name(d, dt, c), d, dt, c, launch_config(family, cand, d)) for d, dt, c in chosen)
 
@@ -154,9 +155,8 @@ def entries_for(family: Family, cand: Candidate, kernels: Collection[Kernel] | N
 def subset(family: Family, entries: Iterable[Entry]) -> list[list[Any]] | None:
     """``entries``' keys as the store keeps them (sorted [head dim, dtype, causal] lists), or None
     when they are all of ``family``'s kernels."""
-    keys = kernel_keys(entries)
-    every = {(d, dt, c) for d in family.head_dims for dt in family.dtypes for c in (False, True)}
-    return None if keys >= every else [list(k) for k in sorted(keys)]
+    keys = {(e.head_dim, e.dtype, e.causal) for e in entries}
+    return None if keys >= set(family_kernels(family)) else [list(k) for k in sorted(keys)]
 
 
 def render(cand: Candidate, family: Family | None = None, kernels: Collection[Kernel] | None = None) -> Rendered:

@@ -373,7 +373,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     from evo.gpu.timing import recheck_failed, time_case
 
     screen = plan.rung == SCREEN
-    settings = green_settings()
+    settings = green_settings() if not screen or plan.screen_full else None   # a screen alone checks no outputs
     checked = 0
     unavailable: dict[str, dict[str, str]] = {}
     full_cases: list[str] = []

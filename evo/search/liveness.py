@@ -88,9 +88,7 @@ class Liveness:
         """The heartbeat check on another study (one whose trial holds a claim this worker wants:
         that study's workers may all be gone)."""
         other = optuna.load_study(study_name=name, storage=self.rdb)
-        with self.ask_lock:
-            failed = recover(other, self.rdb, self.retry)
-        self.mirror(failed, dead_runs=True, study=name)
+        self.mirror(self._recover(other), dead_runs=True, study=name)
 
     def mirror(self, abandoned: Sequence[FrozenTrial], dead_runs: bool, study: str | None = None) -> int:
         """Mark given-up trials (of this study, or of ``study``) FAIL in the store too, and, for
@@ -115,12 +113,8 @@ class Liveness:
 
     def _sweep(self) -> None:
         """Fail the study's stale trials and mirror them, then the runs whose lease ran out;
-        keep what was found for :meth:`report`. A stale trial is failed and its retry enqueued
-        under the ask lock: between the two, another worker's batch saw a slot free that the
-        retry then filled as well, and the study reached its trials with the retry left WAITING
-        (four workers on PostgreSQL, one killed mid-trial, on a loaded host: 1 run in 5)."""
-        with self.ask_lock:
-            failed = recover(self.study, self.rdb, self.retry)
+        keep what was found for :meth:`report`."""
+        failed = self._recover(self.study)
         self.mirror(failed, dead_runs=True)
         expired = self.store.fail_expired_runs()
         others = sum(_run_of(t) != self.run_id for t in failed)
@@ -129,6 +123,15 @@ class Liveness:
             if others:
                 self._notes.append(f"re-queued {others} trial(s) of a worker whose heartbeat stopped")
             self._notes += [f"marked run {r} failed: its worker's heartbeat stopped" for r in expired]
+
+    def _recover(self, study: optuna.Study) -> list[FrozenTrial]:
+        """:func:`~evo.search.resume.recover` on ``study`` under the ask lock: a stale trial is
+        failed and its retry enqueued in two steps, and between them another worker's batch saw a
+        slot free that the retry then filled as well, so the study reached its trials with the
+        retry left WAITING (four workers on PostgreSQL, one killed mid-trial, on a loaded host:
+        1 run in 5)."""
+        with self.ask_lock:
+            return recover(study, self.rdb, self.retry)
 
 
 def _run_of(t: FrozenTrial) -> int | None:
