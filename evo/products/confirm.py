@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.family.render import Entry
-from evo.products.routes import Contender, Measured, Route, Shipped
+from evo.products.routes import Contender, Measured, Route, Shipped, measurements
 from evo.results import Evaluation, Shape, Timing
 
 ROUNDS = 4
@@ -43,8 +43,6 @@ def stored(store: Any, cid: str, device: str, baseline: str) -> Recalled:
     """The FAST cases of ``cid`` whose newest evaluation on ``device`` is a confirmation beside
     ``baseline``, each with the speedup of the newest evaluation before it that was not one (None
     if none) and the confirmed speedup."""
-    from evo.products.routes import measurements
-
     newest: dict[Shape, tuple[bool, Measured]] = {}
     before: dict[Shape, Measured] = {}
     for ev in store.evaluations(cid, device):           # oldest first
