@@ -70,8 +70,9 @@ from evo.store import CandidateRecord, CandidateView, EvaluationView, RunView, S
 from evo.store.engine import is_read_only, read_only_url, safe_url, writable
 from evo.version import __version__
 from evo.vocab import (
-    BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, FULL, GRACE_S,
-    HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS, START_MODES, assignment_text, replayed_on, value_text,
+    BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, CLOCKS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, FULL,
+    GRACE_S, HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS, START_MODES, STEADY, assignment_text, replayed_on,
+    value_text,
 )
 
 __all__ = [
@@ -86,8 +87,9 @@ __all__ = [
     "Outcome", "Promoted", "Relative", "Rendered", "Reporter", "ResourceStat", "RunReport", "RunSummary", "RunView",
     "SamplerRun", "ScreenErrors", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
     # constants: the choices and defaults the functions take
-    "BASELINES", "BASELINE_BACKENDS", "BENCH_COLUMNS", "BENCH_SAMPLERS", "DEFAULT_BASELINE", "DEFAULT_TOP", "DTYPES", "EVO",
-    "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "SAMPLERS", "SDPA_BACKENDS", "START_MODES", "STATUS_STYLE",
+    "BASELINES", "BASELINE_BACKENDS", "BENCH_COLUMNS", "BENCH_SAMPLERS", "CLOCKS", "DEFAULT_BASELINE", "DEFAULT_TOP",
+    "DTYPES", "EVO", "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "SAMPLERS", "SDPA_BACKENDS", "START_MODES", "STATUS_STYLE",
+    "STEADY",
     "__version__",
     # how evo writes ids and values
     "assignment_text", "short_id", "value_text",
@@ -413,12 +415,14 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
               cases: str | Sequence[str] | None = None, dtype: str | None = None,
               out: str | os.PathLike[str] | None = None, db: DB = None, timeout_s: float = 1800.0,
               target: str | None = None, device: int = 0,
-              backends: Sequence[str] = BASELINE_BACKENDS) -> Benchmarked:
+              backends: Sequence[str] = BASELINE_BACKENDS, clocks: str = STEADY) -> Benchmarked:
     """Time stored candidates (``candidate_ids``, else the ``best`` N FAST ones, default 1) or an
     installed promoted ``package`` on the FAST ``cases`` (in ``dtype``; default each suite's own:
     ``fast`` fp16, ``llm`` bf16) against the baseline ``backends`` (default every SDPA backend and
     FlashAttention-4, ``fa4``: a baseline that cannot time a case is recorded as unavailable with
-    why), with the profiler's fidelity check; writes ``benchmarks/<gpu>-<day>-<sha>.json`` under
+    why), with the profiler's fidelity check, the long cases in each op's steady state (``clocks``
+    ``steady``) or near boost clocks as short-burst harnesses time them (``burst``: docs/design.md,
+    FAST); writes ``benchmarks/<gpu>-<day>-<sha>.json`` under
     ``out`` (default ``<EVO_HOME>/benchmarks``) and BENCHMARKS.md beside it. A stored candidate is
     rebuilt from today's templates and must build under its stored id."""
     from evo.products.bench import run_bench
@@ -429,6 +433,8 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
         raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
     if candidate_ids and best:
         raise EvoError("give --id or --best, not both")
+    if clocks not in CLOCKS:
+        raise EvoError(f"unknown clock protocol {clocks!r}; one of {', '.join(CLOCKS)}")
     unknown = [b for b in backends if b not in BASELINE_BACKENDS]
     if unknown or not backends:
         raise EvoError(f"unknown baseline backend {', '.join(unknown) or '(none given)'}; "
@@ -457,7 +463,8 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
                 targets.append((full, EvalRequest(full, built.cubin_path or "", rendered.entries, green=False,
                                                   fast_cases=shapes)))
     path, record, problems = run_bench(targets, out_dir=out_dir, package=package, timeout_s=timeout_s,
-                                       device=device, target=worker_target, backends=tuple(backends))
+                                       device=device, target=worker_target, backends=tuple(backends),
+                                       clocks=clocks)
     return Benchmarked(path, record, problems)
 
 

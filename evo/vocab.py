@@ -63,6 +63,8 @@ KERNEL_BACKENDS = ("cuda", "triton")  # how a family's rendered source becomes a
 # --help` and a usage error then cost no optuna or SQLAlchemy import (a third of a second, not two).
 
 DTYPES = ("fp16", "bf16")                                            # element types of q, k, v, o
+STEADY, BURST = "steady", "burst"            # a long case's clock protocol (evo.gpu.timing; evo bench --clocks)
+CLOCKS = (STEADY, BURST)
 SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")   # evo run --sampler (docs/search.md)
 BASELINES = ("sdpa_default", "sdpa_flash")   # the SDPA backends a search's scores can be against
 OBJECTIVES = ("geomean", "per-bucket")       # one geometric mean, or one per (head dim, causal) bucket

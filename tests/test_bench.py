@@ -13,7 +13,7 @@ import pytest
 from evo.products.bench import (
     COLUMNS, case_records, fidelity_summary, load_records, make_record, package_routes, regenerate,
     render_benchmarks_md, served_by,
-    run_bench, write_record,
+    run_bench, suite_of, write_record,
 )
 from evo.errors import EvoError
 from evo.results import Evaluation, Shape, Status, Timing
@@ -402,3 +402,28 @@ def test_another_suites_record_does_not_replace_the_fast_ones(tmp_path: Path) ->
     paths = {write_record(r, tmp_path).name for r in (fast, llm, llm_bf16)}
     assert paths == {"h200-20261127-deadbee-evoattn.json",
                      "h200-20261127-deadbee-evoattn-llm.json", "h200-20261127-deadbee-evoattn-llm-bf16.json"}
+
+
+def test_a_burst_record_is_a_file_and_a_section_of_its_own(tmp_path: Path) -> None:
+    """`evo bench --clocks burst` of the same package on the same day neither replaces the steady
+    record nor hides it in BENCHMARKS.md: both protocols' numbers stay beside each other."""
+    created = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
+    steady = {**make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created),
+              "package": "evoattn"}
+    burst = {**steady, "clocks": "burst"}
+    assert steady["clocks"] == "steady"
+    names = [write_record(r, tmp_path).name for r in (steady, burst)]
+    assert names == ["h200-20261128-deadbee-evoattn.json", "h200-20261128-deadbee-evoattn-burst.json"]
+    assert suite_of(burst) == suite_of(steady) + " (burst clocks)"
+    md = render_benchmarks_md([(names[0], steady), (names[1], burst)])
+    assert md.count("## NVIDIA H200: package `evoattn`") == 2 and "fp16 (burst clocks)" in md
+
+
+def test_run_bench_asks_for_the_clock_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
+    sent: list[dict] = []
+
+    monkeypatch.setattr("evo.products.bench.Worker", recording_worker(sent, llm_eval))
+    path, record, _ = run_bench([("cid", EvalRequest("c" * 64, "x.cubin", (), fast_cases=(CHUNK,)))],
+                                out_dir=tmp_path / "b", clocks="burst")
+    assert sent[0]["clocks"] == "burst" and record["clocks"] == "burst" and path.name.endswith("-burst.json")

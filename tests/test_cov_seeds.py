@@ -106,11 +106,12 @@ def test_evo_bench_sweep_runs_the_sweep_alone(gpu_host: dict[str, object], tmp_p
     assert f"wrote {path}" in capsys.readouterr().out.replace("\n", "")
 
 
-def test_evo_bench_seeds_refuses_candidate_options(gpu_host: dict[str, object], tmp_path: Path,
+@pytest.mark.parametrize("extra", [["--best", "2"], ["--clocks", "burst"]])
+def test_evo_bench_seeds_refuses_candidate_options(gpu_host: dict[str, object], tmp_path: Path, extra: list[str],
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--seeds", "--best", "2", "--out", str(tmp_path / "b")]) == 2
-    assert capsys.readouterr().err == ("evo: error: --seeds / --sweep measure their own shapes: leave out "
-                                       "--package, --id, --best and --cases\n")
+    assert main(["bench", "--seeds", *extra, "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == ("evo: error: --seeds / --sweep measure their own shapes their own way: leave "
+                                       "out --package, --id, --best, --cases and --clocks\n")
     assert gpu_host["targets"] == [] and not (tmp_path / "b").exists()
 
 

@@ -34,6 +34,19 @@ def test_plan_defaults_compare_with_every_backend() -> None:
     assert plan.backends == ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_default")
     assert (plan.salt, plan.interleave, plan.fidelity) == (9, False, False)
     assert Plan.of({"fidelity": True}).fidelity
+    assert plan.clocks == "steady"
+
+
+def test_only_an_interleaved_measurement_takes_burst_clocks() -> None:
+    """`evo bench --clocks burst` (interleaved) is taken; a search's rungs stay in the steady
+    protocol their cached baselines were measured in, and a protocol nobody knows is refused."""
+    from evo.errors import EvoError
+
+    assert Plan.of({"interleave": True, "clocks": "burst"}).clocks == "burst"
+    with pytest.raises(EvoError, match="only an interleaved measurement"):
+        Plan.of({"quick": True, "rung": "full", "clocks": "burst"})
+    with pytest.raises(EvoError, match="unknown clock protocol 'fast'"):
+        Plan.of({"interleave": True, "clocks": "fast"})
 
 
 @pytest.mark.gpu

@@ -522,6 +522,23 @@ def test_a_long_case_times_each_op_in_its_own_steady_state(gpu: VirtualGpu, shap
     assert all(len(s) == 8 for s in got.values())
 
 
+def test_a_burst_times_a_long_case_like_a_short_one(gpu: VirtualGpu) -> None:
+    """`evo bench --clocks burst`: F8 sampled as F1 is, every op after its 20 ms warm-up only (the
+    counts of the steady-state test above, less its 300 ms settles); an unknown protocol is refused
+    before anything runs."""
+    from evo.errors import EvoError
+    from evo.gpu.timing import GraphTimer, time_case
+
+    run = _case_run({f"op{i}": GraphTimer(lambda: gpu.work(0.5)) for i in range(2)}, F8)
+    before = gpu.replays
+    got = run.sample(rounds=2, reps=4, budget_ms=1000.0, clocks="burst")  # type: ignore[attr-defined]
+    assert gpu.replays - before == 2 * 2 * (4 + 4)
+    assert all(len(s) == 8 for s in got.values())
+    with pytest.raises(EvoError, match="unknown clock protocol 'boost'"):
+        time_case(None, F8, (), clocks="boost")
+    assert gpu.replays - before == 2 * 2 * (4 + 4)
+
+
 def test_the_clock_rule_is_the_cases_whatever_is_timed_beside_the_candidate() -> None:
     """F4-F8 are long cases and F1-F3 are not, causal or not: the rule reads the shape, so a
     candidate is timed the same way alone, beside one baseline or beside every backend (it once

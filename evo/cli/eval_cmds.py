@@ -17,7 +17,7 @@ from rich.table import Table
 from evo.cli.app import api, cli, db_option, fail_if, split_list
 from evo.cli.build_cmds import param_option
 from evo.cli.output import console, table
-from evo.vocab import BASELINE_BACKENDS, DTYPES
+from evo.vocab import BASELINE_BACKENDS, CLOCKS, DTYPES, STEADY
 
 cases_option = click.option("--cases", metavar="LIST",
                             help="FAST cases, e.g. F1,F3c,F5-F8 (default: the whole FAST suite)")
@@ -100,6 +100,10 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
 @click.option("--backends", metavar="LIST", default=",".join(BASELINE_BACKENDS), show_default=True,
               help="baselines timed beside it, comma-separated: the SDPA backends and fa4 (FlashAttention-4, "
                    "where flash_attn.cute imports; a case it cannot run is recorded as unavailable, with why)")
+@click.option("--clocks", type=click.Choice(CLOCKS), default=STEADY, show_default=True,
+              help="long cases timed in each op's steady state (after 300 ms of its own launches, as a "
+                   "model's many layers run), or in a short burst near boost clocks, as do_bench-style "
+                   "harnesses time them (docs/design.md, FAST)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="folder for the JSON (default: <EVO_HOME>/benchmarks)")
 @db_option()
@@ -107,7 +111,8 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
 @click.option("--seeds", is_flag=True, help="the seed campaigns' rows: claims beside evo's GREEN + FAST figures")
 @click.option("--sweep", is_flag=True, help="SDPA's backends over the sweep grid, with plots (evo/products/seeds.py)")
 def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases: str | None, dtype: str | None,
-              backends: str, out: Path | None, db: str | None, timeout: float, seeds: bool, sweep: bool) -> None:
+              backends: str, clocks: str, out: Path | None, db: str | None, timeout: float, seeds: bool,
+              sweep: bool) -> None:
     """Time candidates or a package against every SDPA backend and FlashAttention-4.
 
     The FAST suite (--cases llm: attention as language models run it; --cases decode: a few
@@ -116,13 +121,14 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
     grid instead.
     """
     if seeds or sweep:
-        fail_if(bool(package or ids or best or cases), "--seeds / --sweep measure their own shapes: leave out "
-                                                       "--package, --id, --best and --cases")
+        fail_if(bool(package or ids or best or cases or clocks != STEADY),
+                "--seeds / --sweep measure their own shapes their own way: leave out --package, --id, --best, "
+                "--cases and --clocks")
         written = api.benchmark_seeds(out, seeds=seeds, sweep=sweep, timeout_s=timeout, note=console.print)
         console.print(f"wrote {written} and {written.parent.resolve().parent / 'BENCHMARKS.md'}")
         return
     done = api.benchmark(list(ids), best=best, package=package, cases=cases, dtype=dtype, out=out,
-                         db=db, timeout_s=timeout, backends=split_list((backends,)) or ())
+                         db=db, timeout_s=timeout, backends=split_list((backends,)) or (), clocks=clocks)
     path, record, problems = done.path, done.record, done.problems
     for p in problems:
         console.print(f"[red]failed[/] {p}")

@@ -102,15 +102,21 @@ class Plan:
     screen_every: int = SCREEN_BASELINE_EVERY
     first_failure: bool = False  # GREEN stops at its first failing check (a search)
     screen_full: bool = False    # a screen times its long cases as the full rung does (:meth:`for_case`)
+    clocks: str = "steady"       # a long case's clock protocol (evo.gpu.timing.CLOCKS; evo bench --clocks)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
-        from evo.vocab import SDPA_BACKENDS
+        from evo.vocab import CLOCKS, SDPA_BACKENDS, STEADY
 
         interleave = bool(options.get("interleave", False))
         rung = str(options.get("rung", FULL))
         if rung not in RUNGS:
             raise EvoError(f"unknown rung {rung!r}; one of {', '.join(RUNGS)}")
+        clocks = str(options.get("clocks", STEADY))
+        if clocks not in CLOCKS:
+            raise EvoError(f"unknown clock protocol {clocks!r}; one of {', '.join(CLOCKS)}")
+        if clocks != STEADY and not interleave:
+            raise EvoError("only an interleaved measurement (evo bench, evo eval) takes another clock protocol")
         base = (SCREEN_SAMPLING if rung == SCREEN else INTERLEAVED if interleave
                 else QUICK if options.get("quick") else NORMAL)
         return cls(rounds=int(options.get("rounds", base["rounds"])),
@@ -124,7 +130,7 @@ class Plan:
                    paired=str(options["paired"]) if options.get("paired") else None,
                    rung=rung, screen_every=int(options.get("screen_baseline_every", SCREEN_BASELINE_EVERY)),
                    first_failure=bool(options.get("first_failure", False)),
-                   screen_full=bool(options.get("screen_full", False)))
+                   screen_full=bool(options.get("screen_full", False)), clocks=clocks)
 
     def for_case(self, shape: Shape) -> Plan:
         """How ``shape`` is timed in this request. A screen with ``screen_full`` times a long case
@@ -371,6 +377,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     from evo.gpu.layouts import cache_args
     from evo.gpu.suites import green_settings
     from evo.gpu.timing import recheck_failed, time_case
+    from evo.vocab import STEADY
 
     screen = plan.rung == SCREEN
     settings = green_settings() if not screen or plan.screen_full else None   # a screen alone checks no outputs
@@ -379,6 +386,8 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     full_cases: list[str] = []
     if plan.beside():                            # the baselines timed beside the candidate
         ev.device["paired"] = ",".join(plan.beside())
+    if plan.clocks != STEADY:                    # evo bench --clocks burst: not the search's protocol
+        ev.device["clocks"] = plan.clocks
     if not plan.interleave:                      # interleaved (evo eval, evo bench): no cache at all
         session.start(plan)
     t0 = time.perf_counter()
@@ -398,6 +407,7 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
             got = time_case(cand, shape, case_plan.beside(), rounds=case_plan.rounds,
                             reps=case_plan.reps, seed=plan.salt + i, recheck=recheck, known=known,
                             check=None if case_plan.rung == SCREEN else settings, fidelity=plan.fidelity,
+                            clocks=plan.clocks,
                             remeasure=case_plan.remeasure)
             checked += got.outputs_checked
             if got.unavailable:

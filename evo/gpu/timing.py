@@ -24,7 +24,12 @@ What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
   way agrees with the first (dev/perf-notes.md, 2026-11-23). Which cases are long is a
   property of the shape alone, never of the ops timed in it, so a candidate gets the same
   rule alone (a search), beside one baseline (promote's confirmation) or beside all of them
-  (``evo bench``).
+  (``evo bench``). ``evo bench --clocks burst`` times a long case like a short one instead
+  (``clocks=BURST``): every op interleaved round by round after only its ``WARM_MS``, so
+  near the boost clocks a GPU starts at, as harnesses that time a short burst of CUDA-graph
+  launches do (Triton's ``do_bench``, FlashAttention's benchmarks). A kernel that draws more
+  power loses more when the clocks come down, so the two protocols rank ops the same way but
+  spread them differently; a search always uses the steady one.
 - Spread: a case where any op's p80 - p20 exceeds ``SPREAD_LIMIT`` of its median is measured
   again (``remeasure`` times at most) instead of being recorded; if it stays wide, the
   narrowest attempt is recorded and flagged.
@@ -61,8 +66,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from evo.errors import EvoError
 from evo.results import Fidelity, Shape, Timing
-from evo.vocab import EVO, FA4, SDPA_BACKENDS
+from evo.vocab import CLOCKS, EVO, FA4, SDPA_BACKENDS, STEADY
 from evo.gpu.worker import progress
 
 if TYPE_CHECKING:
@@ -701,17 +707,19 @@ class CaseRun:
         with heartbeat(f"FAST {self.shape.tag} {name}: first call"):
             return refusal(op, self.inputs.sets[0])
 
-    def sample(self, rounds: int, reps: int, budget_ms: float, *, fidelity: bool = False) -> dict[str, list[float]]:
+    def sample(self, rounds: int, reps: int, budget_ms: float, *, fidelity: bool = False,
+               clocks: str = STEADY) -> dict[str, list[float]]:
         """Samples per op, interleaved round by round (the starting op rotates, from one picked by
         the case's seed, so a one-round measurement does not always time the same op first); an op whose
         replays are long gets fewer than ``reps`` per round, to stay near ``budget_ms``. In a
         long case (:func:`steady_case`) an op first settles into its own steady state whenever
-        another op ran since its last samples. With ``fidelity``, each op is profiled right
+        another op ran since its last samples, unless ``clocks`` is :data:`~evo.vocab.BURST` (every case
+        timed like a short one: module docstring). With ``fidelity``, each op is profiled right
         after its samples of the last round (into :attr:`fidelity`)."""
         names = list(self.timers)
         if not names:
             return {}
-        steady = steady_case(self.shape)
+        steady = clocks == STEADY and steady_case(self.shape)
         per_round = {n: self.timers[n].affordable(reps, budget_ms / rounds) for n in names}
         samples: dict[str, list[float]] = {n: [] for n in names}
         last = None
@@ -802,7 +810,7 @@ def pick_attempt(shape: Shape, attempts: Sequence[Attempt]) -> int:
 
 def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], seed: int, rounds: int,
               reps: int, warmup: int, budget_ms: float, check: GreenSettings | None, fidelity: bool,
-              remeasure: int, result: CaseTiming) -> tuple[Attempt, int]:
+              remeasure: int, clocks: str, result: CaseTiming) -> tuple[Attempt, int]:
     """Measure the case until no op's spread is wide and, with ``fidelity``, the profiler
     confirms every op (``remeasure`` more times at most), checking the candidate's timed
     outputs every time (counted into ``result``; a wrong one ends it). Returns the attempt
@@ -812,7 +820,7 @@ def _attempts(ops: Mapping[str, Op], shape: Shape, *, optional: Sequence[str], s
         run = CaseRun(ops, shape, optional=optional, seed=seed, warmup=warmup)
         result.unavailable.update(run.unavailable)
         try:
-            samples = run.sample(rounds, reps, budget_ms, fidelity=fidelity)
+            samples = run.sample(rounds, reps, budget_ms, fidelity=fidelity, clocks=clocks)
             if check is not None and EVO in run.timers:
                 checked, result.output_failure = run.check_outputs(EVO, check)
                 result.outputs_checked += checked
@@ -842,7 +850,7 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
               rounds: int = 5, reps: int = 10, warmup: int = 3, seed: int = 0,
               budget_ms: float = CASE_BUDGET_MS, recheck: Callable[[Shape], str] | None = None,
               known: Sequence[Timing] = (), check: GreenSettings | None = None,
-              fidelity: bool = False, remeasure: int = REMEASURE) -> CaseTiming:
+              fidelity: bool = False, remeasure: int = REMEASURE, clocks: str = STEADY) -> CaseTiming:
     """Time ``candidate`` (if any) and each baseline backend on ``shape``, interleaved.
 
     The candidate's Timing comes first (backend "evo"), then one per backend that can run
@@ -851,8 +859,11 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     samples in the last round; a case with a wide spread, or one the profiler does not confirm,
     is measured again up to ``remeasure`` times. ``known`` are baseline Timings measured earlier
     on this worker, used with the fresh ones for the plausibility check;
-    ``recheck`` runs the correctness checks for a shape and returns "" or why it failed.
+    ``recheck`` runs the correctness checks for a shape and returns "" or why it failed;
+    ``clocks`` is the clock protocol of a long case (:data:`CLOCKS`, module docstring).
     """
+    if clocks not in CLOCKS:
+        raise EvoError(f"unknown clock protocol {clocks!r}; one of {', '.join(CLOCKS)}")
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
     result = CaseTiming([])
     for b in backends:
@@ -862,7 +873,7 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
         else:
             ops[b] = baseline_op(b, shape)
     kw = dict(optional=backends, rounds=rounds, reps=reps, warmup=warmup, budget_ms=budget_ms,
-              check=check, remeasure=remeasure, result=result)
+              check=check, remeasure=remeasure, clocks=clocks, result=result)
     attempt, tries = _attempts(ops, shape, seed=seed, fidelity=fidelity, **kw)  # type: ignore[arg-type]
     result.timings = _timings(shape, attempt, tries)
     if candidate is None or result.output_failure or not result.timings:

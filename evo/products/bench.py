@@ -43,7 +43,7 @@ from evo.gpu.bandwidth import MIB, gbps, hbm_peak, kv_bytes
 from evo.gpu.suites import FAST_SUITES, suites_of
 from evo.gpu.timing import FIDELITY_LIMIT, fidelity_ratio, io_bytes
 from evo.products.routes import is_decode
-from evo.vocab import BASELINE_BACKENDS, EVO, FA4, gpu_slug, short_sha
+from evo.vocab import BASELINE_BACKENDS, EVO, FA4, STEADY, gpu_slug, short_sha
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, Worker
 
 COLUMNS = (EVO, *BASELINE_BACKENDS)
@@ -197,9 +197,10 @@ def served_by(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> s
 def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops: float | None,
                 sha: str, created: datetime, package: str | None = None,
                 backends: Sequence[str] = BASELINE_BACKENDS,
-                read_ceiling: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                read_ceiling: Mapping[str, Any] | None = None, clocks: str = STEADY) -> dict[str, Any]:
     """The benchmark JSON for ``(candidate_id, evaluation)`` pairs measured on one GPU, beside
-    the baseline ``backends`` asked for; a record with decode cases also holds ``read_ceiling``
+    the baseline ``backends`` asked for, its long cases under the ``clocks`` protocol
+    (:data:`evo.gpu.timing.CLOCKS`); a record with decode cases also holds ``read_ceiling``
     (measured in the same worker, None if not) and ``hbm_peak`` (None: a GPU of unknown peak), and
     each decode case its GB/s as a percentage of each (``pct_read_ceiling``, ``pct_hbm_peak``)."""
     if not results:
@@ -213,6 +214,7 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
         "gemm_tflops": gemm_tflops,
         "package": package,
         "backends": list(backends),
+        "clocks": clocks,
         "candidates": [{"id": cid, "cubin_sha256": ev.device.get("cubin_sha256"),
                         "fast_outputs_checked": int(ev.device.get("fast_outputs_checked", 0))}
                        for cid, ev in results],
@@ -228,9 +230,10 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
 
 
 def record_path(record: Mapping[str, Any], out_dir: Path) -> Path:
-    """``<gpu>-<day>-<sha>[-<package>][-<suites>][-<dtypes>].json``: the suites other than the
-    FAST one (llm, decode) and the dtypes unless fp16 only are named, so a bf16 run or another
-    suite's run of the same code on the same day does not replace the FAST fp16 one."""
+    """``<gpu>-<day>-<sha>[-<package>][-<suites>][-<dtypes>][-burst].json``: the suites other than
+    the FAST one (llm, decode), the dtypes unless fp16 only and a clock protocol other than the
+    steady one are named, so a bf16 run, another suite's or a burst run of the same code on the
+    same day does not replace the FAST fp16 one."""
     day = datetime.fromisoformat(record["created"]).strftime("%Y%m%d")
     suffix = f"-{record['package']}" if record.get("package") else ""  # a package next to candidates
     suites = sorted(_suites(record) - {FAST_SUITES[0]})
@@ -239,6 +242,8 @@ def record_path(record: Mapping[str, Any], out_dir: Path) -> Path:
     dtypes = sorted({c["dtype"] for c in record.get("cases", [])})
     if dtypes and dtypes != ["fp16"]:
         suffix += "-" + "-".join(dtypes)
+    if record.get("clocks", STEADY) != STEADY:
+        suffix += f"-{record['clocks']}"
     return out_dir / f"{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}{suffix}.json"
 
 
@@ -392,7 +397,8 @@ def _fidelity_table(record: Mapping[str, Any]) -> str:
 
 
 def suite_of(record: Mapping[str, Any]) -> str:
-    """What a record measured, for grouping: a seeds campaign, a package or candidates, and its dtypes."""
+    """What a record measured, for grouping: a seeds campaign, a package or candidates, and its
+    dtypes (with the clock protocol where it is not the steady one)."""
     if record.get("kind") == "seeds":
         return "seed campaigns"
     _, suites, dtypes = _measured(record)
@@ -407,8 +413,11 @@ def _suites(record: Mapping[str, Any]) -> set[str]:
 
 
 def _measured(record: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(GPU, suites, dtypes) of a record: what a package's record and a candidates' one share."""
+    """(GPU, suites, dtypes and clock protocol) of a record: what a package's record and a
+    candidates' one share."""
     dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])}))
+    if record.get("clocks", STEADY) != STEADY:
+        dtypes += f" ({record['clocks']} clocks)"
     return record["gpu"], "+".join(sorted(_suites(record))), dtypes
 
 
@@ -493,10 +502,12 @@ def regenerate(out_dir: Path, md_path: Path | None = None) -> Path:
 
 def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Path, package: str | None = None,
               timeout_s: float = 1800.0, device: int = 0, target: str = DEFAULT_TARGET,
-              backends: Sequence[str] = BASELINE_BACKENDS) -> tuple[Path, dict[str, Any], list[str]]:
+              backends: Sequence[str] = BASELINE_BACKENDS,
+              clocks: str = STEADY) -> tuple[Path, dict[str, Any], list[str]]:
     """Time every ``(candidate_id, request)`` in one GPU worker beside the baseline ``backends``
-    (with decode cases, the read ceiling first, on buffers at least the largest one's K+V), write the
-    record and BENCHMARKS.md; returns (record path, record, problems: one line per target that failed)."""
+    (with decode cases, the read ceiling first, on buffers at least the largest one's K+V), its long
+    cases under the ``clocks`` protocol, write the record and BENCHMARKS.md; returns (record path,
+    record, problems: one line per target that failed)."""
     results: list[tuple[str | None, Evaluation]] = []
     problems = []
     gemm: float | None = None
@@ -506,7 +517,8 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
     with Worker(device, target) as worker:
         for cid, request in targets:
             options = {**request.options, "interleave": True, "gemm": gemm is None, "fidelity": True,
-                       "backends": list(backends), "read_bytes": largest if ceiling is None else 0}
+                       "backends": list(backends), "read_bytes": largest if ceiling is None else 0,
+                       "clocks": clocks}
             ev = worker.evaluate(EvalRequest(request.build_id, request.cubin_path, request.entries,
                                              green=False, fast_cases=request.fast_cases,
                                              options=options), timeout_s)
@@ -522,7 +534,7 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
     if not results:
         raise EvoError("no benchmark succeeded: " + "; ".join(problems))
     record = make_record(results, gemm_tflops=gemm, sha=short_sha(paths.git_sha()), created=datetime.now(UTC),
-                         package=package, backends=backends, read_ceiling=ceiling)
+                         package=package, backends=backends, read_ceiling=ceiling, clocks=clocks)
     if "read_ceiling" in record and ceiling is None and unmeasured:
         record["read_ceiling_error"] = unmeasured
     if package:  # rows the package routes to SDPA measure SDPA itself: say so per row
