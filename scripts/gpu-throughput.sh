@@ -12,7 +12,11 @@
 # 180 s; it starts no full evaluation after TP_CHECK_S - 40 s), TP_FLAGS (more `evo run` options,
 # e.g. --full-only for the protocol before rungs, to compare on the same seed), TP_RESUME (a gzipped
 # evo.sqlite from an earlier call's $OUT, carried: the run resumes that study, so a search longer than
-# one call is several calls), TP_CHECK_S=0 (no check: a part before the last).
+# one call is several calls), TP_CHECK_S=0 (no check: a part before the last), TP_BUDGET=0 (no search:
+# the check alone, on TP_RESUME's study; TP_SUMMARY: the run's run.json, carried).
+# Each resumed part pays the worker's start and the caches' priming again (about 30 s on an H200 at
+# def00f6), so the longest single run a call allows is the fairer reading of a 10-minute one:
+# TP_BUDGET=560 TP_CHECK_S=0 under a 600 s limit (about 575 s), then TP_BUDGET=0 for the check.
 # Keep $OUT/run.json as benchmarks/throughput/<gpu>-<YYYYMMDD>-<sha>-<N>gpu.json: BENCHMARKS.md's
 # search-throughput table is made from those (scripts/gen_benchmarks_md.py).
 set -uo pipefail
@@ -23,9 +27,9 @@ CHECK_S=${TP_CHECK_S:-180}
 if [ -n "${TP_RESUME:-}" ]; then mkdir -p "$EVO_HOME/db" && gunzip -c "$TP_RESUME" > "$EVO_HOME/db/evo.sqlite" || exit 1; fi
 stage env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; nproc'
 # --trials far above what the budget allows: the time budget is what ends the search
-stage run $((BUDGET + 70)) $EVO run --study tp --trials 100000 --seed "${TP_SEED:-1}" --time-budget "$BUDGET" \
-  --summary-json "$OUT/run.json" ${TP_FLAGS:-}
-[ "$CHECK_S" -gt 0 ] && stage check "$CHECK_S" python3 scripts/screen_check.py --study tp --summary "$OUT/run.json" --top 10 \
+[ "$BUDGET" -gt 0 ] && stage run $((BUDGET + 70)) $EVO run --study tp --trials 100000 --seed "${TP_SEED:-1}" \
+  --time-budget "$BUDGET" --summary-json "$OUT/run.json" ${TP_FLAGS:-}
+[ "$CHECK_S" -gt 0 ] && stage check "$CHECK_S" python3 scripts/screen_check.py --study tp --summary "${TP_SUMMARY:-$OUT/run.json}" --top 10 \
   --time-budget $((CHECK_S - 40)) --out "$OUT/throughput.json"
 cat "$OUT/throughput.json" 2>/dev/null | head -40
 python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' \
