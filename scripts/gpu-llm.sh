@@ -13,6 +13,7 @@
 #   2. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh promote                   (~540 s)
 #   3. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-llm                 (~450 s)
 #   4. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-fast                (~300 s)
+#   5. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-burst               (~120 s)
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
 # search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm5: the 16
@@ -28,6 +29,8 @@
 #   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
 # bench-fast: the FAST suite through the same package (fp16, and F6, F7 in bf16) beside cuDNN and
 #   SDPA's default, and the package's speed checked against its provenance.
+# bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
+#   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
 # Knobs: LLM_BUDGET (240), FAST_BUDGET (100), BENCH_BACKENDS (sdpa_cudnn,sdpa_default,fa4 for the
 # LLM suite: sdpa_flash is 2x behind there and sdpa_efficient refuses grouped heads).
 set -uo pipefail
@@ -44,9 +47,9 @@ save_db() {
   gzip -c "$DBF" > "$OUT/evo.sqlite.gz"
 }
 
-bench_llm() {   # the LLM suite in one dtype through the installed package
-  stage "bench-llm-$1" 200 $EVO bench --package $PKG --cases llm --dtype "$1" \
-    --backends "${BENCH_BACKENDS:-sdpa_cudnn,sdpa_default,fa4}" --out "$OUT/benchmarks"
+bench_llm() {   # the LLM suite in one dtype through the installed package, in a clock protocol
+  stage "bench-llm-$1${2:+-$2}" 200 $EVO bench --package $PKG --cases llm --dtype "$1" --clocks "${2:-steady}" \
+    --backends "${BENCH_BACKENDS:-sdpa_cudnn,sdpa_default,fa4}" --out "$OUT/${3:-benchmarks}"
 }
 
 case ${1:-} in
@@ -84,5 +87,10 @@ case ${1:-} in
     stage bench-fast-bf16 90 $EVO bench --package $PKG --dtype bf16 --cases F6,F7 --backends sdpa_cudnn,sdpa_default \
       --out "$OUT/benchmarks"
     stage check-speed 60 python3 scripts/check_package_speed.py /tmp/pkg/$PKG/$PKG/PROVENANCE.json "$OUT"/benchmarks/*.json ;;
-  *) echo "usage: scripts/gpu-llm.sh search|promote|bench-llm|bench-fast"; exit 2 ;;
+  bench-burst)
+    [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
+    export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
+    bench_llm bf16 burst burst/benchmarks
+    bench_llm fp16 burst burst/benchmarks ;;
+  *) echo "usage: scripts/gpu-llm.sh search|promote|bench-llm|bench-fast|bench-burst"; exit 2 ;;
 esac
