@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 33's measurement on one H100: flash_wgmma searched over the LLM suite and the FAST suite with
+# Issue 33's measurement on one H100 or H200: flash_wgmma searched over the LLM suite and the FAST suite with
 # the rung evaluator, a package promoted from the whole database, and `evo bench --package` beside
 # SDPA and FlashAttention-4. Four calls on one warm machine (the database, the package and its built
 # launcher stay in /tmp between them), after FlashAttention-4's two big parts are staged
