@@ -1,20 +1,28 @@
 """Where one search-time evaluation spends its time (GPU host): GREEN and FAST of a family's
-default, in this process, as the search's worker runs them (quick FAST, baselines cached), twice:
-the first pays for the baselines, the second is what every later candidate costs.
+default, in this process, as the search's worker runs them (baselines cached), twice: the first
+pays for the baselines, the second is what every later candidate costs.
 
-Usage: python scripts/profile_eval.py [FAMILY ...]  (default flash_wgmma); prints the phase
-times and cProfile's top functions by own time and by cumulative time.
+Usage: python scripts/profile_eval.py [--screen] [FAMILY ...]  (default flash_wgmma)
+
+Without ``--screen``: the full rung's quick FAST on F1-F8. With it: the screen `evo run` sends by
+default (``rung`` screen, the scoring baseline ``sdpa_default`` paired on the long cases, GREEN to
+its first failure) on the screen's cases of F1-F8, and the seconds each case took (from the
+worker's progress notes), so that the short cases' set-up can be told from the long cases'
+steady-state warm-ups (issue 35). Prints the phase times and cProfile's top functions by own time
+and by cumulative time.
 """
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import pstats
 import secrets
-import sys
 import time
 
+import evo.gpu.evaluate
+import evo.gpu.timing
 from evo.api import fast_shapes
 from evo.toolchain.build import build_batch, default_arch
 from evo.gpu.evaluate import Session, evaluate
@@ -22,28 +30,57 @@ from evo.family.render import render
 from evo.results import Status
 from evo.family.space import make_candidate
 from evo.gpu.worker import EvalRequest
+from evo.search.screen import screen_cases
+
+SCREEN_OPTIONS = {"quick": True, "first_failure": True, "screen_full": True, "rung": "screen",
+                  "paired": "sdpa_default"}
 
 
-def main(families: list[str]) -> None:
+class CaseClock:
+    """Seconds per FAST case, from the ``FAST <tag>`` notes the worker sends as each case starts."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float]] = []
+
+    def note(self, text: str) -> None:
+        if text.startswith("FAST ") and len(text.split()) == 2:
+            self.marks.append((text.split()[1], time.perf_counter()))
+
+    def seconds(self, end: float) -> list[tuple[str, float]]:
+        ends = [t for _, t in self.marks[1:]] + [end]
+        return [(tag, stop - start) for (tag, start), stop in zip(self.marks, ends, strict=True)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--screen", action="store_true", help="the search's default screen, per case")
+    ap.add_argument("families", nargs="*", default=["flash_wgmma"])
+    args = ap.parse_args()
     session = Session()
     shapes = fast_shapes("F1-F8", "fp16")
-    for family in families:
+    cases = screen_cases(shapes) if args.screen else shapes
+    base = SCREEN_OPTIONS if args.screen else {"quick": True}
+    clock = CaseClock()
+    for module in (evo.gpu.evaluate, evo.gpu.timing):
+        module.progress = clock.note     # type: ignore[attr-defined]
+    for family in args.families:
         rendered = render(make_candidate(family, {}))
         (built,) = build_batch([rendered], arch=default_arch())
         assert built.status is Status.BUILT and built.cubin_path, built.reason
         for attempt in ("first", "second"):
             request = EvalRequest(built.build_id, built.cubin_path, rendered.entries, green=True,
-                                  fast_cases=tuple(shapes),
-                                  options={"quick": True, "salt": secrets.randbelow(2**31)})
+                                  fast_cases=tuple(cases), options=base | {"salt": secrets.randbelow(2**31)})
+            clock.marks.clear()
             prof = cProfile.Profile()
             t0 = time.perf_counter()
             prof.enable()
             ev = evaluate(request, session)
             prof.disable()
-            session.evaluations += 1
-            print(f"\n=== {family} {attempt}: {ev.status.value} in {time.perf_counter() - t0:.1f} s "
-                  f"(GREEN {ev.green_seconds:.1f} s, {len(ev.checks)} checks; FAST {ev.fast_seconds:.1f} s, "
+            end = time.perf_counter()
+            print(f"\n=== {family} {attempt}: {ev.status.value} in {end - t0:.2f} s "
+                  f"(GREEN {ev.green_seconds:.2f} s, {len(ev.checks)} checks; FAST {ev.fast_seconds:.2f} s, "
                   f"{len(ev.timings)} timings, {ev.device.get('fast_outputs_checked')} outputs checked)")
+            print("  " + ", ".join(f"{tag} {s:.3f} s" for tag, s in clock.seconds(end)))
             for key in ("tottime", "cumulative"):
                 out = io.StringIO()
                 pstats.Stats(prof, stream=out).sort_stats(key).print_stats(22)
@@ -51,4 +88,4 @@ def main(families: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["flash_wgmma"])
+    main()
