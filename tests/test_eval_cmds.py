@@ -3,6 +3,7 @@ commands end to end with their worker swapped for a CPU stand-in."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -80,6 +81,9 @@ def test_bench_times_the_llm_suite_beside_the_chosen_backends(monkeypatch: pytes
     assert {s.dtype for s in asked["shapes"]} == {"bf16"} and "L3" in {s.case for s in asked["shapes"]}
     main(["bench", "--package", "pkg"])
     assert asked["backends"] == list(api.BASELINE_BACKENDS) and "fa4" in asked["backends"]
+    assert asked["clocks"] == "steady"
+    main(["bench", "--package", "pkg", "--clocks", "burst"])
+    assert asked["clocks"] == "burst"
 
 
 def test_bench_refuses_an_unknown_backend(no_gpu: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,7 +102,7 @@ def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     monkeypatch.setenv("EVO_CANDIDATES", str(tmp_path / "candidates"))
     monkeypatch.setenv("COLUMNS", "200")  # paths are long under pytest-xdist: each on one line
     monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
-    targets = iter(["standins:serve_green", "standins:serve_bench"])
+    targets = itertools.chain(["standins:serve_green"], itertools.repeat("standins:serve_bench"))
     monkeypatch.setattr("evo.api._target", lambda target: next(targets))
     return str(tmp_path / "evo.sqlite")
 
@@ -115,6 +119,11 @@ def test_eval_then_bench_print_their_tables(standin: str, tmp_path: Path, capsys
     assert main(["bench", "--id", best.id[:10], "--cases", "F1", "--db", standin,
                  "--out", str(tmp_path / "benchmarks")]) == 0
     out = capsys.readouterr().out
-    assert "fidelity:" in out and "BENCHMARKS.md" in out
+    assert "fidelity:" in out and "BENCHMARKS.md" in out and "burst clocks" not in out
     (record,) = (tmp_path / "benchmarks").glob("*.json")
     assert {c["candidate_id"] for c in json.loads(record.read_text())["cases"]} == {best.id}
+    assert main(["bench", "--id", best.id[:10], "--cases", "F1", "--db", standin, "--clocks", "burst",
+                 "--out", str(tmp_path / "benchmarks")]) == 0
+    assert "burst clocks" in capsys.readouterr().out
+    burst = json.loads(next((tmp_path / "benchmarks").glob("*-burst.json")).read_text())
+    assert burst["clocks"] == "burst" and len(list((tmp_path / "benchmarks").glob("*.json"))) == 2

@@ -133,7 +133,8 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
     for p in problems:
         console.print(f"[red]failed[/] {p}")
     gemm = record["gemm_tflops"]
+    clocks = "" if record.get("clocks", STEADY) == STEADY else f", {record['clocks']} clocks"
     console.print(speed_table(record["cases"], f"{record['gpu']}  (dense fp16 GEMM "
-                              f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s)", with_candidate=not package))
+                              f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s{clocks})", with_candidate=not package))
     console.print(done.fidelity)
     console.print(f"wrote {path} and {path.parent.resolve().parent / 'BENCHMARKS.md'}")
