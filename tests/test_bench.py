@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from evo.scoring import geomean
+from evo.vocab import EVO
 from evo.products.bench import (
     COLUMNS, case_records, fidelity_summary, load_records, make_record, package_routes, regenerate,
     render_benchmarks_md, served_by,
@@ -404,19 +406,25 @@ def test_another_suites_record_does_not_replace_the_fast_ones(tmp_path: Path) ->
                      "h200-20261127-deadbee-evoattn-llm.json", "h200-20261127-deadbee-evoattn-llm-bf16.json"}
 
 
-def test_a_burst_record_is_a_file_and_a_section_of_its_own(tmp_path: Path) -> None:
+def test_a_burst_record_is_a_file_of_its_own_read_beside_its_steady_twin(tmp_path: Path) -> None:
     """`evo bench --clocks burst` of the same package on the same day neither replaces the steady
-    record nor hides it in BENCHMARKS.md: both protocols' numbers stay beside each other."""
+    record nor takes its place in BENCHMARKS.md: the steady one is shown in full, the burst one as
+    a row of geometric means beside the steady one's."""
     created = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
     steady = {**make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created),
               "package": "evoattn"}
-    burst = {**steady, "clocks": "burst"}
+    burst = {**steady, "clocks": "burst", "created": "2026-11-28T09:05:00+00:00",
+             "cases": [{**c, "us": {**c["us"], EVO: c["us"][EVO] and c["us"][EVO] * 0.9}} for c in steady["cases"]]}
     assert steady["clocks"] == "steady"
     names = [write_record(r, tmp_path).name for r in (steady, burst)]
     assert names == ["h200-20261128-deadbee-evoattn.json", "h200-20261128-deadbee-evoattn-burst.json"]
     assert suite_of(burst) == suite_of(steady) + " (burst clocks)"
     md = render_benchmarks_md([(names[0], steady), (names[1], burst)])
-    assert md.count("## NVIDIA H200: package `evoattn`") == 2 and "fp16 (burst clocks)" in md
+    assert md.count("## NVIDIA H200: package `evoattn`") == 1 and "## Steady and burst clocks" in md
+    (row,) = [line for line in md.splitlines() if line.startswith("| NVIDIA H200 | deadbee | package")]
+    before = geomean([c["us"]["sdpa_default"] / c["us"][EVO] for c in steady["cases"]
+                      if c["us"]["sdpa_default"] and c["us"][EVO]])
+    assert f"{before:.2f}x -> {before / 0.9:.2f}x" in row and names[1] in row
 
 
 def test_run_bench_asks_for_the_clock_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -422,10 +422,12 @@ def _measured(record: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The newest record of each (GPU, suite), newest first, less a candidates record that a newer
-    package record of the same GPU, suites and dtypes supersedes (the package is what users install;
-    the History index keeps the other)."""
-    ordered = sorted(records, key=lambda nr: (nr[1]["created"], nr[0]))
+    """The newest steady-clock record of each (GPU, suite), newest first, less a candidates record
+    that a newer package record of the same GPU, suites and dtypes supersedes (the package is what
+    users install; the History index keeps the other). Burst records are compared with their
+    steady twins instead (:func:`_clocks_table`)."""
+    ordered = sorted(((n, r) for n, r in records if r.get("clocks", STEADY) == STEADY),
+                     key=lambda nr: (nr[1]["created"], nr[0]))
     newest: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
     for name, rec in ordered:
         newest[(rec["gpu"], suite_of(rec))] = (name, rec)
@@ -447,11 +449,49 @@ def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _twin(burst: Mapping[str, Any], records: Sequence[tuple[str, Mapping[str, Any]]]) -> Mapping[str, Any] | None:
+    """The steady record measured with ``burst``: same GPU, commit, package, suites and dtypes."""
+    key = (burst["git_sha"], burst.get("package"), _measured({**burst, "clocks": STEADY}))
+    twins = [r for _, r in records if r.get("clocks", STEADY) == STEADY and r.get("kind") != "seeds"
+             and (r["git_sha"], r.get("package"), _measured(r)) == key]
+    return max(twins, key=lambda r: r["created"], default=None)
+
+
+def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | None:
+    ratios = [s for c in record.get("cases", []) if (s := _speedup(c["us"].get(base), c["us"].get(of))) is not None]
+    return geomean(ratios) if ratios else None
+
+
+def _clocks_table(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """One row per burst record (``evo bench --clocks burst``), newest first: its geometric means
+    beside those of the steady record measured with it, so that the two protocols read side by side."""
+    bursts = sorted(((n, r) for n, r in records if r.get("clocks", STEADY) != STEADY),
+                    key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
+    if not bursts:
+        return ""
+    lines = ["\n## Steady and burst clocks\n",
+             "Geometric means over a record's cases, steady -> burst (`evo bench --clocks burst`: long cases timed "
+             "near boost clocks, as short-burst harnesses time them; docs/design.md, FAST).\n",
+             "| GPU | git | what | evo vs sdpa_default | evo vs fa4 | fa4 vs sdpa_default | file |",
+             "|---|---|---|---|---|---|---|"]
+    for name, rec in bursts:
+        steady = _twin(rec, records)
+
+        def pair(base: str, of: str = EVO, _rec: Mapping[str, Any] = rec, _steady: Mapping[str, Any] | None = steady) -> str:
+            before = _geomean_vs(_steady, base, of) if _steady is not None else None
+            return f"{_x(before)} -> {_x(_geomean_vs(_rec, base, of))}"
+
+        lines.append(f"| {rec['gpu']} | {rec['git_sha']} | {suite_of(rec)} | {pair('sdpa_default')} | {pair(FA4)} | "
+                     f"{pair('sdpa_default', FA4)} | [{name}](benchmarks/{name}) |")
+    return "\n".join(lines) + "\n"
+
+
 def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]],
                          runs: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> str:
-    """BENCHMARKS.md from ``(file name, record)`` pairs: the newest record of each GPU and suite in
-    full, newest first, then the search-throughput table of ``runs`` (:mod:`evo.products.throughput`),
-    then an index of every record (the JSON keeps all of them)."""
+    """BENCHMARKS.md from ``(file name, record)`` pairs: the newest steady record of each GPU and
+    suite in full, newest first, then each burst record beside its steady twin, then the
+    search-throughput table of ``runs`` (:mod:`evo.products.throughput`), then an index of every
+    record (the JSON keeps all of them)."""
     from evo.products import throughput
 
     everything = list(records)
@@ -461,7 +501,7 @@ def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]],
     latest = latest_per_suite(everything)
     return (MD_HEADER + "\nThe newest run of each GPU and suite; every run is indexed under "
             "[History](#history).\n" + "".join("\n" + _section(rec, name) for name, rec in latest)
-            + searches + "\n## History\n\n" + _history(everything))
+            + _clocks_table(everything) + searches + "\n## History\n\n" + _history(everything))
 
 
 def _section(record: Mapping[str, Any], name: str) -> str:
