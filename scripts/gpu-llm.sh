@@ -32,7 +32,11 @@
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
 # Knobs: LLM_BUDGET (240), FAST_BUDGET (100), BENCH_BACKENDS (sdpa_cudnn,sdpa_default,fa4 for the
-# LLM suite: sdpa_flash is 2x behind there and sdpa_efficient refuses grouped heads).
+# LLM suite: sdpa_flash is 2x behind there and sdpa_efficient refuses grouped heads), PROMOTE_DEVICE
+# (the GPU whose stored timings pick the winners; default this one). Without the search call, promote
+# takes the carried db/evo.sqlite.gz as it is: on another GPU kind than the one its studies were timed
+# on, give PROMOTE_DEVICE that kind's name (e.g. "NVIDIA H100 80GB HBM3"), and --confirm then times
+# every winner on this GPU and routes on those numbers.
 set -uo pipefail
 source scripts/gpu-stages.sh
 export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # FlashAttention-4, where staged
@@ -69,8 +73,11 @@ case ${1:-} in
     done
     save_db ;;
   promote)
+    if [ ! -f "$DBF" ] && [ -f db/evo.sqlite.gz ]; then   # no search call before: the carried database as it is
+      mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1
+    fi
     [ -f "$DBF" ] || { echo "no database in $DBF: run the search call first, on the same warm machine"; exit 1; }
-    stage promote 540 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --name $PKG --out /tmp/pkg --device '$(gpu)' --confirm \
+    stage promote 540 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --name $PKG --out /tmp/pkg --device '${PROMOTE_DEVICE:-$(gpu)}' --confirm \
       && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG"
     save_db
     tar czf "$OUT/$PKG-pkg.tgz" -C /tmp pkg ;;
