@@ -81,8 +81,10 @@ def test_benchmarks_md_from_sample_json() -> None:
     md = render_benchmarks_md(load_records(SAMPLE.parent))
     assert "## NVIDIA H100 80GB HBM3: candidates, fast suite, fp16 — 2026-11-20, git abc1234" in md
     assert "torch 2.11.0+cu130 · CUDA 13.0 · cuDNN 91300 · driver 580.65.06 · dense fp16 GEMM 742 TFLOP/s" in md
-    assert "| F1 | 1,8,512,64 | fp16 | `0123456789` | 5.00 (0.10) | 107.4 | 1.80x | 1.60x |" in md
-    assert "| F7c | 2,16,8192,128 | fp16 | `0123456789` | 2000.0 (5.00) | 274.9 | 0.80x | 0.50x |" in md
+    # TFLOP/s with its share of the run's dense GEMM rate (742): issue 33's "% of the dense GEMM rate per case"
+    assert "| evo us (p80-p20) | TFLOP/s (% GEMM) |" in md
+    assert "| F1 | 1,8,512,64 | fp16 | `0123456789` | 5.00 (0.10) | 107.4 (14%) | 1.80x | 1.60x |" in md
+    assert "| F7c | 2,16,8192,128 | fp16 | `0123456789` | 2000.0 (5.00) | 274.9 (37%) | 0.80x | 0.50x |" in md
     assert "| **geomean** | | | | | | 1.20x | 0.89x |" in md
 
 

@@ -296,7 +296,8 @@ def _table(record: Mapping[str, Any], name: str) -> str:
             + ("Package rows marked SDPA (fallback) are calls the dispatch table routes to SDPA: they time "
                "SDPA itself through the package, not an evo kernel.\n\n" if record.get("package") else ""))
     baselines = _baselines(record)
-    cols = ["case", "B,H,L,D", "dtype", "candidate", "evo us (p80-p20)", "TFLOP/s",
+    cols = ["case", "B,H,L,D", "dtype", "candidate", "evo us (p80-p20)",
+            "TFLOP/s (% GEMM)" if gemm else "TFLOP/s",
             *(f"vs {b}" for b in baselines)]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     ratios: dict[str, list[float]] = {b: [] for b in baselines}
@@ -311,7 +312,7 @@ def _table(record: Mapping[str, Any], name: str) -> str:
         lines.append("| " + " | ".join([
             f"{c['case']}{'c' if c['causal'] else ''}", Shape.from_dict(c).dims, c["dtype"],
             "SDPA (fallback)" if cid == "sdpa" else f"`{cid[:10]}`" if cid else "—",
-            f"{_us(evo)} ({_us(spread)})", _rate(c),
+            f"{_us(evo)} ({_us(spread)})", _rate(c, gemm),
             *(_versus(c, b, speed[b]) for b in baselines)]) + " |")
     if any(ratios.values()):
         lines.append("| **geomean** | | | | | | "
@@ -319,12 +320,16 @@ def _table(record: Mapping[str, Any], name: str) -> str:
     return head + "\n".join(lines) + "\n" + _unavailable_note(record)
 
 
-def _rate(case: Mapping[str, Any]) -> str:
-    """The main table's rate cell: TFLOP/s, or a decode case's GB/s (its measure: docs/decode.md)."""
+def _rate(case: Mapping[str, Any], gemm_tflops: float | None = None) -> str:
+    """The main table's rate cell: TFLOP/s and its share of the dense GEMM rate measured in the same
+    run (where it was), or a decode case's GB/s (its measure: docs/decode.md)."""
     if "gbps" in case:
         rate = case["gbps"].get(EVO)
         return "—" if rate is None else f"{rate:.0f} GB/s"
-    return f"{case['tflops_evo']:.1f}" if case.get("tflops_evo") else "—"
+    if not case.get("tflops_evo"):
+        return "—"
+    share = f" ({100 * case['tflops_evo'] / gemm_tflops:.0f}%)" if gemm_tflops else ""
+    return f"{case['tflops_evo']:.1f}{share}"
 
 
 def _percent(x: float | None) -> str:
