@@ -68,7 +68,7 @@ from evo.errors import EvoError, LaunchRejected
 from evo.toolchain.machine_code import kernel_digests
 from evo.family.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.vocab import FULL, RUNGS, SCREEN
+from evo.vocab import CLOCKS, FULL, RUNGS, SCREEN, STEADY
 from evo.gpu.baselines import BaselineCache
 from evo.gpu.worker import EvalRequest, progress
 
@@ -102,11 +102,11 @@ class Plan:
     screen_every: int = SCREEN_BASELINE_EVERY
     first_failure: bool = False  # GREEN stops at its first failing check (a search)
     screen_full: bool = False    # a screen times its long cases as the full rung does (:meth:`for_case`)
-    clocks: str = "steady"       # a long case's clock protocol (evo.gpu.timing.CLOCKS; evo bench --clocks)
+    clocks: str = STEADY         # a long case's clock protocol (evo.vocab.CLOCKS; evo bench --clocks)
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Plan:
-        from evo.vocab import CLOCKS, SDPA_BACKENDS, STEADY
+        from evo.vocab import SDPA_BACKENDS
 
         interleave = bool(options.get("interleave", False))
         rung = str(options.get("rung", FULL))
@@ -377,7 +377,6 @@ def _fast(op: Callable[..., Any], recheck: Callable[[Shape], str] | None, cases:
     from evo.gpu.layouts import cache_args
     from evo.gpu.suites import green_settings
     from evo.gpu.timing import recheck_failed, time_case
-    from evo.vocab import STEADY
 
     screen = plan.rung == SCREEN
     settings = green_settings() if not screen or plan.screen_full else None   # a screen alone checks no outputs

@@ -27,9 +27,10 @@ What makes the numbers trustworthy (docs/design.md, FAST and GREEN):
   (``evo bench``). ``evo bench --clocks burst`` times a long case like a short one instead
   (``clocks=BURST``): every op interleaved round by round after only its ``WARM_MS``, so
   near the boost clocks a GPU starts at, as harnesses that time a short burst of CUDA-graph
-  launches do (Triton's ``do_bench``, FlashAttention's benchmarks). A kernel that draws more
-  power loses more when the clocks come down, so the two protocols rank ops the same way but
-  spread them differently; a search always uses the steady one.
+  launches do (Triton's ``do_bench``, FlashAttention's benchmarks). Ops do not lose alike when
+  the clocks come down, so the two protocols can read the same ops in other ratios, even in
+  another order (an H200 at git 86119a9, LLM case L7: evo 1.02x SDPA's default steady, 0.97x in
+  bursts; dev/perf-notes.md, 2026-11-28 i); a search always uses the steady one.
 - Spread: a case where any op's p80 - p20 exceeds ``SPREAD_LIMIT`` of its median is measured
   again (``remeasure`` times at most) instead of being recorded; if it stays wide, the
   narrowest attempt is recorded and flagged.
