@@ -1,6 +1,6 @@
 """Issue 35's figures of a study searched in rungs: candidates per GPU-hour and the screen's error.
 
-    python scripts/screen_check.py --study NAME [--db URL] [--summary RUN.json] [--top 10]
+    python scripts/screen_check.py --study NAME [--db PATH|URL] [--summary RUN.json] [--top 10]
                                    [--time-budget SECONDS] [--out FILE.json]
 
 First, on the GPU, the ``--top`` candidates by screened score (the trials' ``screen``, best first)
@@ -46,7 +46,6 @@ from evo.search.pruner import SCREEN_ATTR
 from evo.search.screen import OVERALL
 from evo.search.study import read_storage, stored_settings
 from evo.store import Store, open_store
-from evo.store.engine import normalize_url
 from evo.toolchain.build import default_arch
 from evo.vocab import FULL
 
@@ -142,13 +141,13 @@ def document(errors: ScreenErrors, ranked: list[tuple[str, float]], top: int, be
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", required=True)
-    ap.add_argument("--db", default=None)
+    ap.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: $EVO_DB, else EVO_HOME's)")
     ap.add_argument("--summary", type=Path, help="the run's --summary-json")
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--time-budget", type=float, default=0.0, help="seconds to start full evaluations in (0: none)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    url = normalize_url(args.db or paths.default_db_url())
+    url = paths.db_url(args.db) if args.db else paths.default_db_url()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         trials = optuna.load_study(study_name=args.study, storage=url).get_trials(deepcopy=False)

@@ -223,6 +223,10 @@ def test_the_gpu_check_script_reads_the_studys_figures(screened_run, tmp_path: P
     assert top["asked"] == 3 and top["n"] + len(top["missing"]) == 3 and code == (1 if top["missing"] else 0)
     assert doc["best_by_full"]["n"] == 1 and doc["all"]["pairs"] == summary.kept
     assert check.main(["--study", "none", "--db", url]) == 2
+    if url.startswith("sqlite:///"):     # a bare file path reads the same database
+        again = check.main(["--study", "s", "--db", url.removeprefix("sqlite:///"), "--top", "3",
+                            "--out", str(tmp_path / "again.json")])
+        assert again == code and json.loads((tmp_path / "again.json").read_text())["screens"] == doc["screens"]
 
 
 class Dying(EvoPruner):
