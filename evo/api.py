@@ -335,7 +335,7 @@ def _stored(store: Store, cid: str) -> tuple[str, Rendered, str]:
     view = store.get(cid).candidate
     if view.arch is None:
         raise EvoError(f"candidate {view.id[:12]} was never built ({view.status.value}: {view.reason})")
-    return view.id, render(make_candidate(view.family, view.params), kernels=view.kernels), view.arch
+    return view.id, view.rendered(), view.arch
 
 
 def _new_id_note(old: str, new: str) -> str:

@@ -38,8 +38,6 @@ def main(argv: list[str]) -> int:
 
     from evo import paths
     from evo.api import candidate, fast_shapes
-    from evo.family.render import render
-    from evo.family.space import make_candidate
     from evo.gpu.gate import make_inputs
     from evo.gpu.kernels import load_kernels
     from evo.gpu.timing import baseline_op, baseline_unavailable
@@ -50,7 +48,7 @@ def main(argv: list[str]) -> int:
     if args.id:
         with open_store(paths.db_url(args.db) if args.db else paths.default_db_url()) as store:
             view = store.get(store.resolve(args.id)).candidate
-        rendered = render(make_candidate(view.family, view.params), kernels=view.kernels)
+        rendered = view.rendered()
         arch = view.arch or default_arch()
     else:
         rendered, arch = candidate(args.family, [p for p in args.params.split(",") if p]), default_arch()

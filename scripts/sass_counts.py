@@ -21,9 +21,6 @@ import shutil
 import sys
 
 from evo.toolchain.build import build_batch
-from evo.family.manifest import load_family
-from evo.family.render import render
-from evo.family.space import make_candidate
 from evo.store import open_store
 from evo.toolchain.sass import cuobjdump, dump_sass
 
@@ -69,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * len(header))
     for ident in args.ids:
         view = store.get(ident).candidate
-        fam = load_family(view.family)
-        rendered = render(make_candidate(fam, dict(view.params)), fam, view.kernels)
+        rendered = view.rendered()
         if rendered.source_hash != view.source_hash:
             print(f"note: {ident}: today's template renders it differently from its stored source", file=sys.stderr)
         built = build_batch([rendered], args.arch)[0]

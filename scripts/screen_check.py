@@ -35,8 +35,6 @@ import optuna
 from evo import paths
 from evo.analysis.screening import ScreenErrors, ScreenPair, screen_errors
 from evo.errors import EvoError
-from evo.family.render import render
-from evo.family.space import make_candidate
 from evo.gpu.suites import fast_cases_by_tag
 from evo.results import BuildResult, Evaluation, Status
 from evo.scoring import score
@@ -81,7 +79,7 @@ def time_in_full(store: Store, url: str, study: str, cids: list[str], budget_s: 
     try:
         for cid in cids:
             view = store.get(cid).candidate
-            rendered = render(make_candidate(view.family, dict(view.params)), kernels=view.kernels)
+            rendered = view.rendered()
             (built,) = ev.build([rendered])                   # the search's build, from the build cache
             if isinstance(built, BuildResult) and built.status is Status.BUILT:
                 jobs.append((cid, Job(rendered, built, False, tuple(cases), FULL)))

@@ -15,8 +15,6 @@ from typing import Any
 from evo.analysis.jsondoc import RECORD_SCHEMA, build_doc, clean, evaluation_doc, scores, timing_doc
 from evo.analysis.lineage import mutation_text
 from evo.errors import EvoError
-from evo.family.render import render
-from evo.family.space import make_candidate
 from evo.results import Status, Timing
 from evo.scoring import edge_effect, latest, score, speedups
 from evo.store import CandidateRecord, CandidateView, RunView, Store, short_id
@@ -109,7 +107,7 @@ class CandidateReport:
             return cached.read_text()
         if c.status is Status.INVALID:
             raise EvoError(f"{short_id(c.id)} is invalid and was never rendered: {c.reason}")
-        rendered = render(make_candidate(c.family, c.params), kernels=c.kernels)
+        rendered = c.rendered()
         if rendered.source_hash != c.source_hash:
             raise EvoError(f"{short_id(c.id)} is not in the build cache and today's {c.family} templates render it "
                            f"differently (hash {rendered.source_hash[:12]}, stored {(c.source_hash or '?')[:12]})")

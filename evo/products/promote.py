@@ -324,8 +324,7 @@ def renders_as_stored(view: CandidateView) -> bool:
     and measured from. A database keeps candidates of older template texts (a family's gene whose
     code changed, an older version); their measurements belong to code that today's templates no
     longer make, so a plan over the whole database leaves them out."""
-    fam = load_family(view.family)
-    return render(make_candidate(fam, view.params), fam, view.kernels).source_hash == view.source_hash
+    return view.rendered().source_hash == view.source_hash
 
 
 def _plan(store: Store, contenders: Sequence[Contender], red: Mapping[tuple[str, str], RedCheck],

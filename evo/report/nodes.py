@@ -16,11 +16,9 @@ from evo.errors import EvoError
 from evo.analysis.candidate import describe
 from evo.analysis.jsondoc import clean
 from evo.analysis.lineage import Lineage, mutation_text
-from evo.family.render import render
 from evo.report.graph import layout
 from evo.results import Status
 from evo.vocab import EVO
-from evo.family.space import make_candidate
 from evo.store import Store, short_id
 from evo.store.views import CandidateView
 
@@ -53,7 +51,7 @@ def source_of(c: CandidateView) -> tuple[str | None, str]:
     if c.status is Status.INVALID:
         return None, "invalid: never rendered"
     try:
-        rendered = render(make_candidate(c.family, c.params), kernels=c.kernels)
+        rendered = c.rendered()
     except EvoError as exc:
         return None, f"cannot render it today: {exc}"
     if rendered.source_hash != c.source_hash:

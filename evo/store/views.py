@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evo.results import CheckResult, Resources, Status, Timing
+
+if TYPE_CHECKING:
+    from evo.family.render import Rendered
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,14 @@ class CandidateView:
     created: datetime
     first_run_id: int | None
     kernels: frozenset[tuple[int, str, bool]] | None = None   # the kernels it exports (None: all of its family's)
+
+    def rendered(self) -> Rendered:
+        """Its parameters rendered by today's templates, exporting the kernels it exports (a
+        search's subset is part of its source and id: :mod:`evo.family.render`)."""
+        from evo.family.render import render
+        from evo.family.space import make_candidate
+
+        return render(make_candidate(self.family, self.params), kernels=self.kernels)
 
 
 @dataclass(frozen=True)
