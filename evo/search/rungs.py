@@ -47,7 +47,7 @@ from evo.search.outcomes import Scoring
 from evo.search.pruner import SCREEN_ATTR, SCREEN_STEP, EvoPruner, ScreenOnlyPruner
 from evo.search.records import UNMEASURED, Outcome, Pending, RunSummary
 from evo.search.screen import Screen, screen_cases, screened
-from evo.search.storeview import Known
+from evo.search.storeview import Known, full_cases
 from evo.vocab import FULL, PASSED, SCREEN
 
 Step = Job | Outcome   # what a candidate does next: a request to the GPU, or the outcome it is told
@@ -150,7 +150,7 @@ class Ladder:
             if w.screen is not None:
                 ev.device["screen_score"] = f"{w.screen.score:.6f}"
             w.screen_id = self._store(ev)
-            w.reused = reusable(ev.timings, str(ev.device.get("screen_full_cases", "")).split(","))
+            w.reused = reusable(ev.timings, full_cases(ev.device))
             w.prior = Known(w.cid, Status.GREEN, checks=list(ev.checks))   # GREEN's checks count for the margin
             s.screened += 1
             return self._judge(w)
@@ -170,7 +170,8 @@ class Ladder:
         """The pruner's verdict on a screened candidate: PRUNED (its stored screen too), or the
         full rung. A candidate the screen could not score (a bucket without a timed case) is kept."""
         screen = w.screen
-        rest = [s for s in self.scoring.cases if s.tag not in {t.shape.tag for t in w.reused}]
+        reused = {t.shape.tag for t in w.reused}
+        rest = [s for s in self.scoring.cases if s.tag not in reused]
         if screen is None:
             self.summary.kept += 1
             return w.job(False, rest, FULL)
@@ -217,5 +218,5 @@ def reusable(timings: Sequence[Timing], tags: Sequence[str]) -> list[Timing]:
     """The timings of a screen's cases named in ``tags`` (its ``screen_full_cases``: timed as the
     full rung times them, beside the scoring baseline, outputs checked), which the full rung takes
     instead of timing those cases again."""
-    wanted = set(tags) - {""}
+    wanted = set(tags)
     return [t for t in timings if t.shape.tag in wanted]

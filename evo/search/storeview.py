@@ -12,8 +12,9 @@ with its GREEN checks and its screen's timings, and :attr:`Known.rung` says it w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from evo.results import CheckResult, Status, Timing
 from evo.store import Store
@@ -69,4 +70,10 @@ def _known(store: Store, build_id: str, status: Status | None, device: str) -> K
     info = last.device_info
     return Known(build_id, last.status, last.reason, store.timings_for(build_id, device),
                  [c for e in evaluations for c in e.checks], str(info.get("paired", "")), str(info.get("rung", FULL)),
-                 last.id, tuple(t for t in str(info.get("screen_full_cases", "")).split(",") if t))
+                 last.id, full_cases(info))
+
+
+def full_cases(device_info: Mapping[str, Any]) -> tuple[str, ...]:
+    """The case tags a screen timed as the full rung times them (its device info's
+    ``screen_full_cases``, written by :func:`evo.gpu.evaluate._fast`; none for any other evaluation)."""
+    return tuple(t for t in str(device_info.get("screen_full_cases", "")).split(",") if t)
