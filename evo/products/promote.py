@@ -57,8 +57,7 @@ from evo import paths
 from evo.errors import EvoError
 from evo.family import splitkv
 from evo.family.manifest import load_family
-from evo.family.render import Rendered, entry_name, render
-from evo.family.space import make_candidate
+from evo.family.render import Rendered, entry_name
 from evo.gpu.suites import green_cases, green_settings
 from evo.products import confirm as confirming
 from evo.products import verify as verifier
@@ -422,8 +421,7 @@ def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> S
     """Check the winner's GREEN evidence, re-derive its kernels (launch configs), find its cubin
     and source."""
     _check_green_evidence(store, view)
-    fam = load_family(view.family)
-    rendered = render(make_candidate(fam, view.params), fam, view.kernels)
+    rendered = view.rendered()
     if rendered.source_hash != view.source_hash:
         raise EvoError(f"candidate {view.id[:12]} ({view.label}) renders differently with today's "
                        f"{view.family} templates, so its launch configuration cannot be trusted; "

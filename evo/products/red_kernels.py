@@ -75,8 +75,9 @@ def _stored(info: Mapping[str, object]) -> Digests:
 def cubin_digests(path: str | Path) -> Digests:
     """A cubin's plain and portable digests per kernel function (:mod:`evo.toolchain.machine_code`)."""
     out: Digests = {}
+    data = Path(path).read_bytes()   # read once for both kinds of digest
     for portable in (False, True):
-        for name, digest in kernel_digests(path, portable=portable).items():
+        for name, digest in kernel_digests(data, portable=portable).items():
             out.setdefault(name, set()).add(digest)
     return out
 
