@@ -442,14 +442,19 @@ def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[t
     return sorted(shown, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
 
 
+def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | None:
+    """The geometric mean over a record's cases of ``base``'s time / ``of``'s (None: no case has both)."""
+    ratios = [s for c in record.get("cases", [])
+              if (s := _speedup(c.get("us", {}).get(base), c.get("us", {}).get(of))) is not None]
+    return geomean(ratios) if ratios else None
+
+
 def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     """One row per record on disk, newest first: the index of the JSON history."""
     lines = ["| date | GPU | git | suite | cases | geomean vs sdpa_default | file |", "|---|---|---|---|---|---|---|"]
     for name, rec in sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True):
-        ratios = [s for c in rec.get("cases", []) if (s := _speedup(c.get("us", {}).get("sdpa_default"),
-                                                                      c.get("us", {}).get(EVO))) is not None]
         lines.append(f"| {rec['created'][:10]} | {rec['gpu']} | {rec['git_sha']} | {suite_of(rec)} | "
-                     f"{len(rec.get('cases', rec.get('rows', [])))} | {_x(geomean(ratios) if ratios else None)} | "
+                     f"{len(rec.get('cases', rec.get('rows', [])))} | {_x(_geomean_vs(rec, 'sdpa_default'))} | "
                      f"[{name}](benchmarks/{name}) |")
     return "\n".join(lines) + "\n"
 
@@ -460,11 +465,6 @@ def _twin(burst: Mapping[str, Any], records: Sequence[tuple[str, Mapping[str, An
     twins = [r for _, r in records if r.get("clocks", STEADY) == STEADY and r.get("kind") != "seeds"
              and (r["git_sha"], r.get("package"), _measured(r)) == key]
     return max(twins, key=lambda r: r["created"], default=None)
-
-
-def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | None:
-    ratios = [s for c in record.get("cases", []) if (s := _speedup(c["us"].get(base), c["us"].get(of))) is not None]
-    return geomean(ratios) if ratios else None
 
 
 def _clocks_table(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
