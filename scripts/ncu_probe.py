@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
 
     from evo import paths
     from evo.api import candidate, fast_shapes
-    from evo.gpu.gate import make_inputs
+    from evo.gpu.gate import TORCH_DTYPES, make_inputs
     from evo.gpu.kernels import load_kernels
     from evo.gpu.timing import baseline_op, baseline_unavailable
     from evo.results import Status
@@ -59,8 +59,7 @@ def main(argv: list[str]) -> int:
     kernels = load_kernels(built.cubin_path, rendered.entries, device=0)
     shapes = fast_shapes(args.cases, args.dtype)
     for dtype in sorted({s.dtype for s in shapes}):
-        a, b = (torch.randn(8192, 8192, device="cuda", dtype=getattr(torch, {"fp16": "float16"}.get(dtype, "bfloat16")))
-                for _ in range(2))
+        a, b = (torch.randn(8192, 8192, device="cuda", dtype=TORCH_DTYPES[dtype]) for _ in range(2))
         for _ in range(2):
             torch.matmul(a, b)
     for shape in shapes:

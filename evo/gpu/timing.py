@@ -275,9 +275,9 @@ class Rotation:
 
 
 def _torch_dtype(dtype: str) -> torch.dtype:
-    import torch
+    from evo.gpu.gate import TORCH_DTYPES   # imports torch: not at this module's import
 
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    return TORCH_DTYPES[dtype]
 
 
 def l2_bytes() -> int:
