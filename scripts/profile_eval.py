@@ -30,10 +30,12 @@ from evo.family.render import render
 from evo.results import Status
 from evo.family.space import make_candidate
 from evo.gpu.worker import EvalRequest
+from evo.search.driver import SEARCH_OPTIONS
 from evo.search.screen import screen_cases
+from evo.vocab import DEFAULT_BASELINE, SCREEN
 
-SCREEN_OPTIONS = {"quick": True, "first_failure": True, "screen_full": True, "rung": "screen",
-                  "paired": "sdpa_default"}
+# what `evo run`'s GPU evaluator asks of its worker for a screen (evo.search.driver, evaluators)
+SCREEN_OPTIONS = SEARCH_OPTIONS | {"screen_full": True, "rung": SCREEN, "paired": DEFAULT_BASELINE}
 
 
 class CaseClock:

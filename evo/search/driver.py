@@ -84,6 +84,9 @@ class RunOptions:
     screen_alone: bool = False            # a screen times its long cases with the candidate alone (evo.gpu.evaluate)
 
 
+SEARCH_OPTIONS = {"quick": True, "first_failure": True}   # a search's worker requests, on either rung
+
+
 def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator:
     """The measurement source for this run (see module docstring)."""
     if opts.replay is not None:
@@ -92,7 +95,7 @@ def choose_evaluator(opts: RunOptions, note: Callable[[str], None]) -> Evaluator
         return ReplayEvaluator(_replay(opts.replay, opts.arch))
     if opts.target is not None or gpu_count() > 0:
         return GpuEvaluator(opts.arch or default_arch(), opts.jobs, devices=[opts.gpu or 0],
-                            options={"quick": True, "first_failure": True, "screen_full": not opts.screen_alone},
+                            options=SEARCH_OPTIONS | {"screen_full": not opts.screen_alone},
                             target=opts.target or DEFAULT_TARGET)
     found = newest_recording(paths.root() / "data")
     if found is not None:
