@@ -42,6 +42,7 @@ class Driver:
 def driver(monkeypatch: pytest.MonkeyPatch) -> Driver:
     d = Driver()
     monkeypatch.setattr(tma, "_libcuda", lambda: d)
+    tma.encode.cache_clear()                 # maps made through another test's driver are not this one's
     return d
 
 
@@ -54,6 +55,14 @@ def test_a_map_is_one_head_per_plane_with_128_byte_swizzled_boxes(driver: Driver
     assert call["box"] == [64, 96, 1] and call["element_strides"] == [1, 1, 1]
     assert (call["interleave"], call["swizzle"], call["l2"], call["fill"]) == (0, 3, 3, 0)
     assert tma.encode(16, (1, 1, 8, 64), "fp16", 8) is not tmap and driver.encoded[1]["dtype"] == 6
+
+
+def test_the_same_arguments_give_the_same_map_without_asking_the_driver_again(driver: Driver) -> None:
+    tmap = tma.encode(4096, (1, 2, 8, 64), "fp16", 8)
+    assert tma.encode(4096, (1, 2, 8, 64), "fp16", 8) is tmap and len(driver.encoded) == 1
+    assert tma.encode(4096, (1, 2, 8, 64), "fp16", 16) is not tmap      # another box: another map
+    assert tma.encode(8192, (1, 2, 8, 64), "fp16", 8) is not tmap       # another tensor
+    assert len(driver.encoded) == 3
 
 
 def test_a_map_the_driver_refuses_or_a_misaligned_tensor_is_an_error(driver: Driver) -> None:
@@ -85,6 +94,7 @@ def test_a_launch_the_driver_refuses_is_an_error(driver: Driver) -> None:
 
 def test_no_driver_is_one_line_saying_tma_needs_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     tma._libcuda.cache_clear()
+    tma.encode.cache_clear()
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libcuda-that-is-not-here.so.1")
     try:
         with pytest.raises(EvoError, match=r"the CUDA driver \(libcuda\) is not available: TMA kernels need a GPU"):
