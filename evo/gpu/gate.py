@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -406,50 +405,17 @@ def _per_set_max(diff: torch.Tensor, n: int) -> list[float]:
 InputSet = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-@dataclass(frozen=True)
-class Expected:
-    """What a timed output is checked against: the reference outputs of every input set, stacked
-    along the batch dimension in the reference's precision (:func:`wide_dtype`), and PyTorch's
-    own max|err| against it per set, which sets that set's tolerance."""
-
-    ref: torch.Tensor
-    own_errs: tuple[float, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return self.ref.numel() * self.ref.element_size()
-
-    def to(self, device: str | torch.device) -> Expected:
-        """The same on ``device`` (a copy queued on the current stream when it moves)."""
-        return Expected(self.ref.to(device, non_blocking=True), self.own_errs)
-
-
-def expected_outputs(fresh: Sequence[InputSet], shape: Shape, scale: float, settings: GreenSettings) -> Expected:
-    """:class:`Expected` for the input sets ``fresh`` (all through the reference at once; a lens
-    or paged cache set by set, as a pool is only a cache with its table)."""
-    wide = wide_dtype(shape, settings)
-    if shape.layout == "contiguous":
-        q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
-        ref, own = problem_reference(q, k, v, shape, scale, wide), problem_sdpa(q, k, v, shape, scale)
-    else:
-        caches = [(q, from_pages(k, shape), from_pages(v, shape)) for q, k, v in fresh]
-        ref = torch.cat([problem_reference(*c, shape, scale, wide) for c in caches])
-        own = torch.cat([problem_sdpa(*c, shape, scale) for c in caches])
-    return Expected(ref, tuple(_per_set_max(own.to(wide) - ref, len(fresh))))
-
-
 def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: Sequence[InputSet],
                   live: Sequence[InputSet], shape: Shape, scale: float, settings: GreenSettings,
-                  guards: Sequence[GuardedOutput] = (), expected: Expected | None = None) -> str:
+                  guards: Sequence[GuardedOutput] = ()) -> str:
     """Why outputs a kernel wrote while it was timed are wrong ("" when all are right).
 
     ``fresh`` are the input sets regenerated from their seed and ``live`` the ones the kernel
     read, which must still be bit-identical; each pass pairs what it was (e.g. "after the timed
     replays") with one output per set. GREEN's rule per set: no guard element changed, no element
     left holding the poison, no NaN or Inf, and max|err| against the reference on the fresh
-    inputs within ``multiplier`` x PyTorch's own error on that set + floor. ``expected`` is
-    :func:`expected_outputs` of ``fresh`` when the caller has it already (a worker keeps it per
-    case: :mod:`evo.gpu.references`); computed here otherwise.
+    inputs within ``multiplier`` x PyTorch's own error on that set + floor. All sets go through
+    the reference at once (stacked along the batch dimension).
     """
     n = len(fresh)
     for i, (a, b) in enumerate(zip(live, fresh, strict=True)):
@@ -459,21 +425,24 @@ def check_outputs(passes: Sequence[tuple[str, Sequence[torch.Tensor]]], fresh: S
     for i, g in enumerate(guards):
         if g.guards_changed():
             return f"set {i} of {n}: wrote out of bounds while timed: {g.guards_changed()} guard elements changed"
-    if expected is None:
-        expected = expected_outputs(fresh, shape, scale, settings)
-    if len(expected.own_errs) != n:
-        raise EvoError(f"the expected outputs of {shape.tag} are for {len(expected.own_errs)} input sets, not {n}")
-    tols = [settings.tolerance(e, shape.dtype) for e in expected.own_errs]
+    wide = wide_dtype(shape, settings)
+    if shape.layout == "contiguous":
+        q, k, v = (torch.cat([s[j] for s in fresh]) for j in range(3))
+        ref, own = problem_reference(q, k, v, shape, scale, wide), problem_sdpa(q, k, v, shape, scale)
+    else:                                                    # set by set: a pool is only a cache with its table
+        caches = [(q, from_pages(k, shape), from_pages(v, shape)) for q, k, v in fresh]
+        ref = torch.cat([problem_reference(*c, shape, scale, wide) for c in caches])
+        own = torch.cat([problem_sdpa(*c, shape, scale) for c in caches])
+    tols = [settings.tolerance(e, shape.dtype) for e in _per_set_max(own.to(wide) - ref, n)]
     if not all(math.isfinite(t) for t in tols):
         raise EvoError(f"PyTorch's own SDPA is not finite on {shape.tag}: no tolerance to check with")
     poison = POISON[shape.dtype]
-    ref = expected.ref
     for what, outs in passes:
         for i, o in enumerate(outs):
             unwritten = int((o.view(torch.int16) == poison).sum())
             if unwritten:
                 return f"{what}, set {i} of {n}: unwritten: {unwritten} of {o.numel()} output elements"
-        errs = _per_set_max(torch.cat(list(outs)).to(ref.dtype) - ref, n)
+        errs = _per_set_max(torch.cat(list(outs)).to(wide) - ref, n)
         for i, (err, tol) in enumerate(zip(errs, tols, strict=True)):
             if not err <= tol:
                 found = "NaN or Inf in output" if math.isinf(err) else f"max|err| {err:.1e} > tol {tol:.1e}"
