@@ -14,6 +14,7 @@
 #   3. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-llm                 (~450 s)
 #   4. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-fast                (~300 s)
 #   5. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-burst               (~120 s)
+#   1b. instead of or after 1: scripts/gpu-llm.sh specialists                    (~560 s)
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
 # search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm5: the 16
@@ -25,6 +26,10 @@
 #   the package tests (the launcher's first build included) did not finish in the 420 s the first
 #   version of this script gave the whole stage: it now has its call to itself, and a promote its
 #   limit stops is run again (its confirmations are stored as measured and not timed twice).
+# specialists: short studies on the cases the generalists lose to FlashAttention-4 (at 86119a9 on an
+#   H200: L3 chunked prefill 0.94x, L4 D=256 0.94x, L7 cross-attention D=64 0.96x, steady clocks), one
+#   per case in both dtypes (spec-l3, spec-l4, spec-l7; SPEC_BUDGET s each, 150), started from the best
+#   of the LLM studies; promote routes each case to its best winner, so a specialist ships where it wins.
 # bench-llm: the package's launcher built first (`prepare()`, a minute, outside any benchmark's
 #   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
 # bench-fast: the FAST suite through the same package (fp16, and F6, F7 in bf16) beside cuDNN and
@@ -72,6 +77,15 @@ case ${1:-} in
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
     done
     save_db ;;
+  specialists)
+    if [ ! -f "$DBF" ]; then mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1; fi
+    for c in ${SPEC_CASES:-L3 L4 L7}; do
+      s=spec-$(echo "$c" | tr 'A-Z' 'a-z')
+      stage "$s" $(( ${SPEC_BUDGET:-150} + 40 )) $EVO run --study "$s" --families flash_wgmma --cases "$c,$c-fp16" \
+        --start-from "${LLM_FROM:-llm3,llm4}" --start-top 4 --trials 100000 --time-budget "${SPEC_BUDGET:-150}" --seed 1 \
+        --summary-json "$OUT/$s.json"
+    done
+    save_db ;;
   promote)
     if [ ! -f "$DBF" ] && [ -f db/evo.sqlite.gz ]; then   # no search call before: the carried database as it is
       mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1
@@ -99,5 +113,5 @@ case ${1:-} in
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
     bench_llm bf16 burst burst/benchmarks
     bench_llm fp16 burst burst/benchmarks ;;
-  *) echo "usage: scripts/gpu-llm.sh search|promote|bench-llm|bench-fast|bench-burst"; exit 2 ;;
+  *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|bench-llm|bench-fast|bench-burst"; exit 2 ;;
 esac
