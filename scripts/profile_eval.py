@@ -2,7 +2,7 @@
 default, in this process, as the search's worker runs them (baselines cached), twice: the first
 pays for the baselines, the second is what every later candidate costs.
 
-Usage: python scripts/profile_eval.py [--screen] [FAMILY ...]  (default flash_wgmma)
+Usage: python scripts/profile_eval.py [--screen | --prime] [FAMILY ...]  (default flash_wgmma)
 
 Without ``--screen``: the full rung's quick FAST on F1-F8. With it: the screen `evo run` sends by
 default (``rung`` screen, the scoring baseline ``sdpa_default`` paired on the long cases, GREEN to
@@ -10,6 +10,11 @@ its first failure) on the screen's cases of F1-F8, and the seconds each case too
 worker's progress notes), so that the short cases' set-up can be told from the long cases'
 steady-state warm-ups (issue 35). Prints the phase times and cProfile's top functions by own time
 and by cumulative time.
+
+With ``--prime``: no candidate; the full rung's prime request `evo run` queues at its start (the
+reported backends on every case of F1-F8, :func:`evo.gpu.evaluate.prime`), in a fresh session,
+and the seconds between the worker's progress notes (each op's warm-up and samples, and before a
+case's first note its input sets, first calls and captures): the start of a run is mostly this.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from evo.results import Status
 from evo.family.space import make_candidate
 from evo.gpu.worker import EvalRequest
 from evo.search.driver import SEARCH_OPTIONS
+from evo.search.evaluators import PRIME_ID
 from evo.search.screen import screen_cases
-from evo.vocab import DEFAULT_BASELINE, SCREEN
+from evo.vocab import DEFAULT_BASELINE, FULL, SCREEN
 
 # what `evo run`'s GPU evaluator asks of its worker for a screen (evo.search.driver, evaluators)
 SCREEN_OPTIONS = SEARCH_OPTIONS | {"screen_full": True, "rung": SCREEN, "paired": DEFAULT_BASELINE}
@@ -53,11 +59,51 @@ class CaseClock:
         return [(tag, stop - start) for (tag, start), stop in zip(self.marks, ends, strict=True)]
 
 
+class NoteTimeline:
+    """Every progress note with the seconds since the one before it (the first: since ``start``)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.notes: list[tuple[str, float]] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append((text, time.perf_counter()))
+
+    def lines(self) -> list[str]:
+        before = [self.start] + [t for _, t in self.notes[:-1]]
+        return [f"  {t - b:7.3f} s  {text}" for (text, t), b in zip(self.notes, before, strict=True)]
+
+
+def profile_prime() -> None:
+    """The full rung's prime request on F1-F8 in a fresh session: its note timeline and cProfile's top."""
+    timeline = NoteTimeline()
+    for module in (evo.gpu.evaluate, evo.gpu.timing):
+        module.progress = timeline.note     # type: ignore[attr-defined]
+    options = SEARCH_OPTIONS | {"screen_full": True, "paired": DEFAULT_BASELINE, "rung": FULL, "prime": True}
+    request = EvalRequest(PRIME_ID, "", (), False, tuple(fast_shapes("F1-F8", "fp16")), options)
+    prof = cProfile.Profile()
+    timeline.start = t0 = time.perf_counter()
+    prof.enable()
+    ev = evaluate(request, Session())
+    prof.disable()
+    print(f"\n=== prime {FULL}: {time.perf_counter() - t0:.2f} s, {ev.reason}")
+    print("\n".join(timeline.lines()))
+    for key in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(22)
+        print("\n".join(line[:150] for line in out.getvalue().splitlines()[6:]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--screen", action="store_true", help="the search's default screen, per case")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--screen", action="store_true", help="the search's default screen, per case")
+    mode.add_argument("--prime", action="store_true", help="the full rung's prime request, note by note")
     ap.add_argument("families", nargs="*", default=["flash_wgmma"])
     args = ap.parse_args()
+    if args.prime:
+        profile_prime()
+        return
     session = Session()
     shapes = fast_shapes("F1-F8", "fp16")
     cases = screen_cases(shapes) if args.screen else shapes
