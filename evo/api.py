@@ -71,8 +71,8 @@ from evo.store.engine import is_read_only, read_only_url, safe_url, writable
 from evo.version import __version__
 from evo.vocab import (
     BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, CLOCKS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, FULL,
-    GRACE_S, HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS, START_MODES, STEADY, assignment_text, replayed_on,
-    value_text,
+    GRACE_S, HEARTBEAT_S, OBJECTIVES, PRUNE_BARS, SAMPLERS, SCREENS, SDPA_BACKENDS, START_MODES, STEADY,
+    assignment_text, replayed_on, value_text,
 )
 
 __all__ = [
@@ -88,8 +88,8 @@ __all__ = [
     "SamplerRun", "ScreenErrors", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
     # constants: the choices and defaults the functions take
     "BASELINES", "BASELINE_BACKENDS", "BENCH_COLUMNS", "BENCH_SAMPLERS", "CLOCKS", "DEFAULT_BASELINE", "DEFAULT_TOP",
-    "DTYPES", "EVO", "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "SAMPLERS", "SDPA_BACKENDS", "START_MODES", "STATUS_STYLE",
-    "STEADY",
+    "DTYPES", "EVO", "GRACE_S", "HEARTBEAT_S", "OBJECTIVES", "PRUNE_BARS", "SAMPLERS", "SCREENS", "SDPA_BACKENDS",
+    "START_MODES", "STATUS_STYLE", "STEADY",
     "__version__",
     # how evo writes ids and values
     "assignment_text", "short_id", "value_text",
@@ -493,7 +493,8 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
         grace_s: int | None = None, time_budget_s: float | None = None, target: str | None = None,
         start_from: Sequence[str] | None = None, start_top: int | None = None,
         reporter: Reporter | None = None, screen: bool = True, pruner: Any = None,
-        pins: Sequence[str] | None = None, screen_only: bool = False, screen_alone: bool = False) -> RunSummary:
+        pins: Sequence[str] | None = None, screen_only: bool = False, screen_alone: bool = False,
+        prune_bar: str = SCREENS) -> RunSummary:
     """Start or continue a search (``evo run``); returns its :class:`~evo.search.loop.RunSummary`.
 
     Measurements come from ``replay`` (a recorded sweep), else the worker ``target`` when one is
@@ -512,7 +513,9 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     ``screen_only`` none (:class:`~evo.search.pruner.ScreenOnlyPruner`: a run that records screens). A screen
     times its long cases as the full rung does, beside the scoring baseline, and the full rung reuses
     them; ``screen_alone`` times them with the candidate alone against a cached baseline (cheaper, and
-    1-3 % high there: :meth:`evo.gpu.evaluate.Plan.for_case`). ``pins``:
+    1-3 % high there: :meth:`evo.gpu.evaluate.Plan.for_case`). ``prune_bar`` (:data:`~evo.vocab.PRUNE_BARS`) is
+    the default pruner's overall bar: the highest screen seen, or ``incumbent``, the screen of the best
+    candidate timed in full (:class:`~evo.search.pruner.EvoPruner`). ``pins``:
     ``GENE=VALUE`` or ``FAMILY.GENE=VALUE`` texts (``evo run --pin``): search the sub-space with
     those genes held at one value each; a study keeps the pins it was created with (a run giving
     others is refused; none given: the study's).
@@ -520,14 +523,20 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     from evo.search.driver import RunOptions
     from evo.search.fanout import start
     from evo.search.loop import NullReporter
-    from evo.search.pruner import ScreenOnlyPruner
+    from evo.search.pruner import EvoPruner, ScreenOnlyPruner
 
     if gpus is not None and target is not None:
         raise EvoError("gpus chooses GPU workers; a target names another worker (leave one out)")
     if screen_only and (not screen or pruner is not None):
         raise EvoError("screen_only stops every candidate after its screen: it takes no pruner and needs screens")
+    if prune_bar not in PRUNE_BARS:
+        raise EvoError(f"unknown pruning bar {prune_bar!r}; one of {', '.join(PRUNE_BARS)}")
+    if prune_bar != SCREENS and (pruner is not None or screen_only or not screen):
+        raise EvoError("prune_bar sets the default pruner's bar: it takes no pruner of its own, screens and a full rung")
     if screen_only:
         pruner = ScreenOnlyPruner()
+    elif prune_bar != SCREENS:
+        pruner = EvoPruner(bar=prune_bar)
     url = db.url if isinstance(db, Store) else _for_writing(_database_url(db), db is not None)
     opts = RunOptions(trials=trials, time_budget_s=time_budget_s, families=list(families) if families else None,
                       cases=list(cases) if cases else None, sampler=sampler, seed=seed, db=url,

@@ -47,6 +47,8 @@ COMPILED = frozenset({Status.BUILT, Status.RESOURCE_REJECTED, *EVALUATED})  # nv
 
 SCREEN, FULL = "screen", "full"  # a search's two rungs of FAST: a short screen, then the full protocol
 RUNGS = (SCREEN, FULL)           # (docs/design.md, "Rungs"); evo eval and evo bench time the full one only
+SCREENS, INCUMBENT = "screens", "incumbent"   # what sets the pruner's overall bar (evo.search.pruner)
+PRUNE_BARS = (SCREENS, INCUMBENT)
 
 # ----------------------------------------------------------------------------- backends
 

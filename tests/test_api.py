@@ -181,6 +181,17 @@ def test_run_refuses_gpus_with_a_target(env: Path) -> None:
         api.run(env / "evo.sqlite", gpus="0", target="standins:serve_green")
 
 
+def test_run_refuses_a_pruning_bar_it_does_not_know_or_cannot_apply(env: Path) -> None:
+    from evo.search.pruner import EvoPruner
+
+    with pytest.raises(EvoError, match="unknown pruning bar 'luckiest'; one of screens, incumbent"):
+        api.run(env / "evo.sqlite", prune_bar="luckiest")
+    for kw in ({"pruner": EvoPruner()}, {"screen": False}, {"screen_only": True}):
+        with pytest.raises(EvoError, match="prune_bar sets the default pruner's bar"):
+            api.run(env / "evo.sqlite", prune_bar="incumbent", **kw)
+    assert not (env / "evo.sqlite").exists()
+
+
 def test_read_only_workflows_refuse_a_missing_database(env: Path) -> None:
     with pytest.raises(EvoError, match="no database at"):
         api.lineage_graph(env / "absent.sqlite")

@@ -315,3 +315,10 @@ def test_full_only_asks_for_every_candidate_in_full(monkeypatch: pytest.MonkeyPa
     asked.clear()
     both = CliRunner().invoke(cli, ["run", "--screen-only", "--full-only", "--trials", "1"])
     assert both.exit_code == 2 and "exclude each other" in both.output and not asked
+    CliRunner().invoke(cli, ["run", "--trials", "1"])
+    assert asked["prune_bar"] == "screens"
+    CliRunner().invoke(cli, ["run", "--prune-bar", "incumbent", "--trials", "1"])
+    assert asked["prune_bar"] == "incumbent"
+    asked.clear()
+    bar = CliRunner().invoke(cli, ["run", "--prune-bar", "incumbent", "--full-only", "--trials", "1"])
+    assert bar.exit_code == 2 and "--prune-bar sets what a screen must reach" in bar.output and not asked

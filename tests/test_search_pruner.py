@@ -124,3 +124,40 @@ def test_a_trial_without_a_screen_is_never_pruned() -> None:
 def test_a_pruner_with_no_sense_is_refused(top: int, margin: float, lead: float) -> None:
     with pytest.raises(ValueError):
         EvoPruner(top, margin, lead)
+
+
+def _timed(study: optuna.Study, screen: dict[str, float], full: float) -> None:
+    """A trial screened at ``screen`` and timed in full at ``full`` on every case (two cases alike)."""
+    t = study.ask()
+    t.set_user_attr(SCREEN_ATTR, screen)
+    t.set_user_attr("speedups", {"F1-fp16": full, "F8-fp16": full})
+    study.tell(t, full)
+
+
+def test_the_incumbents_screen_bars_the_overall_key_once_a_full_score_is_known() -> None:
+    """A lucky screen (x1.10, x1.00 in full) bars everything under it with the screens' bar; with
+    the incumbent's, the bar is the screen of the best full score (x1.04, x1.05 in full)."""
+    study = _study()
+    _timed(study, {"all": 1.10}, 1.00)
+    _timed(study, {"all": 1.04}, 1.05)
+    pruned, why = _judge(EvoPruner(), study, {"all": 1.06})
+    assert pruned and "all x1.060 < x1.100" in why
+    pruned, why = _judge(EvoPruner(bar="incumbent"), study, {"all": 1.06})
+    assert not pruned and "leads all (screened x1.060 >= x1.040)" in why
+    assert _judge(EvoPruner(bar="incumbent"), study, {"all": 1.03})[0]
+    pruned, why = _judge(EvoPruner(bar="incumbent", top=2), study, {"all": 1.06})      # the second best in full
+    assert pruned and "all x1.060 < x1.100" in why
+
+
+def test_the_incumbent_bar_is_the_screens_until_a_screened_trial_is_timed_in_full_and_buckets_keep_theirs() -> None:
+    study = _study({"all": 1.10, "d64-full": 1.20})
+    pruned, why = _judge(EvoPruner(bar="incumbent"), study, {"all": 1.06, "d64-full": 1.0})
+    assert pruned and "all x1.060 < x1.100" in why
+    _timed(study, {"all": 1.02, "d64-full": 1.30}, 1.05)
+    pruned, why = _judge(EvoPruner(bar="incumbent"), study, {"all": 1.01, "d64-full": 1.30})
+    assert pruned and "d64-full x1.300 < x1.313" in why                         # the buckets' screens, with the lead
+
+
+def test_a_pruner_bar_it_does_not_know_is_refused() -> None:
+    with pytest.raises(ValueError, match="bar is one of screens, incumbent"):
+        EvoPruner(bar="luckiest")

@@ -155,6 +155,19 @@ def test_a_screen_only_run_times_no_candidate_in_full_and_stores_every_screen_pr
         assert last.status is Status.PRUNED and last.reason == ScreenOnlyPruner.WHY
 
 
+def test_the_incumbent_bar_reads_the_screens_and_full_scores_the_ladder_stores(db: str) -> None:
+    """In a real ladder, the trials timed in full carry what the incumbent bar reads (their screen and
+    per-case speedups), so it is the screen of the best full score, never the highest screen alone."""
+    pruner = EvoPruner(bar="incumbent")
+    s = search(db, Screening(), pruner=pruner)
+    s.run(8)
+    trials = s.study.get_trials(deepcopy=False)
+    full = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert full and all(t.user_attrs.get(SCREEN_ATTR) and t.user_attrs.get("speedups") for t in full)
+    best = max(full, key=lambda t: t.value)
+    assert pruner._incumbents(trials)[0] == best.user_attrs[SCREEN_ATTR]["all"]
+
+
 def test_a_pruned_candidate_is_stored_pruned_and_never_ranked(screened_run) -> None:
     url, s, summary, _ = screened_run
     store = open_store(url)

@@ -18,7 +18,9 @@ from rich.markup import escape
 from evo.cli.app import api, cli, db_option, split_list
 from evo.cli.output import check_writable, console, print_json, speedup_words, table, write_json
 from evo.cli.progress import TrialProgress
-from evo.vocab import BASELINES, DEFAULT_BASELINE, DEFAULT_TOP, GRACE_S, HEARTBEAT_S, OBJECTIVES, SAMPLERS, SDPA_BACKENDS
+from evo.vocab import (
+    BASELINES, DEFAULT_BASELINE, DEFAULT_TOP, GRACE_S, HEARTBEAT_S, OBJECTIVES, PRUNE_BARS, SAMPLERS, SCREENS, SDPA_BACKENDS,
+)
 
 REFUSED = {"cmaes": "cmaes is not offered: every evo parameter is categorical, which Optuna's CMA-ES "
                     "does not model (it would draw each one at random); use random for a random baseline"}
@@ -85,6 +87,10 @@ class SamplerChoice(click.Choice):
               help="time a screen's long cases with the candidate alone against a cached baseline, not beside "
               "it as the full rung does (the full rung then times them again): a cheaper screen that reads "
               "1-3 % high on long cases")
+@click.option("--prune-bar", type=click.Choice(PRUNE_BARS), default=SCREENS, show_default=True,
+              help="what a screen must reach to be timed in full when it leads no bucket: the highest screen "
+              "seen (screens), or the screen of the best candidate timed in full (incumbent), so that a lucky "
+              "screen stops barring the candidates after it once its full score is known")
 @click.option("--summary-json", type=click.Path(path_type=Path), metavar="FILE",
               help="also write the summary to this file as JSON: trials by status, the best candidate, wall "
               "seconds, GPUs, device, git sha, candidates measured and per GPU-hour, screens (replaced atomically)")
@@ -92,7 +98,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
             sampler: str, seed: int | None, db: str | None, study: str | None, replay: Path | None, batch: int,
             arch: str | None, baseline: str | None, objective_: str | None, jobs: int | None,
             gpus: str | None, heartbeat: int, grace: int, start_from: tuple[str, ...], start_top: int,
-            pin: tuple[str, ...], full_only: bool, screen_only: bool, screen_alone: bool,
+            pin: tuple[str, ...], full_only: bool, screen_only: bool, screen_alone: bool, prune_bar: str,
             summary_json: Path | None) -> None:
     """Start or resume an evolution.
 
@@ -116,6 +122,9 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
         raise click.UsageError("--full-only and --screen-only exclude each other")
     if full_only and screen_alone:
         raise click.UsageError("--screen-alone shapes the screen; --full-only has none")
+    if prune_bar != SCREENS and (full_only or screen_only):
+        raise click.UsageError("--prune-bar sets what a screen must reach for the full rung; "
+                               "--full-only and --screen-only have no such choice")
     if summary_json is not None:
         check_writable(summary_json)
     reporter = TrialProgress(console)
@@ -125,7 +134,7 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
                           batch=batch, arch=arch, baseline=baseline, objective=objective_, jobs=jobs, gpus=gpus,
                           heartbeat_s=heartbeat, grace_s=grace, start_from=split_list(start_from),
                           start_top=start_top, reporter=reporter, screen=not full_only, pins=split_list(pin),
-                          screen_only=screen_only, screen_alone=screen_alone)
+                          screen_only=screen_only, screen_alone=screen_alone, prune_bar=prune_bar)
     finally:
         reporter.stop()
     report = api.run_report(summary, db)
