@@ -10,7 +10,7 @@
 #     EVO_GIT_SHA=$(git rev-parse --short HEAD) scripts/gpu-throughput.sh
 # Knobs: TP_BUDGET (the search's --time-budget, 270 s), TP_SEED (1), TP_CHECK_S (the check's limit,
 # 180 s; it starts no full evaluation after TP_CHECK_S - 40 s), TP_FLAGS (more `evo run` options,
-# e.g. --full-only for the protocol before rungs, to compare on the same seed), TP_RESUME (a gzipped
+# e.g. --full-only for the protocol before rungs, or --prune-bar incumbent, to compare on the same seed), TP_RESUME (a gzipped
 # evo.sqlite from an earlier call's $OUT, carried: the run resumes that study, so a search longer than
 # one call is several calls), TP_CHECK_S=0 (no check: a part before the last), TP_BUDGET=0 (no search:
 # the check alone, on TP_RESUME's study; TP_SUMMARY: the run's run.json, carried).
