@@ -26,14 +26,16 @@ def test_a_row_gives_the_rate_where_the_gpu_went_the_keep_and_the_screen_error()
     text = throughput.table([("h100-20261127-da5c8b5-1gpu.json", RUN)])
     row = text.strip().splitlines()[-1]
     assert row == ("| 2026-11-27 | `da5c8b5` | NVIDIA H100 80GB HBM3 | 1 | 60 | 393 | **549** | 609 | "
-                   "22 / 129 / 203 | 60 / 13 | 1.0% (n=3) |  |")
+                   "- / 22 / 129 / 203 | 60 / 13 | 1.0% (n=3) |  |")    # a record without a priming count
 
 
 def test_a_full_only_run_a_note_and_a_name_without_a_date() -> None:
     full = dict(RUN, screened=0, kept=0, screen_errors=[], gpu_s={"GREEN": 45.0, "full": 208.0},
                 note="a | b")
     row = throughput.table([("old.json", full)]).strip().splitlines()[-1]
-    assert row.startswith("| ? |") and "| 45 / - / 208 | full only | - | a / b |" in row
+    assert row.startswith("| ? |") and "| - / 45 / - / 208 | full only | - | a / b |" in row
+    primed = dict(RUN, gpu_s={"prime": 21.4, "GREEN": 14.0, "screen": 392.0, "full": 117.0})
+    assert "| 21 / 14 / 392 / 117 |" in throughput.table([("p.json", primed)])
 
 
 def test_rows_newest_date_first() -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from evo.errors import EvoError
+from evo.results import Evaluation, Status
 from evo.search import driver
 from evo.search.driver import RunOptions, choose_evaluator, run
 from evo.search.evaluators import BuildOnlyEvaluator, GpuEvaluator, ReplayEvaluator
@@ -182,16 +185,27 @@ def test_priming_queues_one_request_per_rung_that_loads_no_kernel() -> None:
     from evo.search.evaluators import PRIME_ID
 
     queued = []
+
+    def submit(request: Any, timeout: float) -> Future[Evaluation]:
+        queued.append((request, timeout))
+        done: Future[Evaluation] = Future()
+        done.set_result(Evaluation(request.build_id, Status.GREEN, fast_seconds=2.5 * len(request.fast_cases)))
+        return done
+
     ev = GpuEvaluator.__new__(GpuEvaluator)
-    ev.options, ev.timeout_s = {"quick": True, "paired": "sdpa_default"}, 7.0
-    ev.pool = SimpleNamespace(submit=lambda request, timeout: queued.append((request, timeout)))
+    ev.options, ev.timeout_s, ev.primes = {"quick": True, "paired": "sdpa_default"}, 7.0, []
+    ev.pool = SimpleNamespace(submit=submit)
     cases = tuple(fast_cases(["F1", "F8"]))
     ev.prime(cases, cases[:2])
     ev.prime(cases, cases[:2])                                   # a later batch: the caches are primed
     fresh = GpuEvaluator.__new__(GpuEvaluator)
-    fresh.options, fresh.timeout_s, fresh.pool = ev.options, 7.0, ev.pool
+    fresh.options, fresh.timeout_s, fresh.pool, fresh.primes = ev.options, 7.0, ev.pool, []
     fresh.prime(cases, ())                                       # a search that does not screen
     assert [(r.options["rung"], r.fast_cases, t) for r, t in queued] == [
         ("screen", cases[:2], 7.0), ("full", cases, 7.0), ("full", cases, 7.0)]
     assert all(r.build_id == PRIME_ID and not r.entries and not r.green and r.options["prime"]
                and r.options["paired"] == "sdpa_default" for r, _ in queued)
+    # what the answers took, for the run's GPU time (gpu_s "prime"); an unanswered one counts nothing
+    assert ev.primed_seconds() == 2.5 * (2 + 4) and fresh.primed_seconds() == 2.5 * 4
+    fresh.primes.append(Future())
+    assert fresh.primed_seconds() == 2.5 * 4

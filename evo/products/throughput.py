@@ -87,7 +87,7 @@ def _num(value: Any, fmt: str) -> str:
 
 def _row(name: str, doc: Mapping[str, Any]) -> str:
     gpu_s = doc.get("gpu_s") or {}
-    parts = " / ".join(_num(gpu_s.get(k), ".0f") for k in ("GREEN", "screen", "full"))
+    parts = " / ".join(_num(gpu_s.get(k), ".0f") for k in ("prime", "GREEN", "screen", "full"))
     errors = [abs(float(e)) for e in doc.get("screen_errors") or []]
     error = f"{statistics.median(errors):.1%} (n={len(errors)})" if errors else "-"
     screened = doc.get("screened") or 0
@@ -110,8 +110,8 @@ def table(records: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
     head = ("\n## Search throughput (`evo run`)\n\n"
             "Candidates measured per GPU-hour by `evo run` with its defaults (the evo sampler, rungs on "
             "unless the row says full only), from `benchmarks/throughput/*.json` (`evo run --summary-json`; "
-            "`scripts/gpu-throughput.sh`). GPU s: the GPU worker's own seconds in GREEN / the screen / the "
-            "full rung. Screened / kept: candidates screened, and those kept for the full protocol. Screen "
+            "`scripts/gpu-throughput.sh`). GPU s: the GPU worker's own seconds priming the cached baselines "
+            "(- where a record predates that count) / in GREEN / the screen / the full rung. Screened / kept: candidates screened, and those kept for the full protocol. Screen "
             "error: median |screened / full score - 1| over the candidates timed both ways.\n\n"
             "| date | git | GPU | GPUs | candidates | wall s | per GPU-hour | per busy GPU-hour | "
             "GPU s | screened / kept | screen error | note |\n"

@@ -24,6 +24,7 @@ import os
 import secrets
 import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,11 @@ class Evaluator(abc.ABC):
         with: a search calls this as each batch starts building, and only the first call counts
         (nothing to do by default)."""
 
+    def primed_seconds(self) -> float:
+        """The GPU seconds the measurements :meth:`prime` asked for took, of those finished (0
+        when it asks for none): GPU time no candidate's evaluation counts."""
+        return 0.0
+
     def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:  # noqa: B027 - optional
         """Cached baselines (per rung) the host's other workers measured on this device kind
         (:meth:`evo.store.Store.measured_baselines`), for this evaluator's workers to use instead
@@ -130,6 +136,7 @@ class GpuEvaluator(Evaluator):
         self.arch, self.jobs, self.timeout_s = arch, jobs or os.cpu_count() or 1, timeout_s
         self.options = dict(options or {})
         self.pool = WorkerPool(devices, target)
+        self.primes: list[Future[Evaluation]] = []   # the prime requests' answers (prime)
         self.device = gpu_name(self.pool.workers[0].device)
         self.host = socket.gethostname()
         self.where = {"host": self.host, "gpu_index": str(self.pool.workers[0].device)}
@@ -169,7 +176,10 @@ class GpuEvaluator(Evaluator):
             if which:
                 request = EvalRequest(PRIME_ID, "", (), False, tuple(which),
                                       self.options | {"rung": rung, "prime": True})
-                self.pool.submit(request, self.timeout_s)
+                self.primes.append(self.pool.submit(request, self.timeout_s))
+
+    def primed_seconds(self) -> float:
+        return sum(f.result().fast_seconds for f in self.primes if f.done() and f.exception() is None)
 
     def share(self, baselines: Mapping[str, Sequence[Timing]]) -> None:
         self.pool.share(baselines)

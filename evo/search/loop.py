@@ -74,7 +74,7 @@ from evo.search.outcomes import Scoring
 from evo.search.params import CANDIDATE, suggest
 from evo.search.parents import parents
 from evo.search.proposal import PROPOSAL, ProposalSampler, trial_key
-from evo.search.records import (NOT_EVALUATED, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
+from evo.search.records import (NOT_EVALUATED, PRIME_PART, UNMEASURED, Best, NullReporter, Outcome, Pending, Reporter,
                                 RunSummary, best_trial)
 from evo.search.resume import RUN, Heartbeat, Retry, counted, release
 from evo.search.rungs import Ladder, Work
@@ -200,6 +200,8 @@ class Search:
             self.heartbeat.stop()
             trials_now = self.study.get_trials(deepcopy=False)
             s.total, s.best, s.wall_s = counted(trials_now), best_trial(trials_now), self.clock() - began
+            if primed := self.evaluator.primed_seconds():   # the GPU's time on the cached baselines at the start
+                s.spent(PRIME_PART, primed)
         return s
 
     def _recover(self) -> None:

@@ -27,6 +27,7 @@ from evo.search.sampler_evo import fitness
 LABEL = "label"
 REUSED = "reused"
 SPEEDUPS = "speedups"
+PRIME_PART = "prime"   # gpu_s's part for the cached baselines measured at a run's start (Evaluator.prime)
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"
 GPU_SOURCE = "gpu"  # the source of a study measured on GPUs (GpuEvaluator.name), whose runs use GPU-hours
@@ -110,8 +111,10 @@ class RunSummary:
     ``counts``); ``screen_errors`` holds, for each candidate this run timed on both rungs,
     screened score / full score - 1. ``gpu_s`` is the GPU worker's own time on this run's
     evaluations (their GREEN and FAST seconds) by part: ``GREEN``, ``screen`` and ``full``
-    (FAST of each rung, cached baselines measured meanwhile included); wall time minus their
-    sum is the GPU waiting (for nvcc, the database, the sampler, a worker starting)."""
+    (FAST of each rung, cached baselines measured meanwhile included), and ``prime`` (:data:`PRIME_PART`:
+    the cached baselines measured ahead of the first candidate, :meth:`Evaluator.prime
+    <evo.search.evaluators.Evaluator.prime>`; a record made before this part was counted has none); wall time minus
+    their sum is the GPU waiting (for nvcc, the database, the sampler, a worker starting)."""
 
     study: str
     source: str
@@ -136,7 +139,7 @@ class RunSummary:
     screened: int = 0                 # candidates screened (passed GREEN and timed on the screen)
     kept: int = 0                     # of the screened: went on to the full protocol
     screen_errors: list[float] = field(default_factory=list)  # screened / full score - 1, per candidate with both
-    gpu_s: dict[str, float] = field(default_factory=dict)  # the GPU worker's seconds: GREEN, screen, full
+    gpu_s: dict[str, float] = field(default_factory=dict)  # the GPU worker's seconds: GREEN, screen, full, prime
 
     def spent(self, part: str, seconds: float) -> None:
         """Add ``seconds`` of the GPU worker's time to ``part`` (:attr:`gpu_s`)."""
