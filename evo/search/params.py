@@ -19,6 +19,7 @@ from evo.family.space import Candidate
 
 FAMILY = "family"
 CANDIDATE = "candidate"  # the user attr a told trial keeps its stored candidate id under
+SPEEDUPS = "speedups"    # the user attr a trial timed in full keeps its per-case speedups under
 IMPORTED_FROM = "evo:imported_from"  # the user attr of a trial evo.search.warmstart enqueued: where from
 
 

@@ -39,6 +39,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
 from evo.scoring import geomean
+from evo.search.params import SPEEDUPS
 from evo.search.screen import OVERALL
 from evo.vocab import INCUMBENT, PRUNE_BARS, SCREENS
 
@@ -86,8 +87,6 @@ class EvoPruner(BasePruner):
 
     def _incumbents(self, screened: list[FrozenTrial]) -> list[float]:
         """The overall screens of the trials timed in full, best full score first (``bar`` incumbent)."""
-        from evo.search.records import SPEEDUPS   # records imports the samplers, which import this module
-
         full = [t for t in screened if t.state == TrialState.COMPLETE and t.user_attrs.get(SPEEDUPS)
                 and OVERALL in t.user_attrs[SCREEN_ATTR]]
         full.sort(key=lambda t: geomean(t.user_attrs[SPEEDUPS].values()), reverse=True)

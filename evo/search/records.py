@@ -26,7 +26,6 @@ from evo.search.sampler_evo import fitness
 
 LABEL = "label"
 REUSED = "reused"
-SPEEDUPS = "speedups"
 PRIME_PART = "prime"   # gpu_s's part for the cached baselines measured at a run's start (Evaluator.prime)
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"

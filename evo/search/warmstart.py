@@ -37,7 +37,7 @@ from evo.vocab import DEFAULT_TOP
 from evo.family.manifest import Family, Value
 from evo.store.recording import record_key
 from evo.search import objective
-from evo.search.records import SPEEDUPS
+from evo.search.params import SPEEDUPS
 from evo.search.objective import Bucket
 from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
