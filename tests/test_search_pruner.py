@@ -147,6 +147,10 @@ def test_the_incumbents_screen_bars_the_overall_key_once_a_full_score_is_known()
     assert _judge(EvoPruner(bar="incumbent"), study, {"all": 1.03})[0]
     pruned, why = _judge(EvoPruner(bar="incumbent", top=2), study, {"all": 1.06})      # the second best in full
     assert pruned and "all x1.060 < x1.100" in why
+    one = _study({"all": 1.10})
+    _timed(one, {"all": 1.04}, 1.05)
+    pruned, why = _judge(EvoPruner(bar="incumbent", top=2), one, {"all": 1.03})   # one timed in full: the screens'
+    assert pruned and "all x1.030 < x1.040" in why
 
 
 def test_the_incumbent_bar_is_the_screens_until_a_screened_trial_is_timed_in_full_and_buckets_keep_theirs() -> None:

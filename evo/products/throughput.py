@@ -111,8 +111,8 @@ def table(records: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
             "Candidates measured per GPU-hour by `evo run` with its defaults (the evo sampler, rungs on "
             "unless the row says full only), from `benchmarks/throughput/*.json` (`evo run --summary-json`; "
             "`scripts/gpu-throughput.sh`). GPU s: the GPU worker's own seconds priming the cached baselines "
-            "(- where a record predates that count) / in GREEN / the screen / the full rung. Screened / kept: candidates screened, and those kept for the full protocol. Screen "
-            "error: median |screened / full score - 1| over the candidates timed both ways.\n\n"
+            "(- where a record predates that count) / in GREEN / the screen / the full rung. Screened / kept: "
+            "candidates screened, and those kept for the full protocol. Screen error: median |screened / full score - 1| over the candidates timed both ways.\n\n"
             "| date | git | GPU | GPUs | candidates | wall s | per GPU-hour | per busy GPU-hour | "
             "GPU s | screened / kept | screen error | note |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|\n")

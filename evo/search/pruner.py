@@ -25,7 +25,7 @@ screen cannot tell apart. A candidate that leads the objective itself needs no s
 ``bar`` (:data:`~evo.vocab.PRUNE_BARS`) says which screens set the overall key's bar. ``screens`` (the default):
 the study's screens, so the highest one ever seen, whatever its candidate scored in full.
 ``incumbent``: the screen of the trial with the ``top``-th best full score (the geometric mean of its
-per-case speedups; the screens as before until a screened trial has one). A lucky screen then
+per-case speedups; the screens as before until ``top`` screened trials have one). A lucky screen then
 stops barring the candidates after it once its full score is known: at git dc9cd54 on an H200 a
 candidate 0.7 % better in full than any the run reported was pruned under a screen that read 0.8 %
 over its own candidate's full score, and this bar would have kept it (dev/perf-notes.md,
@@ -69,8 +69,10 @@ class EvoPruner(BasePruner):
         incumbents = self._incumbents(screened) if self.bar == INCUMBENT else []
         behind = []
         for key, value in mine.items():
-            best = incumbents if key == OVERALL and incumbents else sorted((o[key] for o in others if key in o),
-                                                                           reverse=True)
+            if key == OVERALL and len(incumbents) >= self.top:
+                best = incumbents
+            else:
+                best = sorted((o[key] for o in others if key in o), reverse=True)
             if len(best) < self.top:
                 self._why[trial.number] = f"kept: the first {'screen' if self.top == 1 else 'screens'} of {key}"
                 return False
