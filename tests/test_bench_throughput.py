@@ -77,6 +77,8 @@ def test_parts_of_one_resumed_run_combine_into_one_record_with_the_rates_from_th
     assert got["candidates_per_busy_gpu_hour"] == pytest.approx(90 / 420.0 * 3600.0)
     assert got["counts"] == {"pruned": 68, "fast": 13, "red": 1} and got["gpu_s"]["full"] == pytest.approx(223.4)
     assert got["screened"] == 90 and got["kept"] == 15 and got["screen_errors"] == [0.01, -0.03, 0.002, 0.02]
-    assert [p["run_id"] for p in got["parts"]] == [1, 2]
+    assert [p["run_id"] for p in got["parts"]] == [1, 2] and got["first_gpu_s"] is None   # older records: none
+    starts = throughput.combine([dict(one, first_gpu_s=33.0), dict(two, first_gpu_s=31.0)])
+    assert starts["first_gpu_s"] == 64.0                                             # each part pays its own start
     with pytest.raises(EvoError, match="differ in git_sha"):
         throughput.combine([one, dict(two, git_sha="other")])

@@ -291,6 +291,9 @@ def test_a_run_in_rungs_says_how_busy_the_gpu_was_and_how_its_screens_fared() ->
                              "GPU busy 90% of it (GREEN 20%, screen 45%, full 25%) = 800 per busy GPU-hour")
     assert screens(s) == ("screens: 76 candidates screened, 6 kept for the full protocol; "
                           "screen vs full: median |error| 1.2%, worst +2.0% (n=3)")
+    s.gpu_s["prime"], s.first_gpu_s = 20.0, 34.4
+    assert throughput(s).endswith("GPU busy 95% of it (GREEN 20%, screen 45%, full 25%, prime 5%) = 758 per busy "
+                                  "GPU-hour; the first candidate on the GPU 34 s after the start")
 
 
 def test_full_only_asks_for_every_candidate_in_full(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -106,6 +106,9 @@ def test_workers_throughput_adds_their_candidates_over_the_slowest_worker() -> N
     assert (out.measured, out.finished, out.workers, out.gpus, out.wall_s) == (8, 16, 3, 3, 3600.0)
     assert out.candidates_per_gpu_hour == pytest.approx(8 / 3) and out.trials_per_gpu_hour == pytest.approx(16 / 3)
     assert out.per_hour(out.measured) == pytest.approx(8.0) and out.device == "H100"
+    assert out.first_gpu_s is None                               # none of them measured a start
+    parts[0].first_gpu_s, parts[1].first_gpu_s = 41.0, 29.5
+    assert merge(parts).first_gpu_s == 29.5                      # the GPUs' first candidate: the earliest
 
 
 def test_without_a_gpu_or_a_wall_time_there_is_no_rate_per_gpu_hour() -> None:

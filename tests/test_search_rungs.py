@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,7 +91,7 @@ def answer(job: Job) -> Evaluation:
 
 
 def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s", objective: str = "geomean",
-           pruner: optuna.pruners.BasePruner | None = None) -> Search:
+           pruner: optuna.pruners.BasePruner | None = None, clock: Callable[[], float] | None = None) -> Search:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store, retry = open_store(url), Retry()
     rdb = storage(url, retry=retry)
@@ -99,7 +99,8 @@ def search(url: str, ev: Evaluator, screening: bool = True, study: str = "s", ob
     st = open_study(rdb, study, optuna.samplers.RandomSampler(seed=3), {}, ["maximize"] * len(metrics), metrics,
                     pruner=pruner or (EvoPruner() if screening else None))
     return Search(st, store, ev, [load_family("flash_mma")], CASES, "sdpa_default", objective,
-                  store.start_run("evo run", study=study), storage=rdb, retry=retry, batch=4, screening=screening)
+                  store.start_run("evo run", study=study), storage=rdb, retry=retry, batch=4, screening=screening,
+                  **({} if clock is None else {"clock": clock}))
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +171,21 @@ def test_the_incumbent_bar_reads_the_screens_and_full_scores_the_ladder_stores(d
     assert full and all(t.user_attrs.get(SCREEN_ATTR) and t.user_attrs.get("speedups") for t in full)
     best = max(full, key=lambda t: t.value)
     assert pruner._incumbents(trials)[0] == best.user_attrs[SCREEN_ATTR]["all"]
+
+
+def test_the_summary_says_when_the_gpu_began_its_first_candidate(db: str) -> None:
+    """first_gpu_s: the loop's clock when the first result came back, less that evaluation's GPU
+    seconds (here 30 s of start-up, then each job's own seconds on a clock the evaluator moves)."""
+    now = [0.0]
+
+    class Timed(Screening):
+        def answer(self, job: Job) -> Evaluation:
+            ev = answer(job)
+            now[0] += (30.0 if len(self.jobs) == 1 else 0.0) + ev.green_seconds + ev.fast_seconds
+            return ev
+
+    summary = search(db, Timed(), clock=lambda: now[0]).run(4)
+    assert summary.first_gpu_s == 30.0 and summary.wall_s >= 30.0 + 1.5
 
 
 def test_a_pruned_candidate_is_stored_pruned_and_never_ranked(screened_run) -> None:

@@ -65,7 +65,8 @@ class RunReport:
         null when the search loop never ran. The rungs: ``screened``, ``kept``, ``screen_errors``
         (screened / full score - 1 per candidate timed on both), and ``gpu_s``, the GPU worker's
         own seconds by part, with ``gpu_busy_share`` (their sum over the GPU-time held) and
-        ``candidates_per_busy_gpu_hour`` (the candidates measured per hour of them)."""
+        ``candidates_per_busy_gpu_hour`` (the candidates measured per hour of them); ``first_gpu_s``,
+        how long after the start the GPU began its first candidate."""
         s = self.summary
         best = None if s.best is None else {
             "trial": s.best.number, "candidate_id": s.best.candidate_id, "label": s.best.label,
@@ -80,7 +81,7 @@ class RunReport:
                 "candidates_per_hour": s.per_hour(s.measured), "trials_per_hour": s.per_hour(s.finished),
                 "screened": s.screened, "kept": s.kept, "screen_errors": list(s.screen_errors),
                 "gpu_s": dict(s.gpu_s), "gpu_busy_share": s.busy_share,
-                "candidates_per_busy_gpu_hour": s.candidates_per_busy_gpu_hour}
+                "candidates_per_busy_gpu_hour": s.candidates_per_busy_gpu_hour, "first_gpu_s": s.first_gpu_s}
 
 
 def run_report(store: Store, summary: RunSummary) -> RunReport:

@@ -113,7 +113,8 @@ def run_cmd(trials: int, time_budget: float | None, families: tuple[str, ...], c
     throughput: the candidates it measured itself (each once, however many trials drew it; not
     those answered from the database, invalid, failing to build or missing from a recording),
     the wall time of its search, the GPUs it used, and candidates per GPU-hour (a replay uses
-    no GPU: candidates replayed per hour), with the share of that GPU time the worker was busy;
+    no GPU: candidates replayed per hour), with the share of that GPU time the worker was busy
+    (priming its cached baselines included) and how long after the start it began the first candidate;
     the candidates screened, pruned and timed in full, and how far the screens were off the full
     scores. Then the best candidate against each SDPA backend, where the results are and what to
     run next.
@@ -202,7 +203,8 @@ def throughput(s: api.RunSummary) -> str:
     parts = ", ".join(f"{part} {sec / s.wall_s / s.gpus:.0%}" for part, sec in s.gpu_s.items() if sec)
     per_busy = s.candidates_per_busy_gpu_hour
     tail = f" = {rate_text(per_busy)} per busy GPU-hour" if per_busy else ""
-    return f"{line}; GPU busy {busy:.0%} of it ({parts}){tail}"
+    start = "" if s.first_gpu_s is None else f"; the first candidate on the GPU {s.first_gpu_s:.0f} s after the start"
+    return f"{line}; GPU busy {busy:.0%} of it ({parts}){tail}{start}"
 
 
 def screens(s: api.RunSummary) -> str:

@@ -41,7 +41,7 @@ def load(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One record of a run made in ``parts`` (``evo run --summary-json`` documents of one study,
-    in order): counts, seconds and screen errors summed over the parts, the rates recomputed from
+    in order): counts, seconds (each part's start, ``first_gpu_s``, too) and screen errors summed over the parts, the rates recomputed from
     the sums, the best as the last part found it, and ``parts`` saying what each one did."""
     if not parts:
         raise EvoError("no parts to combine")
@@ -63,6 +63,8 @@ def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["gpu_busy_share"] = busy / wall
     out["candidates_per_busy_gpu_hour"] = out["measured"] / (busy * int(first["gpus"]) / 3600.0) if busy else None
     out["screen_errors"] = [e for p in parts for e in p.get("screen_errors") or []]
+    firsts = [float(p["first_gpu_s"]) for p in parts if p.get("first_gpu_s") is not None]
+    out["first_gpu_s"] = sum(firsts) if firsts else None   # each part pays its own start
     out["best"] = parts[-1].get("best")
     out["parts"] = [{k: p.get(k) for k in ("run_id", "measured", "wall_s", "stopped")} for p in parts]
     return out

@@ -199,6 +199,8 @@ def merge(parts: Sequence[RunSummary]) -> RunSummary:
         for part, seconds in p.gpu_s.items():
             out.spent(part, seconds)
     out.workers = sum(p.workers for p in parts)
+    firsts = [p.first_gpu_s for p in parts if p.first_gpu_s is not None]
+    out.first_gpu_s = min(firsts) if firsts else None
     out.wall_s = max(p.wall_s for p in parts)
     out.device = ", ".join(dict.fromkeys(p.device for p in parts if p.device))
     return out

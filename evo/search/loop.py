@@ -127,6 +127,7 @@ class Search:
         self.key = TrialMemo(trial_key)  # a trial's record key, read by untried()
         self.time_budget_s: float | None = None
         self.started = 0.0                # the clock's reading when the time budget began
+        self.began = 0.0                  # the clock's reading when the loop began (the summary's wall time)
         self.unstarted = 0                # trials given back because the time budget ran out
         self.summary = RunSummary(study.study_name, evaluator.name, run_id, 0,
                                   metric_names=objective.names(objective_kind, cases),
@@ -137,7 +138,8 @@ class Search:
                                  period_s=interval / 2, ask_lock=self.ask_lock)
         self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
         self.ladder = Ladder(study, storage, store, evaluator, self.scoring, self.summary, run_id, screening=screening,
-                             finish=self._finish_all, out_of_time=self._out_of_time)
+                             finish=self._finish_all, out_of_time=self._out_of_time,
+                             elapsed=lambda: self.clock() - self.began)
         self.builds = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-build")  # nvcc beside the GPU
         self.since = run_start(store, run_id)   # cached baselines are shared from then on
 
@@ -158,6 +160,7 @@ class Search:
         and so does the time budget for trials whose evaluation it left unstarted."""
         s = self.summary
         s.requested, began = trials, self.clock()  # the summary's wall time runs from here to the end
+        self.began = began
         self.heartbeat.beat()             # this run's lease first: _recover fails the runs past theirs
         self.heartbeat.start()
         self.liveness.start()             # dead workers are found whatever this one is doing

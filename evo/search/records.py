@@ -113,7 +113,9 @@ class RunSummary:
     (FAST of each rung, cached baselines measured meanwhile included), and ``prime`` (:data:`PRIME_PART`:
     the cached baselines measured ahead of the first candidate, :meth:`Evaluator.prime
     <evo.search.evaluators.Evaluator.prime>`; a record made before this part was counted has none); wall time minus
-    their sum is the GPU waiting (for nvcc, the database, the sampler, a worker starting)."""
+    their sum is the GPU waiting (for nvcc, the database, the sampler, a worker starting).
+    ``first_gpu_s``: how long after the loop's start the GPU began its first candidate (a worker's
+    start, the first batch's builds and the priming before it; None when it measured none)."""
 
     study: str
     source: str
@@ -139,6 +141,7 @@ class RunSummary:
     kept: int = 0                     # of the screened: went on to the full protocol
     screen_errors: list[float] = field(default_factory=list)  # screened / full score - 1, per candidate with both
     gpu_s: dict[str, float] = field(default_factory=dict)  # the GPU worker's seconds: GREEN, screen, full, prime
+    first_gpu_s: float | None = None  # seconds from the loop's start until the GPU began its first candidate
 
     def spent(self, part: str, seconds: float) -> None:
         """Add ``seconds`` of the GPU worker's time to ``part`` (:attr:`gpu_s`)."""

@@ -78,9 +78,11 @@ class Ladder:
 
     def __init__(self, study: optuna.Study, rdb: optuna.storages.RDBStorage, store: Any, evaluator: Evaluator,
                  scoring: Scoring, summary: RunSummary, run_id: Any, *, screening: bool,
-                 finish: Callable[[Sequence[Pending], Outcome], None], out_of_time: Callable[[], bool]) -> None:
+                 finish: Callable[[Sequence[Pending], Outcome], None], out_of_time: Callable[[], bool],
+                 elapsed: Callable[[], float] = lambda: 0.0) -> None:
         self.study, self.rdb, self.store, self.evaluator, self.scoring = study, rdb, store, evaluator, scoring
         self.summary, self.run_id, self.finish, self.out_of_time = summary, run_id, finish, out_of_time
+        self.elapsed = elapsed   # seconds since the search loop began (the summary's first_gpu_s)
         chosen = screen_cases(scoring.cases) if screening else []
         # a screen of every case (a study of short cases, or of one case per bucket) would cost
         # what the full rung costs: such a study is timed in full
@@ -140,6 +142,8 @@ class Ladder:
         if isinstance(ev, Unmeasured):
             return Outcome(UNMEASURED, ev.reason)
         s = self.summary
+        if s.first_gpu_s is None:            # when the GPU began it: now, less the GPU seconds it took
+            s.first_gpu_s = max(0.0, self.elapsed() - ev.green_seconds - ev.fast_seconds)
         s.measured_ids.add(w.cid)
         ev.device["rung"] = job.rung        # what was asked, whether or not the worker target says so
         s.spent("GREEN", ev.green_seconds)
