@@ -63,11 +63,16 @@ def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["gpu_busy_share"] = busy / wall
     out["candidates_per_busy_gpu_hour"] = out["measured"] / (busy * int(first["gpus"]) / 3600.0) if busy else None
     out["screen_errors"] = [e for p in parts for e in p.get("screen_errors") or []]
-    firsts = [float(p["first_gpu_s"]) for p in parts if p.get("first_gpu_s") is not None]
-    out["first_gpu_s"] = sum(firsts) if firsts else None   # each part pays its own start
+    out["first_gpu_s"] = _starts(parts)
     out["best"] = parts[-1].get("best")
     out["parts"] = [{k: p.get(k) for k in ("run_id", "measured", "wall_s", "stopped")} for p in parts]
     return out
+
+
+def _starts(parts: Sequence[Mapping[str, Any]]) -> float | None:
+    """The parts' ``first_gpu_s`` summed (each part pays its own start); None where none has one."""
+    firsts = [float(p["first_gpu_s"]) for p in parts if p.get("first_gpu_s") is not None]
+    return sum(firsts) if firsts else None
 
 
 def _summed(maps: Sequence[Mapping[str, float]]) -> dict[str, float]:

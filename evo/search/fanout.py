@@ -174,13 +174,17 @@ def run_workers(opts: RunOptions, devices: Sequence[int], reporter: Reporter) ->
 
 
 def merge(parts: Sequence[RunSummary]) -> RunSummary:
-    """One summary for several workers of one study. Throughput: the candidates each measured
-    (their union: the store's claims let one worker measure a candidate) and the workers add
-    up, and the wall time is the slowest worker's, so that a GPU-hour is one GPU held for an
-    hour whether its worker was busy or done; the devices are listed once each. Screens, the
-    kept, the screen errors and the workers' GPU seconds add up."""
-    first = parts[0]
-    out = replace(first, counts=collections.Counter(), stopped="")
+    """One summary for several workers of one study: their trials (:func:`_merge_trials`) and
+    their throughput (:func:`_merge_throughput`)."""
+    out = replace(parts[0], counts=collections.Counter(), stopped="")
+    _merge_trials(out, parts)
+    _merge_throughput(out, parts)
+    return out
+
+
+def _merge_trials(out: RunSummary, parts: Sequence[RunSummary]) -> None:
+    """Into ``out``: the workers' trials by status and how they ended, added up; the study's
+    total as the last to count it saw it; the best of their bests; why each stopped, once each."""
     out.finished = sum(p.finished for p in parts)
     out.total = max(p.total for p in parts)
     for p in parts:
@@ -191,6 +195,14 @@ def merge(parts: Sequence[RunSummary]) -> RunSummary:
     bests = [p.best for p in parts if p.best is not None]
     out.best = max(bests, key=lambda b: b.score) if bests else None
     out.interrupted = any(p.interrupted for p in parts)
+
+
+def _merge_throughput(out: RunSummary, parts: Sequence[RunSummary]) -> None:
+    """Into ``out``: the candidates each measured (their union: the store's claims let one worker
+    measure a candidate) and the workers add up, and the wall time is the slowest worker's, so
+    that a GPU-hour is one GPU held for an hour whether its worker was busy or done; the devices
+    are listed once each. Screens, the kept, the screen errors and the workers' GPU seconds add
+    up; the first candidate on a GPU is the earliest of theirs."""
     out.measured_ids = set().union(*(p.measured_ids for p in parts))
     out.screened, out.kept = sum(p.screened for p in parts), sum(p.kept for p in parts)
     out.screen_errors = [x for p in parts for x in p.screen_errors]
@@ -203,4 +215,3 @@ def merge(parts: Sequence[RunSummary]) -> RunSummary:
     out.first_gpu_s = min(firsts) if firsts else None
     out.wall_s = max(p.wall_s for p in parts)
     out.device = ", ".join(dict.fromkeys(p.device for p in parts if p.device))
-    return out
