@@ -72,7 +72,7 @@ from evo.version import __version__
 from evo.vocab import (
     BASELINE_BACKENDS, BASELINES, BENCH_SAMPLERS, CLOCKS, DEFAULT_BASELINE, DEFAULT_TOP, DTYPES, EVO, FULL,
     GRACE_S, HEARTBEAT_S, OBJECTIVES, PRUNE_BARS, SAMPLERS, SCREENS, SDPA_BACKENDS, START_MODES, STEADY,
-    assignment_text, replayed_on, value_text,
+    assignment_text, clock_protocol, replayed_on, value_text,
 )
 
 __all__ = [
@@ -433,8 +433,7 @@ def benchmark(candidate_ids: Sequence[str] = (), *, best: int | None = None, pac
         raise EvoError("--package times a package; --id / --best time stored candidates: choose one")
     if candidate_ids and best:
         raise EvoError("give --id or --best, not both")
-    if clocks not in CLOCKS:
-        raise EvoError(f"unknown clock protocol {clocks!r}; one of {', '.join(CLOCKS)}")
+    clock_protocol(clocks)
     unknown = [b for b in backends if b not in BASELINE_BACKENDS]
     if unknown or not backends:
         raise EvoError(f"unknown baseline backend {', '.join(unknown) or '(none given)'}; "

@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 import re
 
+from evo.errors import EvoError
+
 # ----------------------------------------------------------------------------- statuses
 
 
@@ -67,6 +69,14 @@ KERNEL_BACKENDS = ("cuda", "triton")  # how a family's rendered source becomes a
 DTYPES = ("fp16", "bf16")                                            # element types of q, k, v, o
 STEADY, BURST = "steady", "burst"            # a long case's clock protocol (evo.gpu.timing; evo bench --clocks)
 CLOCKS = (STEADY, BURST)
+
+
+def clock_protocol(name: str) -> str:
+    """``name``, one of :data:`CLOCKS`; a one-line EvoError otherwise (checked where a request,
+    a library call or a worker's plan first takes it)."""
+    if name not in CLOCKS:
+        raise EvoError(f"unknown clock protocol {name!r}; one of {', '.join(CLOCKS)}")
+    return name
 SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")   # evo run --sampler (docs/search.md)
 BASELINES = ("sdpa_default", "sdpa_flash")   # the SDPA backends a search's scores can be against
 OBJECTIVES = ("geomean", "per-bucket")       # one geometric mean, or one per (head dim, causal) bucket

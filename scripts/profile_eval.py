@@ -25,6 +25,7 @@ import io
 import pstats
 import secrets
 import time
+from collections.abc import Callable
 
 import evo.gpu.evaluate
 import evo.gpu.timing
@@ -59,6 +60,20 @@ class CaseClock:
         return [(tag, stop - start) for (tag, start), stop in zip(self.marks, ends, strict=True)]
 
 
+def listen(note: Callable[[str], None]) -> None:
+    """Send the worker's progress notes of this process to ``note``."""
+    for module in (evo.gpu.evaluate, evo.gpu.timing):
+        module.progress = note     # type: ignore[attr-defined]
+
+
+def print_top(prof: cProfile.Profile) -> None:
+    """cProfile's top functions by own time, then by cumulative time."""
+    for key in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(22)
+        print("\n".join(line[:150] for line in out.getvalue().splitlines()[6:]))
+
+
 class NoteTimeline:
     """Every progress note with the seconds since the one before it (the first: since ``start``)."""
 
@@ -77,9 +92,8 @@ class NoteTimeline:
 def profile_prime() -> None:
     """The full rung's prime request on F1-F8 in a fresh session: its note timeline and cProfile's top."""
     timeline = NoteTimeline()
-    for module in (evo.gpu.evaluate, evo.gpu.timing):
-        module.progress = timeline.note     # type: ignore[attr-defined]
-    options = SEARCH_OPTIONS | {"screen_full": True, "paired": DEFAULT_BASELINE, "rung": FULL, "prime": True}
+    listen(timeline.note)
+    options = SCREEN_OPTIONS | {"rung": FULL, "prime": True}   # what the evaluator's prime sends for the full rung
     request = EvalRequest(PRIME_ID, "", (), False, tuple(fast_shapes("F1-F8", "fp16")), options)
     prof = cProfile.Profile()
     timeline.start = t0 = time.perf_counter()
@@ -88,10 +102,7 @@ def profile_prime() -> None:
     prof.disable()
     print(f"\n=== prime {FULL}: {time.perf_counter() - t0:.2f} s, {ev.reason}")
     print("\n".join(timeline.lines()))
-    for key in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(22)
-        print("\n".join(line[:150] for line in out.getvalue().splitlines()[6:]))
+    print_top(prof)
 
 
 def main() -> None:
@@ -109,8 +120,7 @@ def main() -> None:
     cases = screen_cases(shapes) if args.screen else shapes
     base = SCREEN_OPTIONS if args.screen else {"quick": True}
     clock = CaseClock()
-    for module in (evo.gpu.evaluate, evo.gpu.timing):
-        module.progress = clock.note     # type: ignore[attr-defined]
+    listen(clock.note)
     for family in args.families:
         rendered = render(make_candidate(family, {}))
         (built,) = build_batch([rendered], arch=default_arch())
@@ -129,10 +139,7 @@ def main() -> None:
                   f"(GREEN {ev.green_seconds:.2f} s, {len(ev.checks)} checks; FAST {ev.fast_seconds:.2f} s, "
                   f"{len(ev.timings)} timings, {ev.device.get('fast_outputs_checked')} outputs checked)")
             print("  " + ", ".join(f"{tag} {s:.3f} s" for tag, s in clock.seconds(end)))
-            for key in ("tottime", "cumulative"):
-                out = io.StringIO()
-                pstats.Stats(prof, stream=out).sort_stats(key).print_stats(22)
-                print("\n".join(line[:150] for line in out.getvalue().splitlines()[6:]))
+            print_top(prof)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ from evo.errors import EvoError, LaunchRejected
 from evo.toolchain.machine_code import kernel_digests
 from evo.family.render import Entry
 from evo.results import Evaluation, Shape, Status, Timing
-from evo.vocab import CLOCKS, FULL, RUNGS, SCREEN, STEADY
+from evo.vocab import FULL, RUNGS, SCREEN, STEADY, clock_protocol
 from evo.gpu.baselines import BaselineCache
 from evo.gpu.worker import EvalRequest, progress
 
@@ -112,9 +112,7 @@ class Plan:
         rung = str(options.get("rung", FULL))
         if rung not in RUNGS:
             raise EvoError(f"unknown rung {rung!r}; one of {', '.join(RUNGS)}")
-        clocks = str(options.get("clocks", STEADY))
-        if clocks not in CLOCKS:
-            raise EvoError(f"unknown clock protocol {clocks!r}; one of {', '.join(CLOCKS)}")
+        clocks = clock_protocol(str(options.get("clocks", STEADY)))
         if clocks != STEADY and not interleave:
             raise EvoError("only an interleaved measurement (evo bench, evo eval) takes another clock protocol")
         base = (SCREEN_SAMPLING if rung == SCREEN else INTERLEAVED if interleave

@@ -67,9 +67,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from evo.errors import EvoError
 from evo.results import Fidelity, Shape, Timing
-from evo.vocab import CLOCKS, EVO, FA4, SDPA_BACKENDS, STEADY
+from evo.vocab import EVO, FA4, SDPA_BACKENDS, STEADY, clock_protocol
 from evo.gpu.worker import progress
 
 if TYPE_CHECKING:
@@ -863,8 +862,7 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     ``recheck`` runs the correctness checks for a shape and returns "" or why it failed;
     ``clocks`` is the clock protocol of a long case (:data:`CLOCKS`, module docstring).
     """
-    if clocks not in CLOCKS:
-        raise EvoError(f"unknown clock protocol {clocks!r}; one of {', '.join(CLOCKS)}")
+    clock_protocol(clocks)
     ops: dict[str, Op] = {EVO: candidate} if candidate is not None else {}
     result = CaseTiming([])
     for b in backends:

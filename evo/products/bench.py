@@ -242,7 +242,7 @@ def record_path(record: Mapping[str, Any], out_dir: Path) -> Path:
     dtypes = sorted({c["dtype"] for c in record.get("cases", [])})
     if dtypes and dtypes != ["fp16"]:
         suffix += "-" + "-".join(dtypes)
-    if record.get("clocks", STEADY) != STEADY:
+    if _clocks(record) != STEADY:
         suffix += f"-{record['clocks']}"
     return out_dir / f"{gpu_slug(record['gpu'])}-{day}-{record['git_sha']}{suffix}.json"
 
@@ -421,7 +421,7 @@ def _measured(record: Mapping[str, Any]) -> tuple[str, str, str]:
     """(GPU, suites, dtypes and clock protocol) of a record: what a package's record and a
     candidates' one share."""
     dtypes = "+".join(sorted({c["dtype"] for c in record.get("cases", [])}))
-    if record.get("clocks", STEADY) != STEADY:
+    if _clocks(record) != STEADY:
         dtypes += f" ({record['clocks']} clocks)"
     return record["gpu"], "+".join(sorted(_suites(record))), dtypes
 
@@ -431,7 +431,7 @@ def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[t
     that a newer package record of the same GPU, suites and dtypes supersedes (the package is what
     users install; the History index keeps the other). Burst records are compared with their
     steady twins instead (:func:`_clocks_table`)."""
-    ordered = sorted(((n, r) for n, r in records if r.get("clocks", STEADY) == STEADY),
+    ordered = sorted(((n, r) for n, r in records if _clocks(r) == STEADY),
                      key=lambda nr: (nr[1]["created"], nr[0]))
     newest: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
     for name, rec in ordered:
@@ -440,6 +440,11 @@ def latest_per_suite(records: Iterable[tuple[str, Mapping[str, Any]]]) -> list[t
     shown = [(name, rec) for name, rec in newest.values()
              if rec.get("package") or rec.get("kind") == "seeds" or packaged.get(_measured(rec), "") <= rec["created"]]
     return sorted(shown, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
+
+
+def _clocks(record: Mapping[str, Any]) -> str:
+    """A record's clock protocol (a record from before ``--clocks`` was steady)."""
+    return str(record.get("clocks", STEADY))
 
 
 def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | None:
@@ -462,7 +467,7 @@ def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
 def _twin(burst: Mapping[str, Any], records: Sequence[tuple[str, Mapping[str, Any]]]) -> Mapping[str, Any] | None:
     """The steady record measured with ``burst``: same GPU, commit, package, suites and dtypes."""
     key = (burst["git_sha"], burst.get("package"), _measured({**burst, "clocks": STEADY}))
-    twins = [r for _, r in records if r.get("clocks", STEADY) == STEADY and r.get("kind") != "seeds"
+    twins = [r for _, r in records if _clocks(r) == STEADY and r.get("kind") != "seeds"
              and (r["git_sha"], r.get("package"), _measured(r)) == key]
     return max(twins, key=lambda r: r["created"], default=None)
 
@@ -470,7 +475,7 @@ def _twin(burst: Mapping[str, Any], records: Sequence[tuple[str, Mapping[str, An
 def _clocks_table(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     """One row per burst record (``evo bench --clocks burst``), newest first: its geometric means
     beside those of the steady record measured with it, so that the two protocols read side by side."""
-    bursts = sorted(((n, r) for n, r in records if r.get("clocks", STEADY) != STEADY),
+    bursts = sorted(((n, r) for n, r in records if _clocks(r) != STEADY),
                     key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
     if not bursts:
         return ""
@@ -481,14 +486,16 @@ def _clocks_table(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
              "|---|---|---|---|---|---|---|"]
     for name, rec in bursts:
         steady = _twin(rec, records)
-
-        def pair(base: str, of: str = EVO, _rec: Mapping[str, Any] = rec, _steady: Mapping[str, Any] | None = steady) -> str:
-            before = _geomean_vs(_steady, base, of) if _steady is not None else None
-            return f"{_x(before)} -> {_x(_geomean_vs(_rec, base, of))}"
-
-        lines.append(f"| {rec['gpu']} | {rec['git_sha']} | {suite_of(rec)} | {pair('sdpa_default')} | {pair(FA4)} | "
-                     f"{pair('sdpa_default', FA4)} | [{name}](benchmarks/{name}) |")
+        pairs = " | ".join(_pair(steady, rec, base, of) for base, of in (("sdpa_default", EVO), (FA4, EVO),
+                                                                          ("sdpa_default", FA4)))
+        lines.append(f"| {rec['gpu']} | {rec['git_sha']} | {suite_of(rec)} | {pairs} | [{name}](benchmarks/{name}) |")
     return "\n".join(lines) + "\n"
+
+
+def _pair(steady: Mapping[str, Any] | None, burst: Mapping[str, Any], base: str, of: str) -> str:
+    """``steady -> burst``: the two records' geometric means of ``base``'s time / ``of``'s."""
+    before = _geomean_vs(steady, base, of) if steady is not None else None
+    return f"{_x(before)} -> {_x(_geomean_vs(burst, base, of))}"
 
 
 def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]],

@@ -159,8 +159,7 @@ class Search:
         every valid candidate has been tried. Ctrl-C / errors re-queue this run's open trials,
         and so does the time budget for trials whose evaluation it left unstarted."""
         s = self.summary
-        s.requested, began = trials, self.clock()  # the summary's wall time runs from here to the end
-        self.began = began
+        s.requested, self.began = trials, self.clock()  # the summary's wall time runs from here to the end
         self.heartbeat.beat()             # this run's lease first: _recover fails the runs past theirs
         self.heartbeat.start()
         self.liveness.start()             # dead workers are found whatever this one is doing
@@ -202,7 +201,7 @@ class Search:
             self.liveness.stop()
             self.heartbeat.stop()
             trials_now = self.study.get_trials(deepcopy=False)
-            s.total, s.best, s.wall_s = counted(trials_now), best_trial(trials_now), self.clock() - began
+            s.total, s.best, s.wall_s = counted(trials_now), best_trial(trials_now), self.clock() - self.began
             if primed := self.evaluator.primed_seconds():   # the GPU's time on the cached baselines at the start
                 s.spent(PRIME_PART, primed)
         return s
