@@ -262,7 +262,7 @@ def build_candidates(families: Sequence[str] = (), params: Params = None, *, ran
             raise EvoError(f"family {fam.name} does not support {arch}; it supports {', '.join(fam.arches)}")
         items += [render(c, fam) for c in _points(fam, _assignments(fam, params), random, rng)]
     build.nvcc_path()
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or build.cpus()
     by_id = {build.build_id_for(r, arch): r for r in items}
     shown = params if params is None or isinstance(params, Mapping) else list(params)
     options = {"families": names, "params": _jsonable(shown), "random": random, "seed": seed, "arch": arch,

@@ -6,15 +6,18 @@ export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 P
 EVO="python3 -m evo"
 
 # stage NAME SECONDS COMMAND...: COMMAND's output to $OUT/NAME.log, a hang aborted with Python's
-# faulthandler traceback, its worker processes killed; the summary line to $OUT/summary.log and the
+# faulthandler traceback, the worker processes it left killed (its process group alone); the summary line to $OUT/summary.log and the
 # log's last $TAIL lines (25) to the terminal.
 stage() {
   local name=$1 limit=$2; shift 2
   echo "=== $name (limit ${limit}s, $(date +%T)${EVO_GIT_SHA:+, git $EVO_GIT_SHA})" | tee -a "$OUT/summary.log"
   local t0; t0=$(date +%s)
-  timeout -s ABRT -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout -s ABRT -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1 &
+  local pid=$!
+  wait "$pid"
   local rc=$?
-  pkill -9 -f "multiprocessing.spawn" 2>/dev/null
+  kill -9 -- "-$pid" 2>/dev/null   # what it left running (its GPU workers): timeout leads a process group of its own,
+                                   # so stages run at once (scripts/gpu-throughput-pair.sh) never end each other's
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.log"
   tail -"${TAIL:-25}" "$OUT/$name.log"
 }

@@ -4,6 +4,7 @@ nvcc's version text, the family's arches, and which GPU picks the arch."""
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 from pathlib import Path
@@ -134,3 +135,11 @@ def test_no_nvidia_smi_and_no_torch_is_no_gpu(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(build.smi, "query", lambda field: None)
     monkeypatch.setitem(sys.modules, "torch", None)
     assert build._gpu_major() is None
+
+
+def test_a_batch_runs_as_many_compiles_as_the_cpus_it_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 5}, raising=False)
+    assert build.cpus() == 3
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    assert build.cpus() == 7

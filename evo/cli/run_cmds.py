@@ -42,8 +42,9 @@ class SamplerChoice(click.Choice):
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="start no new evaluation after this many seconds (one in progress finishes; the batch's "
               "unevaluated trials are re-queued for the next run)")
-@click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: those whose manifest says search_default; the "
-              "seed families, flash_scalar, flash_decode and triton_flash only when named)")
+@click.option("--families", multiple=True, metavar="LIST", help="families to search, comma-separated (default: those whose manifest says search_default "
+              "and that build for the arch, less any a default family supersedes: flash_wgmma alone on sm_90a, "
+              "flash_mma on sm_80; the seed families, flash_scalar, flash_decode and triton_flash only when named)")
 @click.option("--cases", multiple=True, metavar="LIST",
               help="FAST cases scored: F1, F3c, F3f, F1-F4, F6-bf16 (a dtype suffix), comma-separated (default: all, fp16)")
 @click.option("--sampler", type=SamplerChoice([s for s in SAMPLERS if s not in REFUSED]), default="evo",

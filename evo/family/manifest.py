@@ -9,8 +9,10 @@ so adding a family or a feature flag is a manifest edit plus template code.
 ``[family]`` may also name the ``backend`` (``cuda``, the default: the template renders CUDA
 for nvcc; ``triton``: it renders a Python module, see :mod:`evo.family.backends`), the
 ``successors`` a candidate may switch to in a search (the evolutionary sampler's switch-family
-mutation, which keeps the genes both families share), and ``search_default = false`` for a
-family that `evo run` searches only when ``--families`` names it (the seed families).
+mutation, which keeps the genes both families share), ``search_default = false`` for a
+family that `evo run` searches only when ``--families`` names it (the seed families), and the
+families it is ``superseded_by``: where one of those is searched by default on the run's arch,
+this one is not (:func:`default_families`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class Family:
     backend: str = "cuda"                 # "cuda": nvcc -> cubin; "triton": a Python module (evo/family/backends.py)
     successors: tuple[str, ...] = ()      # families a candidate may switch to (the switch-family mutation)
     search_default: bool = True           # searched by `evo run` when --families is not given
+    superseded_by: tuple[str, ...] = ()   # default families that, where they build, leave this one out of the default
 
     def defaults(self) -> dict[str, Value]:
         return {n: p.default for n, p in self.params.items()}
@@ -130,10 +133,7 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
     backend = fam.get("backend", "cuda")
     if backend not in KERNEL_BACKENDS:
         raise EvoError(f"{mf}: [family] backend = {backend!r}; known: {', '.join(KERNEL_BACKENDS)}")
-    successors = fam.get("successors", [])
-    if not (isinstance(successors, list) and all(isinstance(x, str) and x for x in successors)) \
-            or fam["name"] in successors:
-        raise EvoError(f"{mf}: [family] successors must be a list of other families' names")
+    successors = _names(fam, "successors", mf)
     abi = launch.get("abi", "ptr")
     if abi not in LAUNCH_ABIS:
         raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: {', '.join(LAUNCH_ABIS)}")
@@ -160,7 +160,16 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
         backend=backend,
         successors=tuple(successors),
         search_default=bool(fam.get("search_default", True)),
+        superseded_by=_names(fam, "superseded_by", mf),
     )
+
+
+def _names(fam: dict[str, Any], key: str, mf: Path) -> tuple[str, ...]:
+    """``[family] key``: a list of other families' names (EvoError otherwise)."""
+    names = fam.get(key, [])
+    if not (isinstance(names, list) and all(isinstance(x, str) and x for x in names)) or fam["name"] in names:
+        raise EvoError(f"{mf}: [family] {key} must be a list of other families' names")
+    return tuple(names)
 
 
 def _check_layouts(layouts: Any, abi: str, mf: Path) -> None:
@@ -204,6 +213,19 @@ def list_families() -> list[str]:
         if d.is_dir():
             names += [p.name for p in sorted(d.iterdir()) if (p / "manifest.toml").is_file()]
     return sorted(set(names))
+
+
+def default_families(arch: str) -> list[str]:
+    """The families `evo run` searches on ``arch`` when ``--families`` names none: those whose
+    manifest says ``search_default`` and that build for ``arch``, less each one that a family
+    among them supersedes (``superseded_by``). flash_mma is superseded by flash_wgmma: on an H200
+    its best of 332 measured points (``data/sweep-h200.json.gz``) reads x0.79 against SDPA's default,
+    flash_wgmma's default x1.05, so in a default search on sm_90a its screens were 37 s of 523 GPU
+    seconds and never led a bucket (dev/perf-notes.md, 2026-11-28 l); on sm_80, where flash_wgmma
+    does not build, it is the family searched."""
+    fams = {n: load_family(n) for n in list_families()}
+    chosen = {n for n, f in fams.items() if f.search_default and arch in f.arches}
+    return sorted(n for n in chosen if not chosen.intersection(fams[n].superseded_by))
 
 
 def family_dirs(name: str) -> list[Path]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ import optuna
 
 from evo.family.space import Pins
 from evo.results import Shape
+from evo.toolchain.build import cpus
 from evo.samplerbench import kt_runner
 from evo.samplerbench.entrants import Entrant
 from evo.samplerbench.optuna_runner import Trace, run_optuna
@@ -114,7 +114,7 @@ def benchmark(spec: Spec, entrants: Sequence[Entrant], modes: Sequence[str], see
               progress: Callable[[RunResult], None] | None = None) -> tuple[list[RunResult], float]:
     """All runs of one problem and the wall time they took."""
     todo = tasks(entrants, modes, seeds)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    jobs = max(1, min(jobs or cpus(), len(todo)))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp:
         cache = None

@@ -30,7 +30,7 @@ from optuna.pruners import BasePruner, NopPruner
 from evo import paths
 from evo.toolchain.build import default_arch
 from evo.errors import EvoError
-from evo.family.manifest import Family, list_families, load_family
+from evo.family.manifest import Family, default_families, list_families, load_family
 from evo.family.space import Pins, parse_pins, pin_families, pins_text
 from evo.store.recording import Recording, load_recording, newest_recording
 from evo.results import Shape
@@ -174,7 +174,7 @@ def _defaults(ev: Evaluator) -> dict[str, Any]:
         recorded = {r.family for r in ev.recording.records.values()}
         families = [f for f in list_families() if f in recorded]
     else:  # seed families (search_default = false) only when --families names them
-        families = [f for f in list_families() if load_family(f).search_default]
+        families = default_families(ev.arch)
     cases = ev.recording.common_shapes() if isinstance(ev, ReplayEvaluator) else fast_cases()
     return {"families": families, "cases": [s.tag for s in cases],
             "baseline": objective.BASELINES[0], "objective": objective.OBJECTIVES[0]}

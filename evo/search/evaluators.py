@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evo.toolchain import smi
-from evo.toolchain.build import build_batch, build_id_for, compile_flags
+from evo.toolchain.build import build_batch, build_id_for, compile_flags, cpus
 from evo.family.manifest import load_family
 from evo.family.render import Rendered
 from evo.store.recording import Record, Recording
@@ -133,7 +133,7 @@ class GpuEvaluator(Evaluator):
     def __init__(self, arch: str, jobs: int | None = None, devices: Sequence[int] | None = None,
                  timeout_s: float = 300.0, options: dict[str, Any] | None = None,
                  target: str = DEFAULT_TARGET) -> None:
-        self.arch, self.jobs, self.timeout_s = arch, jobs or os.cpu_count() or 1, timeout_s
+        self.arch, self.jobs, self.timeout_s = arch, jobs or cpus(), timeout_s
         self.options = dict(options or {})
         self.pool = WorkerPool(devices, target)
         self.primes: list[Future[Evaluation]] = []   # the prime requests' answers (prime)
@@ -206,7 +206,7 @@ class BuildOnlyEvaluator(Evaluator):
     subsets = True
 
     def __init__(self, arch: str, jobs: int | None = None) -> None:
-        self.arch, self.jobs = arch, jobs or os.cpu_count() or 1
+        self.arch, self.jobs = arch, jobs or cpus()
 
     def build(self, items: Sequence[Rendered]) -> list[BuildResult | Unmeasured]:
         return list(build_batch(list(items), self.arch, self.jobs)) if items else []

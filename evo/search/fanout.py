@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
-import os
 import queue
 from collections.abc import Sequence
 from dataclasses import replace
@@ -35,6 +34,7 @@ from evo.search.driver import RunOptions, run
 from evo.search.loop import Best, Outcome, Reporter, RunSummary
 from evo.store.engine import POSTGRES_HINT, SQLITE_WORKERS, is_sqlite
 from evo.gpu.worker import gpu_count
+from evo.toolchain.build import cpus
 
 STOP_POLL_S = 0.5
 
@@ -89,7 +89,7 @@ def tags(devices: Sequence[int]) -> list[str]:
 
 def worker_options(opts: RunOptions, devices: Sequence[int]) -> list[RunOptions]:
     """Each worker's options: its GPU, its share of nvcc jobs, its seed."""
-    jobs = max(1, (opts.jobs or os.cpu_count() or 1) // len(devices))
+    jobs = max(1, (opts.jobs or cpus()) // len(devices))
     return [replace(opts, gpu=d, jobs=jobs, seed=None if opts.seed is None else opts.seed + i)
             for i, d in enumerate(devices)]
 

@@ -123,6 +123,13 @@ def ninja_path() -> str:
     return str(Path(ninja.BIN_DIR) / "ninja")
 
 
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity: taskset, a container's cpuset), which is
+    how many nvcc processes a batch runs at once by default; ``os.cpu_count()`` counts the host's."""
+    getter = getattr(os, "sched_getaffinity", None)
+    return len(getter(0)) if getter is not None else os.cpu_count() or 1
+
+
 def default_arch() -> str:
     """sm_80 on an Ampere GPU, else sm_90a (Hopper, and the default with no GPU).
 
@@ -291,7 +298,7 @@ def build_batch(items: list[Rendered], arch: str = "sm_90a", jobs: int | None = 
             on_done(results[plan.build_id])
     todo = [p for p in todo if p.backend == "cuda"]
     if todo:
-        _compile(todo, arch, jobs or os.cpu_count() or 1, timeout_s, results, on_done)
+        _compile(todo, arch, jobs or cpus(), timeout_s, results, on_done)
     return [results[bid] for bid in order]
 
 
