@@ -1,7 +1,12 @@
 # Sourced by the time-boxed GPU scripts (gpu-short.sh, gpu-decode.sh): the carried wheels installed,
 # the environment set, and stage(), which runs one command under its own time limit.
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# once per script tree: scripts that another sourced this for (gpu-throughput-pair.sh's arms) must not reinstall the
+# wheels under a process that is importing them (a concurrent --upgrade left sqlalchemy half-written for one)
+if [ -z "${EVO_WHEELS_READY:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export EVO_WHEELS_READY=1
+fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1  # keeps a staged FlashAttention-4's paths
 EVO="python3 -m evo"
 
