@@ -164,13 +164,18 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, shi
     whatever backend it picks: the top-left mask as ``is_causal``, the bottom-right one as
     ``causal_lower_right`` (Lq < Lk), any other shift as a boolean mask. Rows that see no key are left as
     SDPA leaves them (NaN in some backends): :func:`zero_unseen` sets the ABI's zeros."""
-    from torch.nn.attention.bias import causal_lower_right
-
     Lq, Lk = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
     if not causal or shift == 0:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
-    mask = causal_lower_right(Lq, Lk) if shift == Lk - Lq > 0 else causal_mask(Lq, Lk, shift, q.device)
+    if shift == Lk - Lq > 0:
+        # imported here only: torch.nn.attention.bias brings about 830 modules (torch._dynamo, sympy), which a
+        # GPU worker compiled from source in 4-5 s of its first request (dev/perf-notes.md, 2026-11-28 l)
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(Lq, Lk)
+    else:
+        mask = causal_mask(Lq, Lk, shift, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
 
 
