@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -302,3 +304,19 @@ def test_verdict_of_nothing_is_red() -> None:
 
 def test_label() -> None:
     assert label(_result("G4", True, "bf16", 1)) == "G4c bf16 seed 1"
+
+
+def test_sdpa_leaves_the_bias_module_unloaded_unless_a_bottom_right_mask_needs_it() -> None:
+    """torch.nn.attention.bias brings torch._dynamo and sympy (830 modules, seconds of a GPU worker's
+    first request): a FAST-suite case (no shift) must not load it, a bottom-right case with Lq < Lk does."""
+    code = (
+        "import sys, torch\n"
+        "from evo.gpu.gate import sdpa\n"
+        "q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 6, 8)\n"
+        "sdpa(q, q, q, causal=True, shift=0); sdpa(q, k, k, causal=False, shift=2)\n"
+        "before = 'torch.nn.attention.bias' in sys.modules\n"
+        "sdpa(q, k, k, causal=True, shift=2)\n"
+        "print(before, 'torch.nn.attention.bias' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
