@@ -173,9 +173,9 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, shi
         # GPU worker compiled from source in 4-5 s of its first request (dev/perf-notes.md, 2026-11-28 l)
         from torch.nn.attention.bias import causal_lower_right
 
-        mask = causal_lower_right(Lq, Lk)
-    else:
-        mask = causal_mask(Lq, Lk, shift, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(Lq, Lk), scale=scale,
+                                              enable_gqa=gqa)
+    mask = causal_mask(Lq, Lk, shift, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
 
 
