@@ -133,7 +133,6 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
     backend = fam.get("backend", "cuda")
     if backend not in KERNEL_BACKENDS:
         raise EvoError(f"{mf}: [family] backend = {backend!r}; known: {', '.join(KERNEL_BACKENDS)}")
-    successors = _names(fam, "successors", mf)
     abi = launch.get("abi", "ptr")
     if abi not in LAUNCH_ABIS:
         raise EvoError(f"{mf}: [launch] abi = {abi!r}; known: {', '.join(LAUNCH_ABIS)}")
@@ -158,7 +157,7 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
         launch=dict(data["launch"]),
         extra={k: v for k, v in data.items() if k not in ("family", "params", "constraints", "launch")},
         backend=backend,
-        successors=tuple(successors),
+        successors=_names(fam, "successors", mf),
         search_default=bool(fam.get("search_default", True)),
         superseded_by=_names(fam, "superseded_by", mf),
     )

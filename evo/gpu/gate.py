@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,9 @@ from evo.errors import EvoError
 from evo.results import CheckResult, Shape, Status
 from evo.gpu.layouts import cache_args, from_pages, to_pages
 from evo.gpu.suites import INPUTS, GreenCase, GreenSettings
+
+if TYPE_CHECKING:   # the module itself is imported where a mask needs it (sdpa)
+    from torch.nn.attention.bias import CausalBias
 
 Launch = Callable[..., None]
 """``launch(q, k, v, o, causal, scale, shift)``, and for a problem with a lens or paged cache also
@@ -168,14 +172,15 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, shi
     gqa = q.shape[1] != k.shape[1]
     if not causal or shift == 0:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
+    mask: torch.Tensor | CausalBias
     if shift == Lk - Lq > 0:
         # imported here only: torch.nn.attention.bias brings about 830 modules (torch._dynamo, sympy), which a
         # GPU worker compiled from source in 4-5 s of its first request (dev/perf-notes.md, 2026-11-28 l)
         from torch.nn.attention.bias import causal_lower_right
 
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(Lq, Lk), scale=scale,
-                                              enable_gqa=gqa)
-    mask = causal_mask(Lq, Lk, shift, q.device)
+        mask = causal_lower_right(Lq, Lk)
+    else:
+        mask = causal_mask(Lq, Lk, shift, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
 
 
