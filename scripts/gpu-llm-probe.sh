@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 33's two cases where evo trails FlashAttention-4 most (L3c: 512 query rows on an 8192-key
+# cache, bottom-right causal, D=128; L7: cross-attention 1024 on 4096, D=64), taken apart in one call:
+#   1. Nsight Compute on the stored candidate PROBE_ID against FA4 and SDPA's default (ncu_probe.py),
+#      with the sections that tell pipes, stalls and the scheduler's issue rate apart;
+#   2. gene variants of PROBE_ID (PROBE_VARIANTS, one line each: a name, then KEY=VALUE ...) gated and
+#      timed by `evo eval` on L3 and L7, then PROBE_ID and every green variant benched against FA4
+#      and SDPA's default in both clock protocols (`evo bench --id ... --clocks steady|burst`).
+#
+# After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
+#   carry [".whl", ".clean", ".fa4/small"]:
+#   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
+# .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped. Knobs: PROBE_ID (287fdd1b57ec, llm3's
+# best), PROBE_DTYPE (bf16), PROBE_NCU (1; 0 skips step 1). Back: $OUT/probe.tgz (ncu report and CSV,
+# the variants' ids, the bench JSON, every log) and the database as $OUT/evo.sqlite.gz.
+set -uo pipefail
+source scripts/gpu-stages.sh
+export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # FlashAttention-4, where staged
+export EVO_HOME=/tmp/evoprobe
+DBF=$EVO_HOME/db/evo.sqlite
+ID=${PROBE_ID:-287fdd1b57ec}
+DT=${PROBE_DTYPE:-bf16}
+P=$OUT/probe
+mkdir -p "$EVO_HOME/db" "$P" && gunzip -c "${PROBE_DB:-.clean/cur.sqlite.gz}" > "$DBF" || exit 1
+stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+  python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
+  python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
+if [ "${PROBE_NCU:-1}" = 1 ]; then
+  stage ncu 300 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats \
+    --section Occupancy --section LaunchStats -f -o "$P/ncu" python3 scripts/ncu_probe.py --id "$ID" --db "$DBF" \
+    --cases L3,L7 --dtype "$DT"
+  stage ncu-csv 60 bash -c "ncu -i '$P/ncu.ncu-rep' --page details --csv > '$P/ncu-details.csv'"
+fi
+# The stored candidate's genes, so that each variant differs from it in the named genes alone.
+base=$(python3 -c "
+import json, sqlite3, sys
+row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
+print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$DBF" "$ID") || exit 1
+ids=$ID
+while read -r name genes; do
+  [ -z "$name" ] && continue
+  over=""; for g in $genes; do over="$over -p $g"; done
+  # shellcheck disable=SC2086  # word splitting of the -p lists is the point
+  stage "eval-$name" 150 $EVO eval flash_wgmma $base $over --cases L3,L7 --dtype "$DT"
+  # the id evo eval names before its worker starts; a variant that did not pass GREEN is not benched
+  vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
+  echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
+  grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
+done <<< "${PROBE_VARIANTS:-l3-np3 PERSISTENT=false STAGES_D128=3
+l3-np2 PERSISTENT=false
+l3-pack PACK_GQA=true PRODUCER_REGS=32 Q_IN_REGS=false
+l7-wg3 WGS_D64=3 STAGES_D64=2 PINGPONG3=true Q_IN_REGS=false
+l7-lazy LAZY_D64=true}"
+idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
+for clocks in steady burst; do
+  # shellcheck disable=SC2086
+  stage "bench-$clocks" 240 $EVO bench $idargs --cases L3,L7 --dtype "$DT" --clocks "$clocks" \
+    --backends sdpa_default,fa4 --out "$P/benchmarks"
+done
+python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
+gzip -c "$DBF" > "$OUT/evo.sqlite.gz"
+cp "$OUT"/*.log "$P/" 2>/dev/null
+tar czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"
