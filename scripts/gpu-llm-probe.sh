@@ -10,9 +10,12 @@
 # After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
 #   carry [".whl", ".clean", ".fa4/small"]:
 #   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
-# .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped. Knobs: PROBE_ID (287fdd1b57ec, llm3's
-# best), PROBE_DTYPE (bf16), PROBE_NCU (1; 0 skips step 1). Back: $OUT/probe.tgz (ncu report and CSV,
-# the variants' ids, the bench JSON, every log) and the database as $OUT/evo.sqlite.gz.
+# .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped (PROBE_DB names another). Knobs: PROBE_ID
+# (287fdd1b57ec, llm3's best), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
+# timed on and the bench covers), PROBE_NCU (1; 0 skips step 1), PROBE_ROUNDS (steady benches, 1),
+# PROBE_PYTEST (test files run with -m gpu at the end, none by default). Back, two files (a call returns
+# eight at most): $OUT/probe.tgz (ncu report and CSV, the variants' ids, the bench JSON, every log) and
+# the database as $OUT/evo.sqlite.gz.
 set -uo pipefail
 source scripts/gpu-stages.sh
 export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # FlashAttention-4, where staged
@@ -20,6 +23,7 @@ export EVO_HOME=/tmp/evoprobe
 DBF=$EVO_HOME/db/evo.sqlite
 ID=${PROBE_ID:-287fdd1b57ec}
 DT=${PROBE_DTYPE:-bf16}
+CASES=${PROBE_CASES:-L3,L7}
 P=$OUT/probe
 mkdir -p "$EVO_HOME/db" "$P" && gunzip -c "${PROBE_DB:-.clean/cur.sqlite.gz}" > "$DBF" || exit 1
 stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
@@ -29,7 +33,7 @@ if [ "${PROBE_NCU:-1}" = 1 ]; then
   stage ncu 300 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats \
     --section Occupancy --section LaunchStats -f -o "$P/ncu" python3 scripts/ncu_probe.py --id "$ID" --db "$DBF" \
-    --cases L3,L7 --dtype "$DT"
+    --cases "$CASES" --dtype "$DT"
   stage ncu-csv 60 bash -c "ncu -i '$P/ncu.ncu-rep' --page details --csv > '$P/ncu-details.csv'"
 fi
 # The stored candidate's genes, so that each variant differs from it in the named genes alone.
@@ -42,7 +46,7 @@ while read -r name genes; do
   [ -z "$name" ] && continue
   over=""; for g in $genes; do over="$over -p $g"; done
   # shellcheck disable=SC2086  # word splitting of the -p lists is the point
-  stage "eval-$name" 150 $EVO eval flash_wgmma $base $over --cases L3,L7 --dtype "$DT"
+  stage "eval-$name" 200 $EVO eval flash_wgmma $base $over --cases "$CASES" --dtype "$DT"
   # the id evo eval names before its worker starts; a variant that did not pass GREEN is not benched
   vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
@@ -53,12 +57,19 @@ l3-pack PACK_GQA=true PRODUCER_REGS=32 Q_IN_REGS=false
 l7-wg3 WGS_D64=3 STAGES_D64=2 PINGPONG3=true Q_IN_REGS=false
 l7-lazy LAZY_D64=true}"
 idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
-for clocks in steady burst; do
+for round in $(seq "${PROBE_ROUNDS:-1}"); do
   # shellcheck disable=SC2086
-  stage "bench-$clocks" 240 $EVO bench $idargs --cases L3,L7 --dtype "$DT" --clocks "$clocks" \
-    --backends sdpa_default,fa4 --out "$P/benchmarks"
+  stage "bench-steady-$round" 400 $EVO bench $idargs --cases "$CASES" --dtype "$DT" --clocks steady \
+    --backends sdpa_default,fa4 --out "$P/benchmarks-$round"
 done
+# shellcheck disable=SC2086
+stage bench-burst 300 $EVO bench $idargs --cases "$CASES" --dtype "$DT" --clocks burst \
+  --backends sdpa_default,fa4 --out "$P/benchmarks-burst"
+if [ -n "${PROBE_PYTEST:-}" ]; then
+  # shellcheck disable=SC2086
+  stage pytest-gpu 400 python3 -m pytest -q -m gpu -p no:cacheprovider $PROBE_PYTEST
+fi
 python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
 gzip -c "$DBF" > "$OUT/evo.sqlite.gz"
-cp "$OUT"/*.log "$P/" 2>/dev/null
+mv "$OUT"/*.log "$P/" 2>/dev/null
 tar czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"
