@@ -1,4 +1,4 @@
-"""flash_wgmma's Q_IN_REGS, LAZY_D64 / LAZY_D128 and RESCALE_SKIP genes: what the manifest admits and what
+"""flash_wgmma's Q_IN_REGS and LAZY_D64 / LAZY_D128 genes: what the manifest admits and what
 the compiled kernels contain.
 
 Q_IN_REGS holds Q as wgmma A-operand registers (ldmatrix once per tile), so S = Q K^T reads only K
@@ -6,8 +6,7 @@ from shared memory; at D=128 with BLOCK_N 128 it does not fit the consumers' reg
 spilled 104 bytes), and the manifest must say so before a build is spent; and its registers must
 stay Q's for the whole tile (ptxas 13.0 handed them to P without the overlap: the SASS is scanned
 for it). LAZY_* skip O *= alpha
-with a warp vote, and their row sums add P as rounded for P V; RESCALE_SKIP skips it, exactly, where no
-row's max moved. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
+with a warp vote, and their row sums add P as rounded for P V. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
 the softmax's add chain. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
 """
 
@@ -99,26 +98,6 @@ def test_conditional_rescaling_votes_only_where_it_is_on(build_cache: Path, monk
         # the row sum adds P as rounded for P V: fp16 P goes back to fp32 (HADD2.F32) only there
         if "_fp16_" in name:
             assert ("HADD2.F32" in body) == ("_d128_" in name), name
-
-
-@pytest.mark.parametrize("genes", [{}, {"Q_IN_REGS": True}, {"LAZY_D128": True, "SOFTMAX_ILP": True}])
-def test_the_exact_rescale_skip_leaves_every_stored_candidate_as_it_was(genes: dict[str, object]) -> None:
-    # RESCALE_SKIP came after candidates were stored: off, it is neither in the source nor in its
-    # header's params, so their ids (and what was measured under them) stay valid
-    off = render(make_candidate(FAMILY, point(**genes)))
-    assert "RESCALE_SKIP" not in off.source
-    assert render(make_candidate(FAMILY, point(**genes, RESCALE_SKIP=False))).source_hash == off.source_hash
-    on = render(make_candidate(FAMILY, point(**genes, RESCALE_SKIP=True)))
-    assert '"RESCALE_SKIP": true' in on.source.splitlines()[1] and on.source_hash != off.source_hash
-
-
-def test_the_exact_rescale_skip_votes_in_every_kernel(build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    functions = sass_by_function({"RESCALE_SKIP": True}, build_cache, monkeypatch)
-    plain = sass_by_function({}, build_cache, monkeypatch)
-    assert len(functions) == 8
-    for name, body in functions.items():
-        # a warp vote on "some row's max moved", then a branch over O's D / 2 multiplies; none without it
-        assert "VOTE.ANY" in body and "VOTE.ANY" not in plain[name], name
 
 
 @pytest.mark.parametrize("genes", [{}, {"Q_IN_REGS": True}, {"ROWSUM_MMA": True, "WGS_D64": 3}])
@@ -243,7 +222,6 @@ def softmax_exps_beside_pv(body: str) -> list[int]:
     {},
     {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True},
     {"LAZY_D64": True, "ROWSUM_MMA": True, "BLOCK_N_D128": 96},
-    {"RESCALE_SKIP": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True},
 ])
 def test_the_softmax_runs_beside_the_previous_p_v(genes: dict[str, object], build_cache: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
