@@ -47,8 +47,10 @@ while read -r name genes; do
   over=""; for g in $genes; do over="$over -p $g"; done
   # shellcheck disable=SC2086  # word splitting of the -p lists is the point
   stage "eval-$name" 200 $EVO eval flash_wgmma $base $over --cases "$CASES" --dtype "$DT"
-  # the id evo eval names before its worker starts; a variant that did not pass GREEN is not benched
-  vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
+  # the id evo eval names in its verdict (or, where it stopped before one, before its worker started);
+  # a variant that did not pass GREEN is not benched
+  vid=$(grep -oE -m1 'candidate [0-9a-f]{12}' "$OUT/eval-$name.log" | cut -d' ' -f2)
+  [ -z "$vid" ] && vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
   grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
 done <<< "${PROBE_VARIANTS:-l3-np3 PERSISTENT=false STAGES_D128=3

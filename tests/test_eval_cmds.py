@@ -116,6 +116,7 @@ def test_eval_then_bench_print_their_tables(standin: str, tmp_path: Path, capsys
     assert "tiny(ROWS=32" in out and "fast" in out and "F1 fp16" in out and "F1c fp16" in out
     with open_store(f"sqlite:///{standin}") as store:
         ((best, _),) = store.best(1)
+    assert f"candidate {best.id[:12]};" in out   # the verdict names what was stored, for --id later
     assert main(["bench", "--id", best.id[:10], "--cases", "F1", "--db", standin,
                  "--out", str(tmp_path / "benchmarks")]) == 0
     out = capsys.readouterr().out

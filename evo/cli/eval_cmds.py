@@ -76,8 +76,8 @@ def eval_cmd(family: str | None, param: tuple[str, ...], cand_id: str | None, ca
     ev = result.evaluation
     color = "green" if ev.status is api.Status.FAST else "red"
     console.print(f"[{color}]{ev.status.value}[/]: {ev.reason}  "
-                  f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s "
-                  f"on {ev.device.get('name', '?')})[/]")
+                  f"[dim](candidate {result.candidate_id[:12]}; GREEN {ev.green_seconds:.1f} s, "
+                  f"FAST {ev.fast_seconds:.1f} s on {ev.device.get('name', '?')})[/]")
     rows = result.cases
     if rows:
         console.print(speed_table(rows, "FAST: evo's median us per launch (p80-p20 spread); "
