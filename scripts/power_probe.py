@@ -5,8 +5,9 @@ kernel-writing tool, see dev/perf-notes.md, 2026-11-28 m).
 In short bursts near boost clocks FlashAttention-4 gains 11-12 % on L3c and evo 2-4 %; if evo's kernel
 draws more power for the same work, the power cap takes its clocks down first. This runs a stored
 candidate (``--id``, rebuilt from today's templates) and the baselines of ``--backends`` in turn, each for
-``--seconds`` of back-to-back launches, twice over, and prints per op: microseconds a launch over its last
-second, and the median SM clock (MHz), power (W) and temperature (C) nvidia-smi saw during that second:
+``--seconds`` of back-to-back replays of a captured CUDA graph of its launches (as ``evo bench`` times
+them), twice over, and prints per op: microseconds a launch over its last second, and the median SM
+clock (MHz), power (W) and temperature (C) nvidia-smi saw during that second:
 
     python3 scripts/power_probe.py --id 287fdd1b57ec --db /tmp/evo.sqlite --case L3 --dtype bf16
 """
@@ -14,6 +15,7 @@ second, and the median SM clock (MHz), power (W) and temperature (C) nvidia-smi 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -21,6 +23,10 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evo.gpu.timing import GraphTimer
 
 
 def _samples(path: str) -> list[tuple[float, float, float, float]]:
@@ -38,30 +44,23 @@ def _samples(path: str) -> list[tuple[float, float, float, float]]:
     return out
 
 
-def _run(ops: dict[str, Callable[[], object]], smi: subprocess.Popen[bytes], rounds: int,
+def _run(timers: dict[str, GraphTimer], smi: subprocess.Popen[bytes], rounds: int,
          seconds: float) -> list[tuple[int, str, float, float, float]]:
-    """Each op back to back for ``seconds`` after a second idle, ``rounds`` times over, while ``smi``
-    samples; then ``smi`` is stopped. Rows (round, op, start, end, us a launch) of the batches of 50
-    launches in each op's last second."""
-    import torch
-
+    """Each op's captured graph replayed back to back for ``seconds`` after a second idle, ``rounds``
+    times over, while ``smi`` samples; then ``smi`` is stopped. Rows (round, op, start, end, us a
+    launch) of the samples taken in each op's last second."""
     phases = []
     time.sleep(1.0)
     try:
         for rnd in range(rounds):
-            for name, run in ops.items():
+            for name, timer in timers.items():
                 time.sleep(1.0)                          # idle between ops: each starts from the same state
                 start = time.time()
                 while time.time() - start < seconds:
                     t0 = time.time()
-                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    a.record()
-                    for _ in range(50):
-                        run()
-                    b.record()
-                    b.synchronize()
+                    us = statistics.median(timer.sample(3))
                     if time.time() - start >= seconds - 1.0:
-                        phases.append((rnd, name, t0, time.time(), a.elapsed_time(b) * 1000 / 50))
+                        phases.append((rnd, name, t0, time.time(), us))
     finally:
         time.sleep(0.5)
         smi.terminate()
@@ -87,7 +86,7 @@ def main(argv: list[str]) -> int:
     from evo.api import fast_shapes
     from evo.gpu.gate import make_inputs
     from evo.gpu.kernels import load_kernels
-    from evo.gpu.timing import baseline_op, baseline_unavailable
+    from evo.gpu.timing import GraphTimer, baseline_op, baseline_unavailable
     from evo.results import Status
     from evo.store import open_store
     from evo.toolchain.build import build_batch, default_arch
@@ -109,17 +108,17 @@ def main(argv: list[str]) -> int:
         if baseline_unavailable(name, shape):
             print(f"{name}: unavailable for {shape.tag}")
             continue
-        op = baseline_op(name, shape)
-        ops[name] = lambda op=op: op(q, k, v, o)
-    for run in ops.values():   # compiled, loaded, first-call costs paid before anything is sampled
-        run()
+        ops[name] = functools.partial(baseline_op(name, shape), q, k, v, o)
+    # captured in CUDA graphs as evo bench times them: a Python launch (FA4's) cannot keep the GPU fed
+    # at about 100 us a kernel, and a back-to-back loop of eager calls then measures the host
+    timers = {name: GraphTimer(run) for name, run in ops.items()}
     torch.cuda.synchronize()
 
     log = "/tmp/power_probe_smi.csv"
     with open(log, "w", encoding="utf-8") as sink:
         smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",
                                 "--format=csv,noheader", "-lms", "20"], stdout=sink)
-        phases = _run(ops, smi, args.rounds, args.seconds)
+        phases = _run(timers, smi, args.rounds, args.seconds)
     samples = _samples(log)
     rows = []
     by: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
