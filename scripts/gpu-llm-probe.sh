@@ -10,6 +10,10 @@
 # After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
 #   carry [".whl", ".clean", ".fa4/small"]:
 #   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
+# The default variants are the next ones to try (dev/perf-notes.md, 2026-11-28 m; each built here without
+# spills): for L3c, longer K/V tiles without persistence (FlashAttention-3 takes 176 for D=128: fewer steps,
+# their fixed cost spread over more keys); for L7, three consumers as FA4 runs it (192-row tiles), with and
+# without persistence. The first run's list (1068deb) is in dev/gpu-runs/2026-11-28l-h200/README.md.
 # .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped (PROBE_DB names another). Knobs: PROBE_ID
 # (287fdd1b57ec, llm3's best), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
 # timed on and the bench covers), PROBE_NCU (1; 0 skips step 1), PROBE_ROUNDS (steady benches, 1),
@@ -53,11 +57,12 @@ while read -r name genes; do
   [ -z "$vid" ] && vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
   grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
-done <<< "${PROBE_VARIANTS:-l3-np3 PERSISTENT=false STAGES_D128=3
-l3-np2 PERSISTENT=false
-l3-pack PACK_GQA=true PRODUCER_REGS=32 Q_IN_REGS=false
+done <<< "${PROBE_VARIANTS:-l3-n192 PERSISTENT=false BLOCK_N_D128=192 Q_IN_REGS=false
+l3-n176 PERSISTENT=false BLOCK_N_D128=176 Q_IN_REGS=false
+l3-n160 PERSISTENT=false BLOCK_N_D128=160 Q_IN_REGS=false
 l7-wg3 WGS_D64=3 STAGES_D64=2 PINGPONG3=true Q_IN_REGS=false
-l7-lazy LAZY_D64=true}"
+l7-wg3-np WGS_D64=3 STAGES_D64=2 PINGPONG3=true Q_IN_REGS=false PERSISTENT=false
+l7-wg3-np3 WGS_D64=3 STAGES_D64=3 PINGPONG3=true Q_IN_REGS=false PERSISTENT=false}"
 idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
 for round in $(seq "${PROBE_ROUNDS:-1}"); do
   # shellcheck disable=SC2086
