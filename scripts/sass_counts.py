@@ -10,6 +10,12 @@ memory, and the count of the instructions issue 10 asks about: HGMMA (wgmma), HM
 should be 0), UTMALDG/UTMASTG (TMA loads/stores), SYNCS (mbarrier operations), USETMAXREG
 (register reallocation), and the setmaxnreg values themselves (consumers up, producer down). A candidate whose stored source
 differs from today's rendering is said so: its counts are of today's text.
+
+With ``--step``, one row per kernel entry of the consumer's K/V step instead: the innermost loop
+that holds wgmma (HGMMA) and exponentials (MUFU.EX2), and of it the instructions a step issues
+on a tile that needs no mask (a forward branch over the masking, which sets scores by FSEL and
+ISETP, or over the prescale's FMULs by a uniform register, taken), per key of the step where
+the candidate has a BLOCK_N gene for the entry's head dim, with the opcode mix of that path.
 """
 
 from __future__ import annotations
@@ -51,17 +57,68 @@ def counts(sass: str) -> dict[str, int | str]:
     return {op: ops.get(op, 0) for op in OPCODES} | {"setmaxnreg": regs}
 
 
+STEP_OPCODES = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "F2FP", "SHFL", "BAR", "SYNCS")
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_GUARD = re.compile(r"^@!?U?P\w+\s+")
+
+
+def _opcode(instr: str) -> str:
+    return _GUARD.sub("", instr).split()[0].split(".")[0]
+
+
+def step_path(sass: str) -> tuple[int, list[str]] | None:
+    """(instructions in the loop, the unmasked path's instructions) of the innermost loop of
+    ``sass`` holding HGMMA and MUFU.EX2 (the module docstring), or None where there is none."""
+    ins = [(int(a, 16), op) for a, op in _INSTR.findall(sass)]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    loops = []
+    for i, (a, op) in enumerate(ins):
+        m = re.search(r"BRA (?:!?U?P\w+, )?(0x[0-9a-f]+)$", op)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            body = [o for _, o in ins[at[int(m.group(1), 16)]:i + 1]]
+            if any(_opcode(o) == "HGMMA" for o in body) and any(o.startswith("MUFU.EX2") for o in body):
+                loops.append((at[int(m.group(1), 16)], i))
+    if not loops:
+        return None
+    lo, hi = min(loops, key=lambda x: x[1] - x[0])
+    skipped: set[int] = set()
+    for k in range(lo, hi):
+        m = re.search(r"^@!?U?P\w+\s+BRA (?:!?U?P\w+, )?(0x[0-9a-f]+)$", ins[k][1])
+        target = int(m.group(1), 16) if m else -1
+        if target > ins[k][0] and target in at and at[target] <= hi:
+            region = [o for _, o in ins[k + 1:at[target]]]
+            masking = sum(_opcode(o) in ("FSEL", "ISETP") for o in region)
+            prescale = sum(re.match(r"FMUL R\d+, R\d+, UR\d+$", o) is not None for o in region)
+            if masking > 16 or prescale > 16:
+                skipped.update(range(k + 1, at[target]))
+    return hi - lo + 1, [ins[k][1] for k in range(lo, hi + 1) if k not in skipped]
+
+
+def step_row(sass: str, block_n: int | None) -> list[object]:
+    """The ``--step`` columns of one kernel: loop size, unmasked step, per key, opcode mix."""
+    found = step_path(sass)
+    if found is None:
+        return ["-"] * (4 + len(STEP_OPCODES))
+    loop, path = found
+    ops = collections.Counter(_opcode(o) for o in path)
+    uniform = sum(n for op, n in ops.items() if op.startswith("U"))
+    per_key = f"{len(path) / block_n:.2f}" if block_n else "-"
+    return [loop, len(path), per_key, *(ops.get(o, 0) for o in STEP_OPCODES), uniform]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ids", nargs="+")
     ap.add_argument("--db", default=None)
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--step", action="store_true", help="the consumer's K/V step per kernel (module docstring)")
     args = ap.parse_args(argv)
     if cuobjdump() is None or shutil.which("nvcc") is None:
         print("needs nvcc and cuobjdump (the CUDA toolkit, or pip install 'evo-kernels[test]')", file=sys.stderr)
         return 2
     store = open_store(args.db) if args.db else open_store()
-    header = ["candidate", "kernel", "regs", "spill B", "smem KB", *OPCODES, "setmaxnreg"]
+    header = (["candidate", "kernel", "loop", "step", "per key", *STEP_OPCODES, "uniform"] if args.step else
+              ["candidate", "kernel", "regs", "spill B", "smem KB", *OPCODES, "setmaxnreg"])
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for ident in args.ids:
@@ -75,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         sass = sass_by_kernel(built.cubin_path)
         for entry, res in sorted(built.resources.items()):
+            if args.step:
+                dim = re.search(r"_d(\d+)_", entry)
+                block_n = view.params.get(f"BLOCK_N_D{dim.group(1)}" if dim else "")
+                row = [ident[:12], entry, *step_row(sass.get(entry, ""), block_n if isinstance(block_n, int) else None)]
+                print("| " + " | ".join(map(str, row)) + " |")
+                continue
             c = counts(sass.get(entry, ""))
             row = [ident[:12], entry, res.registers, res.spill_stores + res.spill_loads, round(res.smem_dynamic / 1024, 1),
                    *(c[o] for o in OPCODES), c["setmaxnreg"]]
