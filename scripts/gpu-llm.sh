@@ -38,8 +38,9 @@
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
 # Knobs: LLM_BUDGET (240), FAST_BUDGET (100), BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the
 # two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
-# default runs cuDNN's kernels on Hopper: the steady LLM records of the H100 and H200 read it at 0.95-1.04x
-# sdpa_cudnn, the same kernels timed twice, so the second column cost a quarter of bench-llm's 450 s;
+# default runs cuDNN's kernels on Hopper for every LLM case but L3c (bottom-right causal, where it takes
+# the flash backend: ncu, dev/gpu-runs/2026-11-28l-h200): the steady records of the H100 and H200 read it at
+# 0.95-1.04x sdpa_cudnn, so the second column cost a quarter of bench-llm's 450 s for little;
 # BENCH_BACKENDS=sdpa_cudnn,sdpa_default,fa4 puts it back), PROMOTE_DEVICE
 # (the GPU whose stored timings pick the winners; default this one). Without the search call, promote
 # takes the carried db/evo.sqlite.gz as it is: on another GPU kind than the one its studies were timed
