@@ -77,6 +77,8 @@ def clock_protocol(name: str) -> str:
     if name not in CLOCKS:
         raise EvoError(f"unknown clock protocol {name!r}; one of {', '.join(CLOCKS)}")
     return name
+
+
 SAMPLERS = ("evo", "evo-gp", "tpe", "gp", "cmaes", "random", "grid")   # evo run --sampler (docs/search.md)
 BASELINES = ("sdpa_default", "sdpa_flash")   # the SDPA backends a search's scores can be against
 OBJECTIVES = ("geomean", "per-bucket")       # one geometric mean, or one per (head dim, causal) bucket

@@ -22,8 +22,7 @@ from evo.family.space import Candidate
 from evo.results import Status
 from evo.gpu.margin import GREEN_SHARE, over_share
 from evo.search.internals import one_write, tell
-from evo.search.params import CANDIDATE
-from evo.search.params import SPEEDUPS
+from evo.search.params import CANDIDATE, SPEEDUPS
 from evo.search.records import LABEL, REUSED, Best, Outcome, Pending, Reporter, RunSummary
 from evo.search.resume import REASON, STATUS, Heartbeat
 

@@ -37,9 +37,8 @@ from evo.vocab import DEFAULT_TOP
 from evo.family.manifest import Family, Value
 from evo.store.recording import record_key
 from evo.search import objective
-from evo.search.params import SPEEDUPS
 from evo.search.objective import Bucket
-from evo.search.params import CANDIDATE, IMPORTED_FROM, from_trial_params, trial_params
+from evo.search.params import CANDIDATE, IMPORTED_FROM, SPEEDUPS, from_trial_params, trial_params
 from evo.search.sampler_evo import fitness, shippable
 from evo.family.space import make_candidate
 from evo.scoring import geomean
