@@ -47,16 +47,6 @@ def sass_by_kernel(cubin: str) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in out.items()}
 
 
-def counts(sass: str) -> dict[str, int | str]:
-    """Opcode counts (an opcode is the first word of an instruction, before its modifiers) and
-    the setmaxnreg values."""
-    ops = collections.Counter(m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9]+)", sass))
-    grown = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\S* \w+, (0x[0-9a-f]+)", sass)})
-    shrunk = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\S* (0x[0-9a-f]+)", sass)})
-    regs = f"{'/'.join(map(str, grown)) or '-'} up, {'/'.join(map(str, shrunk)) or '-'} down"
-    return {op: ops.get(op, 0) for op in OPCODES} | {"setmaxnreg": regs}
-
-
 STEP_OPCODES = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "F2FP", "SHFL", "BAR", "SYNCS")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _GUARD = re.compile(r"^@!?U?P\w+\s+")
@@ -64,6 +54,16 @@ _GUARD = re.compile(r"^@!?U?P\w+\s+")
 
 def _opcode(instr: str) -> str:
     return _GUARD.sub("", instr).split()[0].split(".")[0]
+
+
+def counts(sass: str) -> dict[str, int | str]:
+    """Opcode counts (an opcode is the first word of an instruction, before its modifiers) and
+    the setmaxnreg values."""
+    ops = collections.Counter(_opcode(op) for _, op in _INSTR.findall(sass))
+    grown = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\S* \w+, (0x[0-9a-f]+)", sass)})
+    shrunk = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\S* (0x[0-9a-f]+)", sass)})
+    regs = f"{'/'.join(map(str, grown)) or '-'} up, {'/'.join(map(str, shrunk)) or '-'} down"
+    return {op: ops.get(op, 0) for op in OPCODES} | {"setmaxnreg": regs}
 
 
 def step_path(sass: str) -> tuple[int, list[str]] | None:
@@ -74,10 +74,11 @@ def step_path(sass: str) -> tuple[int, list[str]] | None:
     loops = []
     for i, (a, op) in enumerate(ins):
         m = re.search(r"BRA (?:!?U?P\w+, )?(0x[0-9a-f]+)$", op)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
-            body = [o for _, o in ins[at[int(m.group(1), 16)]:i + 1]]
+        top = at.get(int(m.group(1), 16)) if m and int(m.group(1), 16) < a else None
+        if top is not None:
+            body = [o for _, o in ins[top:i + 1]]
             if any(_opcode(o) == "HGMMA" for o in body) and any(o.startswith("MUFU.EX2") for o in body):
-                loops.append((at[int(m.group(1), 16)], i))
+                loops.append((top, i))
     if not loops:
         return None
     lo, hi = min(loops, key=lambda x: x[1] - x[0])
