@@ -10,12 +10,11 @@
 # After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
 #   carry [".whl", ".clean", ".fa4/small"]:
 #   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
-# The default variants change every head dim's tile genes at once (the D=64, 96, 128 and 256 kernels of a
-# candidate are different kernels, so one evaluation on L1-L8 measures each head dim's change on its own
-# cases; dev/perf-notes.md, 2026-11-28 m and n; each built here without spills): longer K/V tiles at D=128
-# without persistence (fewer steps, their fixed cost spread over more keys), three consumers at D=64 as FA4
-# runs it (192-row tiles) and, in the first, at D=96 (FA4 takes 192 x 128 there). Earlier lists: the first
-# run's (1068deb) in dev/gpu-runs/2026-11-28l-h200/README.md, the second's (cb8d579) in dev/perf-notes.md (m).
+# The default variant is the next one to try (dev/perf-notes.md, 2026-11-28 n; built here without spills,
+# 13af4f0e1df9): three D=96 consumers with persistence, for L5c (Q from shared memory: three consumers leave
+# no room for it in registers). The earlier lists: the first run's (1068deb) in
+# dev/gpu-runs/2026-11-28l-h200/README.md, the others' (cb8d579, b229657) in dev/perf-notes.md (m) and
+# dev/gpu-runs/2026-11-28m-h200/README.md.
 # .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped (PROBE_DB names another). Knobs: PROBE_ID
 # (287fdd1b57ec, llm3's best), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
 # timed on and the bench covers), PROBE_NCU (1; 0 skips step 1), PROBE_NCU_CASES (the cases ncu profiles; PROBE_CASES), PROBE_ROUNDS (steady benches, 1),
@@ -59,8 +58,7 @@ while read -r name genes; do
   [ -z "$vid" ] && vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
   grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
-done <<< "${PROBE_VARIANTS:-n192-wg3 PERSISTENT=false Q_IN_REGS=false BLOCK_N_D128=192 WGS_D64=3 STAGES_D64=2 PINGPONG3=true WGS_D96=3 BLOCK_N_D96=112
-n176-wg3s3 PERSISTENT=false Q_IN_REGS=false BLOCK_N_D128=176 WGS_D64=3 STAGES_D64=3 PINGPONG3=true}"
+done <<< "${PROBE_VARIANTS:-d96-wg3-p WGS_D96=3 BLOCK_N_D96=112 Q_IN_REGS=false PINGPONG3=true}"
 idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
 for round in $(seq "${PROBE_ROUNDS:-1}"); do
   # shellcheck disable=SC2086

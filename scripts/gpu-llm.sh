@@ -15,6 +15,12 @@
 #   4. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-fast                (~300 s)
 #   5. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-burst               (~120 s)
 #   1b. instead of or after 1: scripts/gpu-llm.sh specialists                    (~560 s)
+#   One session's device time (1,800 s) does not hold all of 1-5 (about 1,900 s with FA4's staging). Without
+#   the search, call 1 stages FA4 and exports as above and runs `PROMOTE_DEVICE="NVIDIA H100 80GB HBM3"
+#   scripts/gpu-llm.sh promote` on the carried database (its LLM and FAST studies were timed on an H100:
+#   --confirm times each winner again on this GPU and routes on those numbers); then 3, and 4 with 5 in one
+#   call: about 1,450 s in all. The dry run of that promote on this CPU machine (--no-verify, 2cc8def's
+#   database, the templates at 4a70428): 9 winners, 334 candidates left out as built from older template text.
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
 # search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm5: the 16
@@ -36,7 +42,7 @@
 #   SDPA's default, and the package's speed checked against its provenance.
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
-# Knobs: LLM_BUDGET (240), FAST_BUDGET (100), BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the
+# Knobs: LLM_BUDGET (240), FAST_BUDGET (100), PROMOTE_LIMIT (the promote stage's seconds, 540), BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the
 # two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
 # default runs cuDNN's kernels on Hopper for every LLM case but L3c (bottom-right causal, where it takes
 # the flash backend: ncu, dev/gpu-runs/2026-11-28l-h200): the steady records of the H100 and H200 read it at
@@ -95,7 +101,7 @@ case ${1:-} in
       mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1
     fi
     [ -f "$DBF" ] || { echo "no database in $DBF: run the search call first, on the same warm machine"; exit 1; }
-    stage promote 540 bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --name $PKG --out /tmp/pkg --device '${PROMOTE_DEVICE:-$(gpu)}' --confirm \
+    stage promote "${PROMOTE_LIMIT:-540}" bash -c "rm -rf /tmp/pkg /tmp/pkgsite; $EVO promote --name $PKG --out /tmp/pkg --device '${PROMOTE_DEVICE:-$(gpu)}' --confirm \
       && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG"
     save_db
     tar czf "$OUT/$PKG-pkg.tgz" -C /tmp pkg ;;
