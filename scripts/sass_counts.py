@@ -16,6 +16,13 @@ that holds wgmma (HGMMA) and exponentials (MUFU.EX2), and of it the instructions
 on a tile that needs no mask (a forward branch over the masking, which sets scores by FSEL and
 ISETP, or over the prescale's FMULs by a uniform register, taken), per key of the step where
 the candidate has a BLOCK_N gene for the entry's head dim, with the opcode mix of that path.
+With ``--order``, that path itself after the table, in issue order, runs of one opcode folded
+(``FMUL x6``), with each wgmma, warpgroup wait, barrier, shuffle and branch written out: where the
+waits sit among the exponentials is what the counts cannot show.
+
+``--cubin PATH`` (repeatable) reads a cubin built elsewhere instead of a stored candidate, e.g.
+FlashAttention-4's (scripts/fa4_cubin.py builds it on this machine); ``--block-n`` gives its K/V tile
+for the per-key column.
 """
 
 from __future__ import annotations
@@ -107,22 +114,67 @@ def step_row(sass: str, block_n: int | None) -> list[object]:
     return [loop, len(path), per_key, *(ops.get(o, 0) for o in STEP_OPCODES), uniform]
 
 
+_SPELLED = ("HGMMA", "WARPGROUP", "BAR", "SYNCS", "SHFL", "BRA")
+
+
+def step_order(path: list[str]) -> list[str]:
+    """``path`` in issue order with runs of one opcode folded (``FMUL x6``); the instructions that
+    order a step (wgmma, warpgroup waits, barriers, mbarrier operations, shuffles, branches) are
+    written out whole."""
+    out: list[tuple[str, int]] = []
+    for instr in path:
+        op = _opcode(instr)
+        key = instr if op in _SPELLED else op
+        if out and out[-1][0] == key and op not in _SPELLED:
+            out[-1] = (key, out[-1][1] + 1)
+        else:
+            out.append((key, 1))
+    return [f"{k} x{n}" if n > 1 else k for k, n in out]
+
+
+def _cubin_rows(path: str, step: bool, block_n: int | None) -> list[tuple[str, list[object], list[str] | None]]:
+    """(kernel, table row, its step in issue order or None) of every kernel of one cubin."""
+    label = path.rsplit("/", 1)[-1][:24]
+    out: list[tuple[str, list[object], list[str] | None]] = []
+    for entry, sass in sorted(sass_by_kernel(path).items()):
+        name = entry[:60]
+        if step:
+            found = step_path(sass)
+            out.append((name, [label, name, *step_row(sass, block_n)], step_order(found[1]) if found else None))
+        else:
+            c = counts(sass)
+            out.append((name, [label, name, "-", "-", "-", *(c[o] for o in OPCODES), c["setmaxnreg"]], None))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("ids", nargs="+")
+    ap.add_argument("ids", nargs="*")
     ap.add_argument("--db", default=None)
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--step", action="store_true", help="the consumer's K/V step per kernel (module docstring)")
+    ap.add_argument("--order", action="store_true", help="with --step: each step's instructions in issue order")
+    ap.add_argument("--cubin", action="append", default=[], help="a cubin built elsewhere (repeatable)")
+    ap.add_argument("--block-n", type=int, default=None, help="the K/V tile of --cubin's kernels, for per key")
     args = ap.parse_args(argv)
-    if cuobjdump() is None or shutil.which("nvcc") is None:
+    if not args.ids and not args.cubin:
+        ap.error("name a stored candidate or a --cubin")
+    if cuobjdump() is None or (args.ids and shutil.which("nvcc") is None):
         print("needs nvcc and cuobjdump (the CUDA toolkit, or pip install 'evo-kernels[test]')", file=sys.stderr)
         return 2
-    store = open_store(args.db) if args.db else open_store()
     header = (["candidate", "kernel", "loop", "step", "per key", *STEP_OPCODES, "uniform"] if args.step else
               ["candidate", "kernel", "regs", "spill B", "smem KB", *OPCODES, "setmaxnreg"])
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
+    listings: list[str] = []
+    for path in args.cubin:
+        for name, row, order in _cubin_rows(path, args.step, args.block_n):
+            print("| " + " | ".join(map(str, row)) + " |")
+            if args.order and order:
+                listings.append(f"{name} ({row[3]} instructions):\n  " + "\n  ".join(order))
+    store = (open_store(args.db) if args.db else open_store()) if args.ids else None
     for ident in args.ids:
+        assert store is not None
         view = store.get(ident).candidate
         rendered = view.rendered()
         if rendered.source_hash != view.source_hash:
@@ -138,11 +190,17 @@ def main(argv: list[str] | None = None) -> int:
                 block_n = view.params.get(f"BLOCK_N_D{dim.group(1)}" if dim else "")
                 row = [ident[:12], entry, *step_row(sass.get(entry, ""), block_n if isinstance(block_n, int) else None)]
                 print("| " + " | ".join(map(str, row)) + " |")
+                found = step_path(sass.get(entry, ""))
+                if args.order and found:
+                    listings.append(f"{ident[:12]} {entry} ({len(found[1])} instructions):\n  "
+                                    + "\n  ".join(step_order(found[1])))
                 continue
             c = counts(sass.get(entry, ""))
             row = [ident[:12], entry, res.registers, res.spill_stores + res.spill_loads, round(res.smem_dynamic / 1024, 1),
                    *(c[o] for o in OPCODES), c["setmaxnreg"]]
             print("| " + " | ".join(map(str, row)) + " |")
+    if listings:
+        print("\n" + "\n\n".join(listings))
     return 0
 
 

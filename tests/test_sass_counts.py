@@ -106,3 +106,45 @@ def test_the_default_d128_step_issues_its_gemms_and_exponentials(build_cache: Pa
     # the path, which keeps only the selects of the rows' bases (a row that sees no key yet)
     assert ops.count("HGMMA") == 16 and ops.count("MUFU") == 66 and ops.count("FSEL") <= 4
     assert len(path) < loop
+
+
+def test_the_step_order_folds_runs_and_spells_out_what_orders_a_step() -> None:
+    path = ["BAR.SYNC.DEFER_BLOCKING R2, 0x100", "HGMMA.64x128x16.F32.BF16 R24, R152, gdesc[UR16], RZ",
+            "HGMMA.64x128x16.F32.BF16 R24, R156, gdesc[UR20], R24", "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+            "FMNMX R2, R24, R25, !PT", "FMNMX R2, R2, R26, !PT", "MUFU.EX2 R24, R24", "@P0 FMUL R88, R88, R3",
+            "FMUL R89, R89, R3", "FMUL R90, R90, R3", "MUFU.EX2 R25, R25", "@!P2 BRA 0x40"]
+    assert SASS.step_order(path) == [
+        "BAR.SYNC.DEFER_BLOCKING R2, 0x100", "HGMMA.64x128x16.F32.BF16 R24, R152, gdesc[UR16], RZ",
+        "HGMMA.64x128x16.F32.BF16 R24, R156, gdesc[UR20], R24",   # two wgmma: each one written out
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1", "FMNMX x2", "MUFU", "FMUL x3", "MUFU", "@!P2 BRA 0x40"]
+
+
+def test_a_cubin_built_elsewhere_is_read_and_its_step_listed(tmp_path: Path, build_cache: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    if shutil.which("nvcc") is None or cuobjdump() is None:
+        pytest.skip("needs nvcc and cuobjdump")
+    from evo.toolchain.build import build_batch
+    from evo.family.manifest import load_family
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+
+    monkeypatch.setenv("EVO_CANDIDATES", str(build_cache))
+    fam = dataclasses.replace(load_family("flash_wgmma"), head_dims=(128,))
+    built = build_batch([render(make_candidate(fam), fam)], "sm_90a")[0]
+    assert built.cubin_path is not None, built.reason
+    foreign = tmp_path / "other.cubin"            # as FlashAttention-4's: a cubin no candidate names
+    foreign.write_bytes(Path(built.cubin_path).read_bytes())
+    assert SASS.main(["--step", "--order", "--block-n", "128", "--cubin", str(foreign)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "evo_attn_d128_bf16_causal" in line and line.startswith("|"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "other.cubin" and cells[4] == f"{int(cells[3]) / 128:.2f}"
+    listing = out.split("evo_attn_d128_bf16_causal (", 1)[1]
+    assert listing.startswith(f"{cells[3]} instructions):") and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in listing
+
+
+def test_nothing_to_read_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        SASS.main([])
+    assert exc.value.code == 2
