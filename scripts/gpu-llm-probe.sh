@@ -10,11 +10,11 @@
 # After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
 #   carry [".whl", ".clean", ".fa4/small"]:
 #   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
-# The default variant is the next one to try (dev/perf-notes.md, 2026-11-28 n; built here without spills,
-# 13af4f0e1df9): three D=96 consumers with persistence, for L5c (Q from shared memory: three consumers leave
-# no room for it in registers). The earlier lists: the first run's (1068deb) in
-# dev/gpu-runs/2026-11-28l-h200/README.md, the others' (cb8d579, b229657) in dev/perf-notes.md (m) and
-# dev/gpu-runs/2026-11-28m-h200/README.md.
+# The default variants are the next ones to try (dev/perf-notes.md, 2026-11-28 n and o; each built here
+# without spills): FlashAttention-4's step order (RESCALE_EARLY: the wait for P V and O's rescale after the
+# row maxima, 287fdd1b57ec otherwise, bf3f77c6755e), and three D=96 consumers with persistence for L5c
+# (13af4f0e1df9). The earlier lists: the first run's (1068deb) in dev/gpu-runs/2026-11-28l-h200/README.md,
+# the others' (cb8d579, b229657) in dev/perf-notes.md (m) and dev/gpu-runs/2026-11-28m-h200/README.md.
 # .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped (PROBE_DB names another). Knobs: PROBE_ID
 # (287fdd1b57ec, llm3's best), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
 # timed on and the bench covers), PROBE_NCU (1; 0 skips step 1), PROBE_NCU_CASES (the cases ncu profiles; PROBE_CASES), PROBE_ROUNDS (steady benches, 1),
@@ -58,7 +58,8 @@ while read -r name genes; do
   [ -z "$vid" ] && vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
   grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
-done <<< "${PROBE_VARIANTS:-d96-wg3-p WGS_D96=3 BLOCK_N_D96=112 Q_IN_REGS=false PINGPONG3=true}"
+done <<< "${PROBE_VARIANTS:-early RESCALE_EARLY=true
+d96-wg3-p WGS_D96=3 BLOCK_N_D96=112 Q_IN_REGS=false PINGPONG3=true}"
 idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
 for round in $(seq "${PROBE_ROUNDS:-1}"); do
   # shellcheck disable=SC2086

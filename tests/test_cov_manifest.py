@@ -55,6 +55,19 @@ def test_the_smallest_valid_manifest_takes_the_documented_defaults(tmp_path: Pat
     fam = load_family_dir(tmp_path)
     assert (fam.name, fam.backend, fam.defaults()) == ("x", "cuda", {"A": 4})  # the first value by default
     assert fam.params["A"].kind == "tile"
+    assert fam.params["A"].keyed_at_default   # a gene is named in the rendered header unless it says otherwise
+
+
+def test_a_gene_added_later_is_named_in_the_header_only_off_its_default(tmp_path: Path) -> None:
+    from evo.family.space import make_candidate
+
+    (tmp_path / "manifest.toml").write_text(FAMILY + LAUNCH + "[params.A]\nvalues = [4, 8]\n"
+                                            "[params.NEW]\nvalues = [false, true]\nkeyed_at_default = false\n")
+    fam = load_family_dir(tmp_path)
+    assert not fam.params["NEW"].keyed_at_default
+    cand = make_candidate(fam, {"A": 8})
+    assert cand.key(omit={"NEW"}) == '{"family": "x", "params": {"A": 8}}'   # as before NEW existed
+    assert cand.key() == '{"family": "x", "params": {"A": 8, "NEW": false}}'
 
 
 @pytest.mark.parametrize(("expression", "names", "message"), [

@@ -56,6 +56,9 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
     "softmax_ilp_lazy": {"SOFTMAX_ILP": True, "LAZY_D64": True, "LAZY_D128": True},
     "pingpong3_ilp_trim_qregs": {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True,
                                  "CAUSAL_TRIM": True, "Q_IN_REGS": True},
+    "rescale_early": {"RESCALE_EARLY": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True},
+    "rescale_early_lazy_rowsum_pack": {"RESCALE_EARLY": True, "SOFTMAX_ILP": True, "LAZY_D128": True, "ROWSUM_MMA": True,
+                                       "PACK_GQA": True, "PRODUCER_REGS": 32},
 }
 # flash_mma with Q read from shared memory and the causal loop cut at the diagonal: a CTA whose rows
 # all see no key (causal at the bottom right, Lq > Lk) runs no K/V tile, and before 2026-11-28 wrote

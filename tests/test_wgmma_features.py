@@ -1,5 +1,5 @@
-"""flash_wgmma's Q_IN_REGS and LAZY_D64 / LAZY_D128 genes: what the manifest admits and what
-the compiled kernels contain.
+"""flash_wgmma's Q_IN_REGS, LAZY_D64 / LAZY_D128 and RESCALE_EARLY genes: what the manifest admits and
+what the compiled kernels contain.
 
 Q_IN_REGS holds Q as wgmma A-operand registers (ldmatrix once per tile), so S = Q K^T reads only K
 from shared memory; at D=128 with BLOCK_N 128 it does not fit the consumers' registers (ptxas
@@ -7,7 +7,8 @@ spilled 104 bytes), and the manifest must say so before a build is spent; and it
 stay Q's for the whole tile (ptxas 13.0 handed them to P without the overlap: the SASS is scanned
 for it). LAZY_* skip O *= alpha
 with a warp vote, and their row sums add P as rounded for P V. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
-the softmax's add chain. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
+the softmax's add chain. RESCALE_EARLY waits for the previous P V and rescales O between the row maxima
+and the exponentials (FlashAttention-4's order). Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
 """
 
 from __future__ import annotations
@@ -284,3 +285,61 @@ def test_pack_gqa_loads_q_by_cp_async_and_stores_o_itself(build_cache: Path, mon
         assert "LDGSTS" in body and "STG.E.128" in body and "UTMALDG" in body, name
         assert "UTMASTG" not in body and "UTMASTG" in plain[name] and "LDGSTS" not in plain[name], name
         assert body.count("HGMMA.") == plain[name].count("HGMMA."), name
+
+
+def test_the_early_rescale_needs_the_overlapped_two_row_softmax() -> None:
+    assert is_valid(FAMILY, point(RESCALE_EARLY=True, SOFTMAX_ILP=True))
+    assert not is_valid(FAMILY, point(RESCALE_EARLY=True, SOFTMAX_ILP=False))
+    assert not is_valid(FAMILY, point(RESCALE_EARLY=True, SOFTMAX_ILP=True, INTRA_WG_OVERLAP=False))
+
+
+@pytest.mark.parametrize("genes", [{"SOFTMAX_ILP": True}, {"SOFTMAX_ILP": True, "Q_IN_REGS": True, "LAZY_D128": True},
+                                   {"SOFTMAX_ILP": True, "PACK_GQA": True, "PRODUCER_REGS": 32, "ROWSUM_MMA": True}])
+def test_the_early_rescale_leaves_every_stored_candidate_as_it_was(genes: dict[str, object]) -> None:
+    # RESCALE_EARLY came after candidates were stored: off, it is neither in the source nor in its
+    # header's params, so their ids (and what was measured under them) stay valid
+    off = render(make_candidate(FAMILY, point(**genes)))
+    assert "RESCALE_EARLY" not in off.source and "after_max" not in off.source
+    on = render(make_candidate(FAMILY, point(**genes, RESCALE_EARLY=True)))
+    assert '"RESCALE_EARLY": true' in on.source.splitlines()[1] and on.source_hash != off.source_hash
+
+
+def exps_around_the_p_v_wait(body: str) -> list[tuple[int, int]]:
+    """For each wait for S (``gsb0, 0x1``) inside a loop: the exponentials (MUFU.EX2) before the wait for
+    P V of the tile before (``gsb0, 0x0``), and the instructions after the last exponential up to the
+    loop's branch back (a branch to a lower address)."""
+    lines = [(int(a, 16), _unpredicated(op.split(";")[0].strip()))
+             for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?;)", body)]
+    out = []
+    for i, (_, op) in enumerate(lines):
+        if not op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"):
+            continue
+        back = next((k for k in range(i + 1, len(lines))
+                     if (m := re.search(r"BRA (?:!?U?P\w+, )?(0x[0-9a-f]+)$", lines[k][1])) and int(m.group(1), 16) < lines[i][0]),
+                    None)
+        if back is None:
+            continue
+        step = [o for _, o in lines[i + 1:back + 1]]
+        wait = next((k for k, o in enumerate(step) if o.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")), None)
+        exps = [k for k, o in enumerate(step) if o.startswith("MUFU.EX2")]
+        if exps and wait is not None:
+            out.append((sum(k < wait for k in exps), len(step) - 1 - exps[-1]))
+    return out
+
+
+@pytest.mark.parametrize("genes", [{"SOFTMAX_ILP": True}, {"SOFTMAX_ILP": True, "LAZY_D64": True, "ROWSUM_MMA": True}])
+def test_the_early_rescale_waits_for_p_v_before_the_exponentials(genes: dict[str, object], build_cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """RESCALE_EARLY's point (FlashAttention-4's order): the wait for P V of the tile before comes after the
+    row maxima, ahead of all but a few exponentials, and O's rescale and P's conversion go between the
+    exponentials, so that the step ends soon after its last one. Without it the wait follows them all."""
+    early = sass_by_function(genes | {"RESCALE_EARLY": True}, build_cache, monkeypatch, head_dims=(128,))
+    late = sass_by_function(genes, build_cache, monkeypatch, head_dims=(128,))
+    for name in early:
+        steps, before = exps_around_the_p_v_wait(early[name]), exps_around_the_p_v_wait(late[name])
+        assert steps and before, name
+        # 64 exponentials a 128-key step (and the rows' two rescale factors): at most a quarter before the
+        # wait, where version 9's order has them all; the tail after the last one a few instructions, not
+        # the rescale's 64 multiplies and the conversion's 32
+        assert all(n <= 16 and tail <= 24 for n, tail in steps), (name, steps)
+        assert all(n >= 60 and tail >= 64 for n, tail in before), (name, before)

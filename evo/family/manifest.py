@@ -45,6 +45,10 @@ class Param:
     default: Value
     kind: str = "tile"  # "tile" (sizes, warps, stages) or "feature" (on/off or variant switches)
     doc: str = ""
+    # False for a gene added to a family that already has stored candidates: the rendered source's
+    # header names it only where it differs from its default, so that (with a template that renders
+    # the old text at the default) every stored candidate keeps its source, its id and its measurements.
+    keyed_at_default: bool = True
 
     def parse(self, text: str) -> Value:
         """Turn CLI text into a domain value, or raise naming what is allowed."""
@@ -99,7 +103,8 @@ def _param(name: str, spec: dict[str, Any], where: Path) -> Param:
     default = spec.get("default", values[0])
     if default not in values:
         raise EvoError(f"{where}: default of {name} ({default!r}) is not in its values")
-    return Param(name, values, default, spec.get("kind", "tile"), spec.get("doc", ""))
+    return Param(name, values, default, spec.get("kind", "tile"), spec.get("doc", ""),
+                 bool(spec.get("keyed_at_default", True)))
 
 
 def load_family_dir(folder: Path) -> Family:

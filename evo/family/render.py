@@ -179,7 +179,8 @@ def render(cand: Candidate, family: Family | None = None, kernels: Collection[Ke
     except jinja2.TemplateError as exc:
         raise EvoError(f"template error in {fam.name}/{fam.template}: {exc}") from None
     c = backend(fam.backend).comment   # "//" for CUDA, "#" for a Python module
+    unkeyed = {n for n, spec in fam.params.items() if not spec.keyed_at_default and cand.p[n] == spec.default}
     header = (f"{c} evo family={fam.name} version={fam.version} render={RENDER_VERSION}\n"
-              f"{c} params: {cand.key()}\n")
+              f"{c} params: {cand.key(omit=unkeyed)}\n")
     source = header + body
     return Rendered(cand, fam.version, source, hashlib.sha256(source.encode()).hexdigest(), entries)

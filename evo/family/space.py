@@ -17,7 +17,7 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from evo.errors import EvoError, InvalidCandidate
@@ -40,9 +40,11 @@ class Candidate:
     def p(self) -> dict[str, Value]:
         return dict(self.params)
 
-    def key(self) -> str:
-        """Canonical JSON of family + params (stable across runs and processes)."""
-        return json.dumps({"family": self.family, "params": self.p}, sort_keys=True)
+    def key(self, omit: Collection[str] = ()) -> str:
+        """Canonical JSON of family + params (stable across runs and processes), without the
+        genes named in ``omit`` (the rendered header's: :func:`evo.family.render.render`)."""
+        return json.dumps({"family": self.family, "params": {k: v for k, v in self.params if k not in omit}},
+                          sort_keys=True)
 
     def label(self) -> str:
         return self.family + "(" + ", ".join(f"{k}={value_text(v)}" for k, v in self.params) + ")"
