@@ -102,9 +102,8 @@ def step_path(sass: str) -> tuple[int, list[str]] | None:
     return hi - lo + 1, [ins[k][1] for k in range(lo, hi + 1) if k not in skipped]
 
 
-def step_row(sass: str, block_n: int | None) -> list[object]:
-    """The ``--step`` columns of one kernel: loop size, unmasked step, per key, opcode mix."""
-    found = step_path(sass)
+def _step_cells(found: tuple[int, list[str]] | None, block_n: int | None) -> list[object]:
+    """The ``--step`` columns of one kernel from its :func:`step_path`."""
     if found is None:
         return ["-"] * (4 + len(STEP_OPCODES))
     loop, path = found
@@ -112,6 +111,11 @@ def step_row(sass: str, block_n: int | None) -> list[object]:
     uniform = sum(n for op, n in ops.items() if op.startswith("U"))
     per_key = f"{len(path) / block_n:.2f}" if block_n else "-"
     return [loop, len(path), per_key, *(ops.get(o, 0) for o in STEP_OPCODES), uniform]
+
+
+def step_row(sass: str, block_n: int | None) -> list[object]:
+    """The ``--step`` columns of one kernel: loop size, unmasked step, per key, opcode mix."""
+    return _step_cells(step_path(sass), block_n)
 
 
 _SPELLED = ("HGMMA", "WARPGROUP", "BAR", "SYNCS", "SHFL", "BRA")
@@ -132,18 +136,25 @@ def step_order(path: list[str]) -> list[str]:
     return [f"{k} x{n}" if n > 1 else k for k, n in out]
 
 
-def _cubin_rows(path: str, step: bool, block_n: int | None) -> list[tuple[str, list[object], list[str] | None]]:
-    """(kernel, table row, its step in issue order or None) of every kernel of one cubin."""
+def _step(label: str, name: str, sass: str, block_n: int | None) -> tuple[list[object], str | None]:
+    """One kernel's ``--step`` table row and its step listed in issue order (None: no step), the
+    SASS walked once for both."""
+    found = step_path(sass)
+    listing = (f"{label} {name} ({len(found[1])} instructions):\n  " + "\n  ".join(step_order(found[1]))
+               if found else None)
+    return [label, name, *_step_cells(found, block_n)], listing
+
+
+def _cubin_rows(path: str, step: bool, block_n: int | None) -> list[tuple[list[object], str | None]]:
+    """(table row, its step listing or None) of every kernel of one cubin."""
     label = path.rsplit("/", 1)[-1][:24]
-    out: list[tuple[str, list[object], list[str] | None]] = []
+    out: list[tuple[list[object], str | None]] = []
     for entry, sass in sorted(sass_by_kernel(path).items()):
-        name = entry[:60]
         if step:
-            found = step_path(sass)
-            out.append((name, [label, name, *step_row(sass, block_n)], step_order(found[1]) if found else None))
+            out.append(_step(label, entry[:60], sass, block_n))
         else:
             c = counts(sass)
-            out.append((name, [label, name, "-", "-", "-", *(c[o] for o in OPCODES), c["setmaxnreg"]], None))
+            out.append(([label, entry[:60], "-", "-", "-", *(c[o] for o in OPCODES), c["setmaxnreg"]], None))
     return out
 
 
@@ -168,10 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * len(header))
     listings: list[str] = []
     for path in args.cubin:
-        for name, row, order in _cubin_rows(path, args.step, args.block_n):
+        for row, listing in _cubin_rows(path, args.step, args.block_n):
             print("| " + " | ".join(map(str, row)) + " |")
-            if args.order and order:
-                listings.append(f"{name} ({row[3]} instructions):\n  " + "\n  ".join(order))
+            if args.order and listing:
+                listings.append(listing)
     store = (open_store(args.db) if args.db else open_store()) if args.ids else None
     for ident in args.ids:
         assert store is not None
@@ -188,12 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.step:
                 dim = re.search(r"_d(\d+)_", entry)
                 block_n = view.params.get(f"BLOCK_N_D{dim.group(1)}" if dim else "")
-                row = [ident[:12], entry, *step_row(sass.get(entry, ""), block_n if isinstance(block_n, int) else None)]
+                row, listing = _step(ident[:12], entry, sass.get(entry, ""), block_n if isinstance(block_n, int) else None)
                 print("| " + " | ".join(map(str, row)) + " |")
-                found = step_path(sass.get(entry, ""))
-                if args.order and found:
-                    listings.append(f"{ident[:12]} {entry} ({len(found[1])} instructions):\n  "
-                                    + "\n  ".join(step_order(found[1])))
+                if args.order and listing:
+                    listings.append(listing)
                 continue
             c = counts(sass.get(entry, ""))
             row = [ident[:12], entry, res.registers, res.spill_stores + res.spill_loads, round(res.smem_dynamic / 1024, 1),
