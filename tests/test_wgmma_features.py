@@ -14,6 +14,7 @@ and the exponentials (FlashAttention-4's order). Build tests need nvcc (and cuob
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -304,27 +305,23 @@ def test_the_early_rescale_leaves_every_stored_candidate_as_it_was(genes: dict[s
     assert '"RESCALE_EARLY": true' in on.source.splitlines()[1] and on.source_hash != off.source_hash
 
 
-def exps_around_the_p_v_wait(body: str) -> list[tuple[int, int]]:
-    """For each wait for S (``gsb0, 0x1``) inside a loop: the exponentials (MUFU.EX2) before the wait for
-    P V of the tile before (``gsb0, 0x0``), and the instructions after the last exponential up to the
-    loop's branch back (a branch to a lower address)."""
-    lines = [(int(a, 16), _unpredicated(op.split(";")[0].strip()))
-             for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?;)", body)]
-    out = []
-    for i, (_, op) in enumerate(lines):
-        if not op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"):
-            continue
-        back = next((k for k in range(i + 1, len(lines))
-                     if (m := re.search(r"BRA (?:!?U?P\w+, )?(0x[0-9a-f]+)$", lines[k][1])) and int(m.group(1), 16) < lines[i][0]),
-                    None)
-        if back is None:
-            continue
-        step = [o for _, o in lines[i + 1:back + 1]]
-        wait = next((k for k, o in enumerate(step) if o.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")), None)
-        exps = [k for k, o in enumerate(step) if o.startswith("MUFU.EX2")]
-        if exps and wait is not None:
-            out.append((sum(k < wait for k in exps), len(step) - 1 - exps[-1]))
-    return out
+SASS_COUNTS = importlib.util.spec_from_file_location(
+    "sass_counts", Path(__file__).resolve().parents[1] / "scripts" / "sass_counts.py")
+assert SASS_COUNTS and SASS_COUNTS.loader
+STEPS = importlib.util.module_from_spec(SASS_COUNTS)
+SASS_COUNTS.loader.exec_module(STEPS)
+
+
+def exps_around_the_p_v_wait(body: str) -> tuple[int, int]:
+    """Of the K/V step (scripts/sass_counts.py's step_path: the innermost loop with wgmma and exponentials,
+    its masking off the path): the exponentials (MUFU.EX2) before the wait for P V of the tile before
+    (``gsb0, 0x0``), and the instructions after the last exponential."""
+    found = STEPS.step_path(body)
+    assert found is not None
+    step = [_unpredicated(o) for o in found[1]]
+    wait = next(k for k, o in enumerate(step) if o.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    exps = [k for k, o in enumerate(step) if o.startswith("MUFU.EX2")]
+    return sum(k < wait for k in exps), len(step) - 1 - exps[-1]
 
 
 @pytest.mark.parametrize("genes", [{"SOFTMAX_ILP": True}, {"SOFTMAX_ILP": True, "LAZY_D64": True, "ROWSUM_MMA": True}])
@@ -336,10 +333,9 @@ def test_the_early_rescale_waits_for_p_v_before_the_exponentials(genes: dict[str
     early = sass_by_function(genes | {"RESCALE_EARLY": True}, build_cache, monkeypatch, head_dims=(128,))
     late = sass_by_function(genes, build_cache, monkeypatch, head_dims=(128,))
     for name in early:
-        steps, before = exps_around_the_p_v_wait(early[name]), exps_around_the_p_v_wait(late[name])
-        assert steps and before, name
+        step, before = exps_around_the_p_v_wait(early[name]), exps_around_the_p_v_wait(late[name])
         # 64 exponentials a 128-key step (and the rows' two rescale factors): at most a quarter before the
         # wait, where version 9's order has them all; the tail after the last one a few instructions, not
         # the rescale's 64 multiplies and the conversion's 32
-        assert all(n <= 16 and tail <= 24 for n, tail in steps), (name, steps)
-        assert all(n >= 60 and tail >= 64 for n, tail in before), (name, before)
+        assert step[0] <= 16 and step[1] <= 24, (name, step)
+        assert before[0] >= 60 and before[1] >= 64, (name, before)
