@@ -42,8 +42,8 @@
 #   SDPA's default, and the package's speed checked against its provenance.
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
-# Knobs: LLM_BUDGET (240), FAST_BUDGET (100), PROMOTE_LIMIT (the promote stage's seconds, 540), BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the
-# two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
+# Knobs: LLM_BUDGET (240), FAST_BUDGET (100), PROMOTE_LIMIT (the promote stage's seconds, 540),
+# BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
 # default runs cuDNN's kernels on Hopper for every LLM case but L3c (bottom-right causal, where it takes
 # the flash backend: ncu, dev/gpu-runs/2026-11-28l-h200): the steady records of the H100 and H200 read it at
 # 0.95-1.04x sdpa_cudnn, so the second column cost a quarter of bench-llm's 450 s for little;
