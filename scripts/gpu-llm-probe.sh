@@ -18,7 +18,9 @@
 # .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped (PROBE_DB names another). Knobs: PROBE_ID
 # (287fdd1b57ec, llm3's best), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
 # timed on and the bench covers), PROBE_NCU (1; 0 skips step 1), PROBE_NCU_CASES (the cases ncu profiles; PROBE_CASES), PROBE_ROUNDS (steady benches, 1),
-# PROBE_PYTEST (test files run with -m gpu at the end, none by default). Back, two files (a call returns
+# PROBE_PYTEST (test files run with -m gpu at the end, none by default; PROBE_PYTEST_K: their -k filter),
+# PROBE_VARIANTS=none (no variant: a second call that benches ids stored by the first, carried back as PROBE_DB),
+# PROBE_IDS (more stored ids benched beside PROBE_ID), PROBE_BURST (1; 0 skips the burst bench). Back, two files (a call returns
 # eight at most): $OUT/probe.tgz (ncu report and CSV, the variants' ids, the bench JSON, every log) and
 # the database as $OUT/evo.sqlite.gz.
 set -uo pipefail
@@ -46,9 +48,9 @@ base=$(python3 -c "
 import json, sqlite3, sys
 row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
 print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$DBF" "$ID") || exit 1
-ids=$ID
+ids="$ID ${PROBE_IDS:-}"
 while read -r name genes; do
-  [ -z "$name" ] && continue
+  [ -z "$name" ] || [ "$name" = none ] && continue
   over=""; for g in $genes; do over="$over -p $g"; done
   # shellcheck disable=SC2086  # word splitting of the -p lists is the point
   stage "eval-$name" 200 $EVO eval flash_wgmma $base $over --cases "$CASES" --dtype "$DT"
@@ -67,11 +69,11 @@ for round in $(seq "${PROBE_ROUNDS:-1}"); do
     --backends sdpa_default,fa4 --out "$P/benchmarks-$round"
 done
 # shellcheck disable=SC2086
-stage bench-burst 300 $EVO bench $idargs --cases "$CASES" --dtype "$DT" --clocks burst \
+[ "${PROBE_BURST:-1}" = 1 ] && stage bench-burst 300 $EVO bench $idargs --cases "$CASES" --dtype "$DT" --clocks burst \
   --backends sdpa_default,fa4 --out "$P/benchmarks-burst"
 if [ -n "${PROBE_PYTEST:-}" ]; then
   # shellcheck disable=SC2086
-  stage pytest-gpu 400 python3 -m pytest -q -m gpu -p no:cacheprovider $PROBE_PYTEST
+  stage pytest-gpu 400 python3 -m pytest -q -m gpu -p no:cacheprovider ${PROBE_PYTEST_K:+-k "$PROBE_PYTEST_K"} $PROBE_PYTEST
 fi
 python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
 gzip -c "$DBF" > "$OUT/evo.sqlite.gz"
