@@ -1,4 +1,4 @@
-"""flash_wgmma's Q_IN_REGS, LAZY_D64 / LAZY_D128 and RESCALE_EARLY genes: what the manifest admits and
+"""flash_wgmma's Q_IN_REGS (with Q_SMEM_WG3), LAZY_D64 / LAZY_D128 and RESCALE_EARLY genes: what the manifest admits and
 what the compiled kernels contain.
 
 Q_IN_REGS holds Q as wgmma A-operand registers (ldmatrix once per tile), so S = Q K^T reads only K
@@ -8,7 +8,8 @@ stay Q's for the whole tile (ptxas 13.0 handed them to P without the overlap: th
 for it). LAZY_* skip O *= alpha
 with a warp vote, and their row sums add P as rounded for P V. ROWSUM_MMA sums P on the tensor cores (P against a column of ones) instead of
 the softmax's add chain. RESCALE_EARLY waits for the previous P V and rescales O between the row maxima
-and the exponentials (FlashAttention-4's order). Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
+and the exponentials (FlashAttention-4's order). Q_SMEM_WG3 keeps Q in shared memory for three-consumer kernels
+only, so they can sit beside two-consumer kernels with Q in registers. Build tests need nvcc (and cuobjdump for the SASS) and skip without them.
 """
 
 from __future__ import annotations
@@ -303,6 +304,38 @@ def test_the_early_rescale_leaves_every_stored_candidate_as_it_was(genes: dict[s
     assert "RESCALE_EARLY" not in off.source and "after_max" not in off.source
     on = render(make_candidate(FAMILY, point(**genes, RESCALE_EARLY=True)))
     assert '"RESCALE_EARLY": true' in on.source.splitlines()[1] and on.source_hash != off.source_hash
+
+
+def test_q_from_shared_memory_for_three_consumers_needs_q_in_registers_elsewhere() -> None:
+    three = {"WGS_D64": 3, "BLOCK_N_D64": 128, "PINGPONG3": True, "Q_IN_REGS": True}
+    assert not is_valid(FAMILY, point(**three))                     # Q's 16 registers do not fit 160
+    assert is_valid(FAMILY, point(**three, Q_SMEM_WG3=True))
+    assert not is_valid(FAMILY, point(**three | {"Q_IN_REGS": False}, Q_SMEM_WG3=True))   # nothing to change
+    assert not is_valid(FAMILY, point(Q_IN_REGS=True, Q_SMEM_WG3=True))                   # no three consumers
+
+
+def test_q_from_shared_memory_for_three_consumers_leaves_every_stored_candidate_as_it_was() -> None:
+    genes = {"WGS_D64": 3, "BLOCK_N_D64": 96, "PINGPONG3": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True}
+    off = render(make_candidate(FAMILY, point(**genes)))
+    assert "Q_SMEM_WG3" not in off.source
+    on = render(make_candidate(FAMILY, point(**genes, Q_SMEM_WG3=True)))
+    assert '"Q_SMEM_WG3": true' in on.source.splitlines()[1] and on.source_hash != off.source_hash
+
+
+def test_three_consumers_read_q_from_shared_memory_and_two_from_registers(build_cache: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Q_SMEM_WG3 with three D=64 consumers: their S = Q K^T takes A from shared memory (a descriptor),
+    while the two-consumer D=128 kernels of the same candidate keep Q in registers."""
+    genes = {"WGS_D64": 3, "BLOCK_N_D64": 128, "PINGPONG3": True, "Q_IN_REGS": True, "Q_SMEM_WG3": True}
+    functions = sass_by_function(genes, build_cache, monkeypatch)
+    assert len(functions) == 8
+    for name, body in functions.items():
+        smem_a = re.search(r"HGMMA\.64x128x16\.F32\S* R\d+, gdesc", body)
+        regs_a = re.search(r"HGMMA\.64x128x16\.F32\S* R\d+, R\d+, gdesc", body)
+        if "_d64_" in name:
+            assert smem_a, name
+        else:
+            assert regs_a and not smem_a, name
 
 
 SASS_COUNTS = importlib.util.spec_from_file_location(
