@@ -505,7 +505,8 @@ def run(db: DB = None, *, trials: int = 100, families: Sequence[str] | None = No
     default: silent). Ctrl-C stops the search: open trials are re-queued, the run is recorded
     ``interrupted``, and the summary so far comes back with ``interrupted`` set. ``start_from``:
     a new study's first trials are the best ``start_top`` (default 8) candidates of each of
-    these studies (:mod:`evo.search.warmstart`). Families, FAST cases and sampler are checked
+    these studies, and each stored candidate named by a unique id prefix of 8 hex digits or more
+    (an item that names a study is that study; :mod:`evo.search.warmstart`). Families, FAST cases and sampler are checked
     before any database file is made. On a GPU each new candidate is screened first and timed
     in full only if ``pruner`` (an Optuna pruner; default :class:`~evo.search.pruner.EvoPruner`)
     keeps it; ``screen=False`` times every candidate in full (docs/design.md, "Rungs"), and

@@ -129,14 +129,18 @@ def test_bad_databases_are_one_line_and_create_nothing(tmp_path: Path, argv: lis
     assert snapshot(tmp_path) == before
 
 
-def test_a_start_from_study_that_does_not_exist_is_one_line_and_creates_no_study(
-        replayed: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+@pytest.mark.parametrize(("source", "message"), [
+    ("nope", "no study named 'nope' in this database"),
+    ("deadbeef00", "'deadbeef00' names no study, and no candidate with id 'deadbeef00'"),  # an id prefix
+])
+def test_a_start_from_source_that_does_not_exist_is_one_line_and_creates_no_study(
+        replayed: tuple[Path, subprocess.CompletedProcess[str]], source: str, message: str) -> None:
     cwd, _ = replayed
     before = snapshot(cwd)
-    proc = evo(cwd, "run", "--study", "fresh", "--start-from", "evo-replay,nope", "--trials", "2",
+    proc = evo(cwd, "run", "--study", "fresh", "--start-from", f"evo-replay,{source}", "--trials", "2",
                "--replay", str(newest_recording(paths.root() / "data")))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
-    assert "no study named 'nope' in this database" in proc.stderr
+    assert message in proc.stderr
     assert snapshot(cwd) == before
 
 

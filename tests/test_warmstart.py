@@ -1,8 +1,10 @@
-"""``evo run --start-from``: a new study's first trials are the best of earlier studies."""
+"""``evo run --start-from``: a new study's first trials are the best of earlier studies, or
+stored candidates named by id."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -12,6 +14,9 @@ from optuna.trial import TrialState
 
 from evo.errors import EvoError
 from evo.family.manifest import load_family
+from evo.family.render import render
+from evo.family.space import make_candidate
+from evo.results import BuildResult, Status
 from evo.search import loop
 from evo.search.driver import RunOptions, run
 from evo.search.loop import NullReporter
@@ -30,9 +35,16 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_recording(tmp_path_factory.mktemp("rec") / "sweep-synthetic.json.gz", seed=3)
 
 
-def search(db: str, rec: Path, study: str, **kw) -> None:
+def search(db: str, rec: Path, study: str, note: Callable[[str], None] | None = None, **kw) -> None:
     run(RunOptions(**({"replay": rec, "db": db, "study": study, "batch": 4, "seed": 0, "cases": CASES,
-                       "families": ["flash_mma"]} | kw)), NullReporter())
+                       "families": ["flash_mma"]} | kw)), NullReporter(), note)
+
+
+def stored(db: str, cid: str, family: str = "flash_mma", **params) -> str:
+    """Store a built candidate under the made-up id ``cid``, as a run outside any study would."""
+    r = render(make_candidate(family, params))
+    open_store(db).record_build(r, BuildResult(cid, r.source_hash, "sm_90a", ("-O3",), Status.BUILT))
+    return cid
 
 
 def trials(db: str, study: str) -> list[optuna.trial.FrozenTrial]:
@@ -143,3 +155,71 @@ def test_a_candidate_todays_manifest_rejects_is_skipped_not_imported() -> None:
     got = best_trials(ts, [fam])
     assert [(t.number, bool(p)) for t, p in got] == [(0, False), (1, True)]  # rejected, then one per candidate
     assert from_trial_params(got[1][1]) == ("flash_mma", {n: p.default for n, p in fam.params.items()})
+
+
+def test_an_id_prefix_enqueues_that_stored_candidates_params(recording: Path, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    cid = stored(db, "ee" * 32, BLOCK_N=32, STAGES=3)  # built and measured outside any study
+    notes: list[str] = []
+    search(db, recording, "b", notes.append, trials=3, start_from=[cid[:10].upper()])
+    new = trials(db, "b")
+    assert [t.number for t in new if IMPORTED_FROM in t.user_attrs] == [0]
+    assert new[0].user_attrs[IMPORTED_FROM] == {"candidate": cid}
+    assert from_trial_params(new[0].params) == ("flash_mma",
+                                                make_candidate("flash_mma", {"BLOCK_N": 32, "STAGES": 3}).p)
+    assert optuna.load_study(study_name="b", storage=db).user_attrs[STARTED_FROM] == {
+        "sources": {f"candidate {cid[:12]}": 1}, "top": 8, "bucket_leaders": 0}
+    assert f"study b: enqueued 1 from candidate {cid[:12]}" in notes
+    edges = open_store(db).parents(new[0].user_attrs["candidate"])  # replayed under another id: an import edge
+    assert [(e.parent_id, e.kind) for e in edges] == [(cid, "import")]
+    search(db, recording, "b", trials=4, start_from=[cid])  # the whole id names the same source: continued
+    assert len(trials(db, "b")) == 4
+
+
+def test_a_study_and_a_candidate_id_mix_each_counted_as_a_source(recording: Path, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    search(db, recording, "a", trials=16)
+    src = trials(db, "a")
+    best = dict(ranked_keys(src)[0])
+    cid = stored(db, "ef" * 32, **from_trial_params(best)[1])  # a's best, stored under an id of its own
+    notes: list[str] = []
+    search(db, recording, "b", notes.append, trials=6, start_from=[cid[:8], "a"], start_top=2)
+    top = [t for t in trials(db, "b") if IMPORTED_FROM in t.user_attrs and "bucket" not in t.user_attrs[IMPORTED_FROM]]
+    assert [t.user_attrs[IMPORTED_FROM].get("study") for t in top] == [None, "a", "a"]
+    assert [tuple(sorted(t.params.items())) for t in top] == ranked_keys(src)[:3]  # a's best came first, by id
+    assert optuna.load_study(study_name="b", storage=db).user_attrs[STARTED_FROM]["sources"] == {
+        f"candidate {cid[:12]}": 1, "a": 2}
+    assert notes[-1].startswith(f"study b: enqueued 1 from candidate {cid[:12]}, 2 from a")
+    assert notes[-1].endswith("(skipped 1 already imported)")
+
+
+def test_an_unknown_id_or_an_ambiguous_prefix_is_one_line_and_a_study_name_comes_first(
+        recording: Path, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    search(db, recording, "a", trials=4)
+    stored(db, "abcdef12" + "0" * 56)
+    stored(db, "abcdef12" + "1" * 56, STAGES=3)
+    for item, message in (("deadbeef00", "'deadbeef00' names no study, and no candidate with id 'deadbeef00'"),
+                          ("abcdef12", "'abcdef12' names no study, and candidate id prefix 'abcdef12' is ambiguous"),
+                          ("abcdef1", "no study named 'abcdef1' in this database"),  # 7 hex digits: too short
+                          ("abcdef12000", "names candidate abcdef120000 twice")):
+        with pytest.raises(EvoError, match=message) as got:
+            search(db, recording, "n", trials=2, start_from=["a", item, "abcdef120000"])
+        assert "\n" not in str(got.value)
+    assert {s.study_name for s in optuna.get_all_study_summaries(db)} == {"a"}  # nothing was created
+    search(db, recording, "abcdef12", trials=2)
+    search(db, recording, "n", trials=2, start_from=["abcdef12"])  # the study, not the ambiguous prefix
+    origins = [t.user_attrs[IMPORTED_FROM] for t in trials(db, "n") if IMPORTED_FROM in t.user_attrs]
+    assert origins and all(o["study"] == "abcdef12" for o in origins)
+
+
+def test_a_candidate_of_a_family_not_searched_or_outside_the_manifest_is_skipped_and_counted(
+        recording: Path, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'evo.sqlite'}"
+    scalar = stored(db, "cd" * 32, "flash_scalar")
+    outside = stored(db, "ce" * 32, BLOCK_N=128)
+    notes: list[str] = []
+    search(db, recording, "p", notes.append, trials=2, pins=["flash_mma.BLOCK_N=64"], start_from=[scalar, outside])
+    assert not [t for t in trials(db, "p") if IMPORTED_FROM in t.user_attrs]
+    assert notes[-1] == ("study p: enqueued 0 from candidate cdcdcdcdcdcd, 0 from candidate cececececece (skipped 1 "
+                         "that today's manifests reject and 1 of a family this study does not search)")

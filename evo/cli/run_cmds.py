@@ -70,8 +70,9 @@ class SamplerChoice(click.Choice):
               help="seconds without a heartbeat before a worker's trial is failed and retried by another; "
               "its run is marked failed once its lease (the same grace) has passed")
 @click.option("--start-from", multiple=True, metavar="LIST",
-              help="a new study's first trials: the best candidates of these studies, comma-separated, read "
-              "through today's manifests (docs/search.md)")
+              help="a new study's first trials: the best candidates of these studies, and these stored "
+              "candidates, each named by a unique id prefix of 8 hex digits or more (a study's name comes first), "
+              "comma-separated, read through today's manifests (docs/search.md)")
 @click.option("--start-top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True, metavar="N",
               help="with --start-from: how many of each study's best (each bucket's leader comes too)")
 @click.option("--pin", multiple=True, metavar="LIST",

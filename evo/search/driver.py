@@ -248,7 +248,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             rdb = storage(url, opts.heartbeat_s, opts.grace_s, retry)
             name, settings, families, cases = settle(opts, ev, rdb)
             if opts.start_from:
-                check_sources(rdb, name, opts.start_from, opts.start_top)
+                check_sources(rdb, store, name, opts.start_from, opts.start_top)
             kind = settings["objective"]
             if isinstance(ev, GpuEvaluator):
                 ev.pair(settings["baseline"])
@@ -259,7 +259,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             if settings["pins"]:
                 note(f"study {name}: a sub-space, --pin {pins_text(settings['pins'])}")
             if opts.start_from:
-                note(f"study {name}: " + start_from(study, rdb, opts.start_from, families, opts.start_top).summary())
+                imported = start_from(study, rdb, store, opts.start_from, families, opts.start_top)
+                note(f"study {name}: " + imported.summary())
         device = {"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()}
         options = {"trials": opts.trials, "time_budget_s": opts.time_budget_s, "sampler": opts.sampler,
                    "seed": opts.seed, "batch": opts.batch, "screen": opts.screen and ev.screens, **settings}
