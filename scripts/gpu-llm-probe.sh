@@ -8,15 +8,16 @@
 #      and SDPA's default in both clock protocols (`evo bench --id ... --clocks steady|burst`).
 #
 # After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
-#   carry [".whl", ".clean", ".fa4/small"]:
+#   carry [".whl", ".fa4/small", "db/evo.sqlite.gz"]:
 #   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
-# The default variants are the next ones to try (dev/perf-notes.md, 2026-11-28 n and o; each built here
-# without spills): FlashAttention-4's step order (RESCALE_EARLY: the wait for P V and O's rescale after the
-# row maxima, 287fdd1b57ec otherwise, bf3f77c6755e), and three D=96 consumers with persistence for L5c
-# (13af4f0e1df9). The earlier lists: the first run's (1068deb) in dev/gpu-runs/2026-11-28l-h200/README.md,
-# the others' (cb8d579, b229657) in dev/perf-notes.md (m) and dev/gpu-runs/2026-11-28m-h200/README.md.
-# .clean/cur.sqlite.gz: the database holding PROBE_ID, gzipped (PROBE_DB names another). Knobs: PROBE_ID
-# (287fdd1b57ec, llm3's best), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
+# The default variant is the next one to try (dev/perf-notes.md, 2026-11-28 p; built here without spills):
+# Q from shared memory at D=128 too (FA4's choice there), now that the step has FA4's order (RESCALE_EARLY),
+# on 594b392bfa05 (the best at p: its three-consumer D=64 and D=96 kernels read Q from shared memory already,
+# so this changes the D=128 kernels alone). The earlier lists: dev/gpu-runs/2026-11-28l-h200/README.md
+# (1068deb), dev/perf-notes.md (m) and dev/gpu-runs/2026-11-28m-h200/README.md (cb8d579, b229657),
+# dev/gpu-runs/2026-11-28p-h200/README.md (a2f84eb, e4e18b4).
+# db/evo.sqlite.gz: the database holding PROBE_ID, gzipped (`scripts/fetch-db.sh` then gzip; PROBE_DB names
+# another). Knobs: PROBE_ID (594b392bfa05), PROBE_DTYPE (bf16), PROBE_CASES (L3,L7: what the variants are gated and
 # timed on and the bench covers), PROBE_NCU (1; 0 skips step 1), PROBE_NCU_CASES (the cases ncu profiles; PROBE_CASES), PROBE_ROUNDS (steady benches, 1),
 # PROBE_PYTEST (test files run with -m gpu at the end, none by default; PROBE_PYTEST_K: their -k filter),
 # PROBE_VARIANTS=none (no variant: a second call that benches ids stored by the first, carried back as PROBE_DB),
@@ -28,11 +29,11 @@ source scripts/gpu-stages.sh
 export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # FlashAttention-4, where staged
 export EVO_HOME=/tmp/evoprobe
 DBF=$EVO_HOME/db/evo.sqlite
-ID=${PROBE_ID:-287fdd1b57ec}
+ID=${PROBE_ID:-594b392bfa05}
 DT=${PROBE_DTYPE:-bf16}
 CASES=${PROBE_CASES:-L3,L7}
 P=$OUT/probe
-mkdir -p "$EVO_HOME/db" "$P" && gunzip -c "${PROBE_DB:-.clean/cur.sqlite.gz}" > "$DBF" || exit 1
+mkdir -p "$EVO_HOME/db" "$P" && gunzip -c "${PROBE_DB:-db/evo.sqlite.gz}" > "$DBF" || exit 1
 stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
   python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
   python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
@@ -60,8 +61,7 @@ while read -r name genes; do
   [ -z "$vid" ] && vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
   grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
-done <<< "${PROBE_VARIANTS:-early RESCALE_EARLY=true
-d96-wg3-p WGS_D96=3 BLOCK_N_D96=112 Q_IN_REGS=false PINGPONG3=true}"
+done <<< "${PROBE_VARIANTS:-q-smem-d128 Q_IN_REGS=false Q_SMEM_WG3=false}"
 idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
 for round in $(seq "${PROBE_ROUNDS:-1}"); do
   # shellcheck disable=SC2086

@@ -24,9 +24,10 @@
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
 # search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm5: the 16
-#   LLM cases, bf16 and fp16, from the best of LLM_FROM, llm3,llm4; LLM_BUDGET s) and study FAST_STUDY
-#   (fast5: the FAST cases the package is benched on, from FAST_FROM, fast3,fast4; FAST_BUDGET s); the
-#   database comes back. (At e366e33 these were llm4 from llm3 and fast4 from fast3.)
+#   LLM cases, bf16 and fp16, from the best of LLM_FROM, llm3,llm4 and the H200 probes' 594b392bfa05 and
+#   bf3f77c6755e, named by id; LLM_BUDGET s) and study FAST_STUDY (fast5: the FAST cases the package is
+#   benched on, from FAST_FROM, fast3,fast4,594b392bfa05; FAST_BUDGET s); the database comes back. (At
+#   e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, perf-notes.)
 # promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
 #   tests. On an H100 at e366e33 the confirmation and verification of 12 winners took about 6 min and
 #   the package tests (the launcher's first build included) did not finish in the 420 s the first
@@ -78,10 +79,10 @@ case ${1:-} in
       python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
       python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
     stage "$LLM_STUDY" $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study "$LLM_STUDY" --families flash_wgmma \
-      --cases L1-L8,L1-L8-fp16 --start-from "${LLM_FROM:-llm3,llm4}" --start-top 4 --trials 100000 \
+      --cases L1-L8,L1-L8-fp16 --start-from "${LLM_FROM:-llm3,llm4,594b392bfa05,bf3f77c6755e}" --start-top 4 --trials 100000 \
       --time-budget "${LLM_BUDGET:-240}" --seed 1 --summary-json "$OUT/$LLM_STUDY.json"
     stage "$FAST_STUDY" $(( ${FAST_BUDGET:-100} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
-      --cases F1-F8,F6-F7-bf16 --start-from "${FAST_FROM:-fast3,fast4}" --start-top 4 --trials 100000 \
+      --cases F1-F8,F6-F7-bf16 --start-from "${FAST_FROM:-fast3,fast4,594b392bfa05}" --start-top 4 --trials 100000 \
       --time-budget "${FAST_BUDGET:-100}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
     for s in "$LLM_STUDY" "$FAST_STUDY"; do
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
@@ -92,7 +93,7 @@ case ${1:-} in
     for c in ${SPEC_CASES:-L3 L4 L7}; do
       s=spec-$(echo "$c" | tr 'A-Z' 'a-z')
       stage "$s" $(( ${SPEC_BUDGET:-150} + 40 )) $EVO run --study "$s" --families flash_wgmma --cases "$c,$c-fp16" \
-        --start-from "${LLM_FROM:-llm3,llm4}" --start-top 4 --trials 100000 --time-budget "${SPEC_BUDGET:-150}" --seed 1 \
+        --start-from "${LLM_FROM:-llm3,llm4,594b392bfa05,bf3f77c6755e}" --start-top 4 --trials 100000 --time-budget "${SPEC_BUDGET:-150}" --seed 1 \
         --summary-json "$OUT/$s.json"
     done
     save_db ;;
