@@ -1,6 +1,6 @@
 """The SASS and ptxas evidence of stored candidates, per kernel entry, without a GPU.
 
-Usage: python scripts/sass_counts.py [--db URL] [--arch sm_90a] ID [ID ...]
+Usage: python scripts/sass_counts.py [--db PATH|URL] [--arch sm_90a] ID [ID ...]
 
 Each candidate (an id or unique prefix in the database) is rendered from today's templates,
 built for ``--arch`` (the build cache answers one built before) and its cubin disassembled with
@@ -34,6 +34,7 @@ import shutil
 import sys
 
 from evo.toolchain.build import build_batch
+from evo.paths import db_url
 from evo.store import open_store
 from evo.toolchain.sass import cuobjdump, dump_sass
 
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             print("| " + " | ".join(map(str, row)) + " |")
             if args.order and listing:
                 listings.append(listing)
-    store = (open_store(args.db) if args.db else open_store()) if args.ids else None
+    store = open_store(db_url(args.db) if args.db else None) if args.ids else None
     for ident in args.ids:
         assert store is not None
         view = store.get(ident).candidate

@@ -18,6 +18,7 @@ import argparse
 import math
 import sys
 
+from evo.paths import db_url
 from evo.store import open_store
 
 SMS = 132
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("ids", nargs="+", help="candidate id or prefix, optionally :BLOCK_M[:BLOCK_N]")
     ap.add_argument("--db", default=None)
     args = ap.parse_args(argv)
-    store = open_store(args.db) if args.db else open_store()
+    store = open_store(db_url(args.db) if args.db else None)
     print("| candidate | BLOCK_M x N | F4c us | F5c us | us per KV tile | us per query tile | in KV tiles | share of F4c |")
     print("|---|---|---|---|---|---|---|---|")
     for spec in args.ids:
