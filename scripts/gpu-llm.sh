@@ -15,6 +15,8 @@
 #   4. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-fast                (~300 s)
 #   5. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-burst               (~120 s)
 #   1b. instead of or after 1: scripts/gpu-llm.sh specialists                    (~560 s)
+#   0. on a fresh machine, for 3-5 of a package promoted earlier: carry [".whl", ".clean/evoattn-pkg.tgz"]:
+#      scripts/gpu-llm.sh install (the package from $OUT/evoattn-pkg.tgz of its promote call)
 #   One session's device time (1,800 s) does not hold all of 1-5 (about 1,900 s with FA4's staging). Without
 #   the search, call 1 stages FA4 and exports as above and runs `PROMOTE_DEVICE="NVIDIA H100 80GB HBM3"
 #   scripts/gpu-llm.sh promote` on the carried database (its LLM and FAST studies were timed on an H100:
@@ -106,6 +108,9 @@ case ${1:-} in
       && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG"
     save_db
     tar czf "$OUT/$PKG-pkg.tgz" -C /tmp pkg ;;
+  install)   # a package promoted in an earlier session: its $OUT/evoattn-pkg.tgz, carried as PKG_TGZ
+    rm -rf /tmp/pkg /tmp/pkgsite && tar xzf "${PKG_TGZ:-.clean/$PKG-pkg.tgz}" -C /tmp \
+      && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkgsite /tmp/pkg/$PKG || exit 1 ;;
   bench-llm)
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
@@ -124,5 +129,5 @@ case ${1:-} in
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
     bench_llm bf16 burst burst/benchmarks
     bench_llm fp16 burst burst/benchmarks ;;
-  *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|bench-llm|bench-fast|bench-burst"; exit 2 ;;
+  *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|install|bench-llm|bench-fast|bench-burst"; exit 2 ;;
 esac
