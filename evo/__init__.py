@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from evo.version import __version__
 
 __all__ = ["__version__", "bench_samplers", "benchmark", "benchmark_seeds", "build_candidates", "candidate", "doctor",
-           "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "open_db", "promote_winners", "run",
-           "run_report", "screen_errors", "show_candidate", "study_insights", "write_report"]
+           "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "load_candidate", "open_db",
+           "promote_winners", "run", "run_report", "screen_errors", "show_candidate", "study_insights", "write_report"]
 API = frozenset(__all__) - {"__version__"}
 
 if TYPE_CHECKING:
     from evo.api import (bench_samplers, benchmark, benchmark_seeds, build_candidates, candidate, doctor,
-                         evaluate_candidate, export_sweep, fast_shapes, lineage_graph, open_db, promote_winners, run,
-                         run_report, screen_errors, show_candidate, study_insights, write_report)
+                         evaluate_candidate, export_sweep, fast_shapes, lineage_graph, load_candidate, open_db,
+                         promote_winners, run, run_report, screen_errors, show_candidate, study_insights, write_report)
 
 
 def __getattr__(name: str) -> Any:

@@ -78,12 +78,13 @@ from evo.vocab import (
 __all__ = [
     # workflows, one per command (docs/api.md)
     "bench_samplers", "benchmark", "benchmark_seeds", "build_candidates", "candidate", "doctor",
-    "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "open_db", "promote_winners", "run",
+    "evaluate_candidate", "export_sweep", "fast_shapes", "lineage_graph", "load_candidate", "open_db", "promote_winners",
+    "run",
     "run_report", "screen_errors", "show_candidate", "study_insights", "write_report",
     # what they return
     "Benchmarked", "Best", "BuildResult", "Built", "CandidateRecord", "CandidateReport", "CandidateView",
     "CheckResult", "Evaluated", "Evaluation", "EvaluationView",
-    "Exported", "Finding", "Importance", "InsightsReport", "Lineage", "Link", "MoveStat", "NextStep", "Node",
+    "Exported", "Finding", "Importance", "InsightsReport", "Lineage", "Link", "Loaded", "MoveStat", "NextStep", "Node",
     "Outcome", "Promoted", "Relative", "Rendered", "Reporter", "ResourceStat", "RunReport", "RunSummary", "RunView",
     "SamplerRun", "ScreenErrors", "Screenshot", "Shape", "Status", "Store", "Timing", "WrittenReport",
     # constants: the choices and defaults the functions take
@@ -281,6 +282,40 @@ def build_candidates(families: Sequence[str] = (), params: Params = None, *, ran
         wall = time.perf_counter() - start
     distinct = list({r.build_id: r for r in results}.values())
     return Built(arch, jobs, run_id, distinct, by_id, wall)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What :func:`load_candidate` built and loaded: the build id (the stored id, or the id the
+    source builds under today), the rendered source, and its launchable kernels
+    (``kernels.launch(q, k, v, o, causal=..., shift=...)``)."""
+
+    build_id: str
+    rendered: Rendered
+    kernels: Any
+
+
+def load_candidate(source: str | Rendered, *, db: DB = None, arch: str | None = None,
+                   device: int | str = 0) -> Loaded:
+    """One candidate's kernels built (the build cache answers one built before) and loaded on GPU
+    ``device``, for a script that times or profiles them outside the GREEN / FAST workers (Nsight
+    Compute, a power probe). ``source``: a stored candidate's id or unique prefix, rendered from
+    today's templates for the arch it was built for; or a :class:`Rendered` (:func:`candidate`),
+    built for ``arch`` (default: the visible GPU's). ``device``: a CUDA device index (a Python-module
+    family's kernels also run on ``"cpu"`` tensors). Nothing is stored: it is not an evaluation."""
+    from evo.gpu.kernels import load_kernels
+    from evo.toolchain import build
+
+    if isinstance(source, str):
+        with _opened(db, create=False) as store:
+            _, rendered, stored_arch = _stored(store, source)
+        arch = arch or stored_arch
+    else:
+        rendered, arch = source, arch or build.default_arch()
+    (built,) = build.build_batch([rendered], arch=arch)
+    if built.status is not Status.BUILT or not built.cubin_path:
+        raise EvoError(f"{built.build_id[:12]} did not build for {arch}: {built.status.value} ({built.reason})")
+    return Loaded(built.build_id, rendered, load_kernels(built.cubin_path, rendered.entries, device=device))
 
 
 def _jsonable(params: Any) -> Any:

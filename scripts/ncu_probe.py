@@ -36,27 +36,18 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from evo import paths
-    from evo.api import candidate, fast_shapes
+    from evo.api import candidate, fast_shapes, load_candidate
+    from evo.errors import EvoError
     from evo.gpu.gate import TORCH_DTYPES, make_inputs
-    from evo.gpu.kernels import load_kernels
     from evo.gpu.timing import baseline_op, baseline_unavailable
-    from evo.results import Status
-    from evo.store import open_store
-    from evo.toolchain.build import build_batch, default_arch
 
-    if args.id:
-        with open_store(paths.db_url(args.db) if args.db else paths.default_db_url()) as store:
-            view = store.get(store.resolve(args.id)).candidate
-        rendered = view.rendered()
-        arch = view.arch or default_arch()
-    else:
-        rendered, arch = candidate(args.family, [p for p in args.params.split(",") if p]), default_arch()
-    (built,) = build_batch([rendered], arch=arch)
-    if built.status is not Status.BUILT or not built.cubin_path:
-        print(f"not built: {built.reason}")
+    try:
+        loaded = load_candidate(args.id, db=args.db) if args.id else load_candidate(
+            candidate(args.family, [p for p in args.params.split(",") if p]))
+    except EvoError as e:
+        print(e)
         return 1
-    kernels = load_kernels(built.cubin_path, rendered.entries, device=0)
+    kernels = loaded.kernels
     shapes = fast_shapes(args.cases, args.dtype)
     for dtype in sorted({s.dtype for s in shapes}):
         a, b = (torch.randn(8192, 8192, device="cuda", dtype=TORCH_DTYPES[dtype]) for _ in range(2))
@@ -66,7 +57,7 @@ def main(argv: list[str]) -> int:
         q, k, v = make_inputs(shape, seed=1, salt=0, device="cuda")
         o = torch.empty_like(q)
         ops = [b for b in args.backends.split(",") if b and not baseline_unavailable(b, shape)]
-        print(f"{shape.tag}: {built.build_id[:12]}, then {', '.join(ops) or 'no baseline'}", flush=True)
+        print(f"{shape.tag}: {loaded.build_id[:12]}, then {', '.join(ops) or 'no baseline'}", flush=True)
         for _ in range(2):
             kernels.launch(q, k, v, o, causal=shape.causal, shift=shape.shift)
         for name in ops:

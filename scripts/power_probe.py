@@ -82,28 +82,22 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from evo import paths
-    from evo.api import fast_shapes
+    from evo.api import fast_shapes, load_candidate
+    from evo.errors import EvoError
     from evo.gpu.gate import make_inputs
-    from evo.gpu.kernels import load_kernels
     from evo.gpu.timing import GraphTimer, baseline_op, baseline_unavailable
-    from evo.results import Status
-    from evo.store import open_store
-    from evo.toolchain.build import build_batch, default_arch
 
-    with open_store(paths.db_url(args.db)) as store:
-        view = store.get(store.resolve(args.id)).candidate
-    rendered = view.rendered()
-    (built,) = build_batch([rendered], arch=view.arch or default_arch())
-    if built.status is not Status.BUILT or not built.cubin_path:
-        print(f"not built: {built.reason}")
+    try:
+        loaded = load_candidate(args.id, db=args.db)
+    except EvoError as e:
+        print(e)
         return 1
-    kernels = load_kernels(built.cubin_path, rendered.entries, device=0)
+    kernels = loaded.kernels
     (shape,) = fast_shapes(args.case, args.dtype)
     q, k, v = make_inputs(shape, seed=1, salt=0, device="cuda")
     o = torch.empty_like(q)
     ops: dict[str, Callable[[], object]] = {
-        f"evo {built.build_id[:12]}": lambda: kernels.launch(q, k, v, o, causal=shape.causal, shift=shape.shift)}
+        f"evo {loaded.build_id[:12]}": lambda: kernels.launch(q, k, v, o, causal=shape.causal, shift=shape.shift)}
     for name in (b for b in args.backends.split(",") if b):
         if baseline_unavailable(name, shape):
             print(f"{name}: unavailable for {shape.tag}")

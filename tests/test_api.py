@@ -258,3 +258,32 @@ def test_stored_candidates_that_cannot_be_timed_as_stored_are_refused(env: Path)
         api.evaluate_candidate(candidate_id=invalid, db=db, target="standins:serve_green")
     with pytest.raises(EvoError, match="no FAST candidates"):
         api.benchmark(db=db, target="standins:serve_bench")
+
+
+def test_load_candidate_builds_and_loads_a_stored_or_a_rendered_candidate(env: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    db = env / "evo.sqlite"
+    (stored,) = api.build_candidates(["pytiny"], arch="sm_90a", db=db).results
+    loaded = api.load_candidate(stored.build_id[:12], db=db, device="cpu")
+    assert loaded.build_id == stored.build_id
+    q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    loaded.kernels.launch(q, k, v, o, causal=True, shift=0)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert torch.allclose(o.float(), want, atol=5e-3)
+    fresh = api.load_candidate(api.candidate("pytiny", {"WARPS": 1}), arch="sm_90a", device="cpu")
+    assert fresh.build_id != stored.build_id and fresh.rendered.candidate.p["WARPS"] == 1
+    with api.open_db(db, create=False) as store:
+        assert runs(store) == [("evo build", "done")]           # loading records nothing
+
+
+def test_load_candidate_refuses_an_unknown_id_and_a_failed_build_in_one_line(env: Path) -> None:
+    db = env / "evo.sqlite"
+    api.build_candidates(["pytiny"], arch="sm_90a", db=db)
+    with pytest.raises(EvoError, match="deadbeef00") as unknown:
+        api.load_candidate("deadbeef00", db=db, device="cpu")
+    with pytest.raises(EvoError, match="did not build for sm_90a") as failed:
+        api.load_candidate(api.candidate("pytiny", {"FAULT": "syntax"}), arch="sm_90a", device="cpu")
+    assert "\n" not in str(unknown.value) + str(failed.value)

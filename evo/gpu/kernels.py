@@ -10,14 +10,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evo.errors import EvoError
 from evo.family.render import Entry
 from evo.gpu.pykernels import ModuleKernels
 from evo.gpu.runtime import CandidateKernels
 
 
-def load_kernels(artifact: str | Path, entries: Sequence[Entry], device: int = 0) -> Any:
+def load_kernels(artifact: str | Path, entries: Sequence[Entry], device: int | str = 0) -> Any:
     """The launchable kernels of a built candidate, by its artifact (:mod:`evo.family.backends`): a cubin
-    (:class:`CandidateKernels`) or a Python module (:class:`evo.gpu.pykernels.ModuleKernels`)."""
+    (:class:`CandidateKernels`, on CUDA device ``device``) or a Python module
+    (:class:`evo.gpu.pykernels.ModuleKernels`, which also takes ``"cpu"``)."""
     if Path(artifact).suffix == ".py":
         return ModuleKernels(artifact, entries, device)
+    if not isinstance(device, int):
+        raise EvoError(f"a cubin's kernels run on a CUDA device index, not {device!r}")
     return CandidateKernels(artifact, entries, device)
