@@ -13,8 +13,8 @@ import pytest
 from evo.scoring import geomean
 from evo.vocab import EVO
 from evo.products.bench import (
-    COLUMNS, case_records, fidelity_summary, load_records, make_record, package_routes, regenerate,
-    render_benchmarks_md, served_by,
+    COLUMNS, NOT_RECORDED, case_records, fidelity_summary, kernel_records, load_records, make_record, package_dispatch,
+    regenerate, render_benchmarks_md, served_by,
     run_bench, suite_of, write_record,
 )
 from evo.errors import EvoError
@@ -176,9 +176,73 @@ def test_package_routes_come_from_the_installed_dispatch_table(tmp_path: Path,
     (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
     (pkg / "dispatch.json").write_text(json.dumps({"routes": ROUTES}))
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert package_routes("promoted_pkg") == ROUTES
+    assert package_dispatch("promoted_pkg") == {"routes": ROUTES, "kernels": []}
     with pytest.raises(EvoError, match="not installed"):
-        package_routes("no_such_package_here")
+        package_dispatch("no_such_package_here")
+
+
+EVIDENCE = {"registers": 168, "stack_bytes": 0, "local_bytes": 0, "shared_bytes": 1024,
+            "setmaxnreg": {"producer": [24], "consumer": [240]},
+            "sass": {"HGMMA": 32, "HMMA": 0, "LDSM": 0, "UTMALDG": 24, "UTMASTG": 2, "LDGSTS": 0, "MUFU.EX2": 132,
+                     "SYNCS": 96, "BAR": 27, "STL": 0, "LDL": 0, "instructions": 3608}}
+DISPATCH = {"routes": [{**ROUTES[0], "kernel": 0}, ROUTES[1],
+                       {**ROUTES[0], "causal": True, "kernel": 1},
+                       {**ROUTES[0], "layout": "lens", "max_lq": 1, "cross": True, "kernel": 0}],
+            "kernels": [{"id": "abc123", "smem_bytes": 49152}, {"id": "abc123", "smem_bytes": 65536}]}
+FULL, CAUSAL = "evo_attn_d64_fp16_full", "evo_attn_d64_fp16_causal"
+
+
+def test_kernel_records_carry_the_evidence_of_each_kernel_that_served() -> None:
+    provenance = {"kernels": [{"id": "abc123", "evidence": {FULL: EVIDENCE, CAUSAL: {"unavailable": "why"}}}]}
+    cases = [{"B": 1, "H": 8, "L": L, "D": 64, "dtype": "fp16", "causal": causal, **extra}
+             for L, causal, extra in [(512, False, {}), (600, False, {}), (9000, False, {}), (512, True, {}),
+                                      (1, False, {"layout": "lens", "Lk": 600})]]
+    records = kernel_records(DISPATCH, provenance, cases)
+    assert [(k["kernel"], k["layout"], k["smem_dynamic_bytes"]) for k in records] == [
+        (FULL, "contiguous", 49152), (CAUSAL, "contiguous", 65536), (FULL + "_lens", "lens", 49152)]
+    assert records[0] | {"evidence": None} == {"candidate": "abc123", "kernel": FULL, "head_dim": 64, "dtype": "fp16",
+                                               "causal": False, "layout": "contiguous", "smem_dynamic_bytes": 49152,
+                                               "evidence": None}
+    assert [k["evidence"] for k in records] == [EVIDENCE, {"unavailable": "why"}, NOT_RECORDED]
+    older = kernel_records(DISPATCH, {"kernels": [{"id": "abc123"}]}, cases[:1])   # promoted before evidence
+    assert older[0]["evidence"] == NOT_RECORDED
+
+
+def test_a_package_bench_lists_the_kernels_that_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "promoted_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    (pkg / "dispatch.json").write_text(json.dumps(DISPATCH))
+    (pkg / "PROVENANCE.json").write_text(json.dumps({"kernels": [{"id": "abc123", "evidence": {FULL: EVIDENCE}}]}))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    target = (None, EvalRequest("package:promoted_pkg", "", (), fast_cases=(F1, F3C), options={"package": "promoted_pkg"}))
+    _, record, _ = run_bench([target], out_dir=tmp_path / "benchmarks", package="promoted_pkg",
+                             target="standins:serve_bench")
+    assert [c["candidate_id"] for c in record["cases"]] == ["abc123", "abc123"]
+    assert [(k["candidate"], k["kernel"], k["evidence"]) for k in record["kernels"]] == [
+        ("abc123", FULL, EVIDENCE), ("abc123", CAUSAL, NOT_RECORDED)]
+    md = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| D64 fp16 full | `abc123` | 168 | 24 / 240 | 0 | 1024 + 49152 | 32 | 0 | 24 | 132 | 3608 |" in md
+
+
+def test_benchmarks_md_shows_a_package_records_kernels_under_its_table() -> None:
+    kernel = {"candidate": "0123456789abcdef", "head_dim": 128, "dtype": "bf16", "causal": True, "layout": "contiguous",
+              "smem_dynamic_bytes": 199680}
+    spilled = {**EVIDENCE, "local_bytes": 8, "setmaxnreg": None, "sass": {**EVIDENCE["sass"], "STL": 2, "LDL": 3}}
+    record = json.loads(SAMPLE.read_text()) | {"package": "pkg", "kernels": [
+        kernel | {"evidence": EVIDENCE}, kernel | {"layout": "paged", "smem_dynamic_bytes": None, "evidence": spilled},
+        kernel | {"causal": False, "evidence": NOT_RECORDED}, kernel | {"evidence": {"unavailable": "cuobjdump not found"}}]}
+    md = render_benchmarks_md([("x.json", record)])
+    table = md[md.index("Kernels served"):]
+    assert md.index("| **geomean**") < md.index("Kernels served")
+    assert ("| kernel | candidate | registers | setmaxnreg | spills | shared B | HGMMA | LDSM | UTMALDG | MUFU.EX2 "
+            "| instructions |") in table
+    assert "| D128 bf16 causal | `0123456789` | 168 | 24 / 240 | 0 | 1024 + 199680 | 32 | 0 | 24 | 132 | 3608 |" in table
+    assert "| D128 bf16 causal paged | `0123456789` | 168 | — | 8 B, 2 STL / 3 LDL | 1024 | 32 |" in table
+    assert "| D128 bf16 full | `0123456789` | not recorded | — | — | — | — | — | — | — | — |" in table
+    assert "| unavailable: cuobjdump not found | — |" in table
+    assert "Kernels served" not in render_benchmarks_md([("x.json", json.loads(SAMPLE.read_text()) | {"package": "pkg"})])
 
 
 def test_fallback_rows_are_labelled_in_benchmarks_md() -> None:

@@ -274,6 +274,33 @@ def test_provenance_names_sources_device_database_and_speedups(package: Path, db
     assert served[("F1", False)] == (db["B"], 2.0) and served[("F5", False)] == (db["A"], 2.0)
 
 
+def test_provenance_holds_why_placeholder_cubins_have_no_evidence(package: Path) -> None:
+    """Each shipped kernel's machine-code evidence is read from its cubin at promote
+    (evo.toolchain.evidence); these cubins are placeholders, so each entry says why there is none."""
+    for k in _json(package, "PROVENANCE.json")["kernels"]:
+        assert list(k["evidence"]) == k["entries"]
+        for why in k["evidence"].values():
+            assert set(why) == {"unavailable"} and "cuobjdump" in why["unavailable"]
+
+
+def test_provenance_records_the_evidence_of_the_entries_it_ships(tmp_path: Path, db: dict[str, str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    full, causal = entry_name(64, "fp16", False), entry_name(64, "fp16", True)
+    read: list[str] = []
+
+    def from_cubin(cubin: Path) -> dict[str, dict[str, Any]]:
+        read.append(Path(cubin).name)
+        return {full: {"registers": 40}, "evo_attn_d128_fp16_full": {"registers": 99}}
+
+    monkeypatch.setattr("evo.toolchain.evidence.cubin_evidence", from_cubin)
+    promote(NAME, tmp_path, db_url=db["url"], study="s", verify=False)
+    kernels = {k["id"]: k["evidence"] for k in _json(tmp_path / NAME, "PROVENANCE.json")["kernels"]}
+    assert kernels[db["B"]] == {full: {"registers": 40}}                          # only the entries it ships
+    assert kernels[db["A"]] == {full: {"registers": 40},
+                                causal: {"unavailable": "no such kernel function in the cubin"}}
+    assert read and set(read) <= {"elsewhere.cubin", CUBIN}
+
+
 def test_readme_has_the_measured_table(package: Path, db: dict[str, str]) -> None:
     readme = (package / "README.md").read_text()
     assert f"| F1 | 1, 8, 512, 64 | no | fp16 | {db['B'][:12]} | 5.00 | 10.00 | x2.00 |" in readme

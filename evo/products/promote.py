@@ -15,7 +15,8 @@ calls with ``seqlens=`` / ``block_table=`` (through the kernel's ``_lens`` / ``_
 on ragged and paged batches of their capacities. Only candidates whose status in the database is
 green or fast, with passing GREEN checks, are considered, and only cubins of the arch the
 timings were taken on ship. Everything the package needs (cubins, sources, the table, the
-GREEN suite for its tests, provenance) is written next to Python sources rendered from
+GREEN suite for its tests, provenance with each shipped kernel's machine-code evidence read from
+its cubin: :mod:`evo.toolchain.evidence`) is written next to Python sources rendered from
 ``templates/package/``.
 
 A kernel that failed GREEN under any candidate stays out of every bucket, whichever candidate
@@ -76,7 +77,7 @@ from evo.products.routes import (
 from evo.results import Evaluation, Status
 from evo.scoring import geomean
 from evo.store import CandidateView, Store, open_store
-from evo.toolchain import build, smi
+from evo.toolchain import build, evidence, smi
 from evo.version import __version__
 from evo.vocab import DEFAULT_BASELINE, PASSED
 
@@ -419,7 +420,8 @@ def _nothing_to_promote(contenders: Sequence[Contender], baseline: str, dev: str
 
 def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> Shipped:
     """Check the winner's GREEN evidence, re-derive its kernels (launch configs), find its cubin
-    and source."""
+    and source, and read the machine-code evidence of the kernels it ships from that cubin
+    (:mod:`evo.toolchain.evidence`; per kernel name, or why there is none)."""
     _check_green_evidence(store, view)
     rendered = view.rendered()
     if rendered.source_hash != view.source_hash:
@@ -448,6 +450,7 @@ def _ship(store: Store, view: CandidateView, keys: Sequence[Key], dev: str) -> S
         "source_hash": view.source_hash, "arch": view.arch, "flags": list(view.flags),
         "built_at_git_sha": first.git_sha if first else None, "timed_at_git_shas": shas,
         "entries": [entries[k].name for k in keys],
+        "evidence": evidence.entry_evidence(cubin, [n for k in keys for n in entries[k].names]),
     }
     return Shipped(view, {k: entries[k] for k in keys}, cubin, source, provenance)
 

@@ -40,10 +40,21 @@ def cuobjdump() -> str | None:
     return tool if tool and shutil.which("nvdisasm", path=path) else None
 
 
-def dump_sass(cubin: str | Path) -> str:
-    """``cuobjdump --dump-sass`` of ``cubin``."""
+def _run(option: str, cubin: str | Path) -> str:
+    """``cuobjdump <option> cubin``'s output (EvoError: no cuobjdump; CalledProcessError: it failed)."""
     tool = cuobjdump()
     if tool is None:
         raise EvoError("cuobjdump and nvdisasm not found: install the CUDA toolkit or pip install 'evo-kernels[test]'")
     env = {**os.environ, "PATH": _search_path()}
-    return subprocess.run([tool, "--dump-sass", str(cubin)], check=True, capture_output=True, text=True, env=env).stdout
+    return subprocess.run([tool, option, str(cubin)], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def dump_sass(cubin: str | Path) -> str:
+    """``cuobjdump --dump-sass`` of ``cubin``."""
+    return _run("--dump-sass", cubin)
+
+
+def dump_resource_usage(cubin: str | Path) -> str:
+    """``cuobjdump --dump-resource-usage`` of ``cubin``: per function, ``REG:168 STACK:0 SHARED:1024
+    LOCAL:0 ...`` (registers per thread at launch; stack, static shared and local bytes)."""
+    return _run("--dump-resource-usage", cubin)
