@@ -3,13 +3,12 @@
 Usage: python scripts/sass_counts.py [--db PATH|URL] [--arch sm_90a] ID [ID ...]
 
 Each candidate (an id or unique prefix in the database) is rendered from today's templates,
-built for ``--arch`` (the build cache answers one built before) and its cubin disassembled with
-``cuobjdump --dump-sass``. One row per kernel entry: ptxas registers (the entry's count; the
-warpgroups' own counts are the setmaxnreg values the template sets), spill bytes, dynamic shared
-memory, and the count of the instructions issue 10 asks about: HGMMA (wgmma), HMMA (mma.sync:
-should be 0), UTMALDG/UTMASTG (TMA loads/stores), SYNCS (mbarrier operations), USETMAXREG
-(register reallocation), and the setmaxnreg values themselves (consumers up, producer down). A candidate whose stored source
-differs from today's rendering is said so: its counts are of today's text.
+built for ``--arch`` (the build cache answers one built before) and its cubin read by
+:mod:`evo.toolchain.evidence` (what a package records of each kernel it ships): one row per kernel
+entry with registers at launch, local memory (spills), dynamic shared memory (a stored candidate's
+launch), the counts of :data:`evo.toolchain.evidence.OPCODES` and the setmaxnreg values (consumers
+up, producer down). A candidate whose stored source differs from today's rendering is said so: its
+counts are of today's text.
 
 With ``--step``, one row per kernel entry of the consumer's K/V step instead: the innermost loop
 that holds wgmma (HGMMA) and exponentials (MUFU.EX2), and of it the instructions a step issues
@@ -32,27 +31,13 @@ import collections
 import re
 import shutil
 import sys
+from typing import Any
 
-from evo.toolchain.build import build_batch
 from evo.paths import db_url
 from evo.store import open_store
+from evo.toolchain.build import build_batch
+from evo.toolchain.evidence import OPCODES, cubin_evidence, sass_functions
 from evo.toolchain.sass import cuobjdump, dump_sass
-
-OPCODES = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")
-
-
-def sass_by_kernel(cubin: str) -> dict[str, str]:
-    """The SASS text of each kernel function in ``cubin``."""
-    text = dump_sass(cubin)
-    out: dict[str, list[str]] = collections.defaultdict(list)
-    name = ""
-    for line in text.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            name = m.group(1)
-        elif name:
-            out[name].append(line)
-    return {k: "\n".join(v) for k, v in out.items()}
 
 
 STEP_OPCODES = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "F2FP", "SHFL", "BAR", "SYNCS")
@@ -64,14 +49,15 @@ def _opcode(instr: str) -> str:
     return _GUARD.sub("", instr).split()[0].split(".")[0]
 
 
-def counts(sass: str) -> dict[str, int | str]:
-    """Opcode counts (an opcode is the first word of an instruction, before its modifiers) and
-    the setmaxnreg values."""
-    ops = collections.Counter(_opcode(op) for _, op in _INSTR.findall(sass))
-    grown = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\S* \w+, (0x[0-9a-f]+)", sass)})
-    shrunk = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\S* (0x[0-9a-f]+)", sass)})
-    regs = f"{'/'.join(map(str, grown)) or '-'} up, {'/'.join(map(str, shrunk)) or '-'} down"
-    return {op: ops.get(op, 0) for op in OPCODES} | {"setmaxnreg": regs}
+def evidence_cells(found: dict[str, Any], smem_kb: object = "-") -> list[object]:
+    """The table's columns of one kernel's evidence (:func:`evo.toolchain.evidence.cubin_evidence`):
+    registers, local bytes, ``smem_kb`` (a stored candidate's dynamic shared memory), each opcode's
+    count, and the setmaxnreg values as ``up, down``."""
+    moves = found["setmaxnreg"] or {"consumer": [], "producer": []}
+    regs = (f"{'/'.join(map(str, moves['consumer'])) or '-'} up, "
+            f"{'/'.join(map(str, moves['producer'])) or '-'} down")
+    return [found.get("registers", "-"), found.get("local_bytes", "-"), smem_kb, *(found["sass"][o] for o in OPCODES),
+            regs]
 
 
 def step_path(sass: str) -> tuple[int, list[str]] | None:
@@ -149,14 +135,9 @@ def _step(label: str, name: str, sass: str, block_n: int | None) -> tuple[list[o
 def _cubin_rows(path: str, step: bool, block_n: int | None) -> list[tuple[list[object], str | None]]:
     """(table row, its step listing or None) of every kernel of one cubin."""
     label = path.rsplit("/", 1)[-1][:24]
-    out: list[tuple[list[object], str | None]] = []
-    for entry, sass in sorted(sass_by_kernel(path).items()):
-        if step:
-            out.append(_step(label, entry[:60], sass, block_n))
-        else:
-            c = counts(sass)
-            out.append(([label, entry[:60], "-", "-", "-", *(c[o] for o in OPCODES), c["setmaxnreg"]], None))
-    return out
+    if not step:
+        return [([label, name[:60], *evidence_cells(found)], None) for name, found in cubin_evidence(path).items()]
+    return [_step(label, name[:60], sass, block_n) for name, sass in sorted(sass_functions(dump_sass(path)).items())]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print("needs nvcc and cuobjdump (the CUDA toolkit, or pip install 'evo-kernels[test]')", file=sys.stderr)
         return 2
     header = (["candidate", "kernel", "loop", "step", "per key", *STEP_OPCODES, "uniform"] if args.step else
-              ["candidate", "kernel", "regs", "spill B", "smem KB", *OPCODES, "setmaxnreg"])
+              ["candidate", "kernel", "regs", "local B", "smem KB", *OPCODES, "setmaxnreg"])
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     listings: list[str] = []
@@ -195,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         if built.cubin_path is None:
             print(f"{ident}: {built.status.value}: {built.reason}", file=sys.stderr)
             return 1
-        sass = sass_by_kernel(built.cubin_path)
+        if args.step:
+            sass = sass_functions(dump_sass(built.cubin_path))
+        else:
+            found = cubin_evidence(built.cubin_path)
         for entry, res in sorted(built.resources.items()):
             if args.step:
                 dim = re.search(r"_d(\d+)_", entry)
@@ -205,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.order and listing:
                     listings.append(listing)
                 continue
-            c = counts(sass.get(entry, ""))
-            row = [ident[:12], entry, res.registers, res.spill_stores + res.spill_loads, round(res.smem_dynamic / 1024, 1),
-                   *(c[o] for o in OPCODES), c["setmaxnreg"]]
+            row = [ident[:12], entry, *evidence_cells(found[entry], round(res.smem_dynamic / 1024, 1))]
             print("| " + " | ".join(map(str, row)) + " |")
     if listings:
         print("\n" + "\n\n".join(listings))

@@ -1,5 +1,6 @@
-"""scripts/sass_counts.py reads opcodes and setmaxnreg values out of cuobjdump's SASS text; on a
-real build (nvcc and cuobjdump on PATH) the flash_wgmma default shows the Hopper path."""
+"""scripts/sass_counts.py: its table of each kernel's machine-code evidence (evo.toolchain.evidence, whose own
+tests read the opcodes and setmaxnreg values) and its K/V step analysis; on a real build (nvcc and cuobjdump on
+PATH) the flash_wgmma default shows the Hopper path."""
 
 from __future__ import annotations
 
@@ -18,28 +19,13 @@ assert SPEC and SPEC.loader
 SASS = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(SASS)
 
-SNIPPET = """
-        /*02b0*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;          /* 0x000000e8000079c8 */
-        /*0300*/              @!P0 SYNCS.EXCH.64 URZ, [UR4], UR6 ;                   /* 0x0000000604ff75a7 */
-        /*0310*/                   UTMALDG.3D [UR8], [UR10] ;                        /* 0x00000008080075b4 */
-        /*0320*/                   HGMMA.64x128x16.F32 R24, gdesc[UR12].tnspB, RZ ;  /* 0x01e0000c18187df0 */
-        /*0330*/                   HGMMA.64x64x16.F32 R88, R120, gdesc[UR16], R88 ;  /* 0x0000001078587df0 */
-        /*0340*/              @P1  SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR4], RZ ;     /* 0x000000ffff0079a7 */
-        /*92e0*/                   USETMAXREG.DEALLOC.CTAPOOL 0x28 ;                 /* 0x00000028000079c8 */
-        /*9300*/                   UTMASTG.3D [UR8], [UR20] ;                        /* 0x00000008080073b5 */
-"""
-
-
-def test_opcodes_and_register_moves_are_counted() -> None:
-    c = SASS.counts(SNIPPET)
-    assert {k: c[k] for k in SASS.OPCODES} == {"HGMMA": 2, "HMMA": 0, "UTMALDG": 1, "UTMASTG": 1, "SYNCS": 2,
-                                              "USETMAXREG": 2}
-    assert c["setmaxnreg"] == "232 up, 40 down"
-
-
-def test_no_reallocation_reads_as_dashes() -> None:
-    assert SASS.counts("/*0010*/  HMMA.16816.F32 R4, R8, R12, R4 ;")["setmaxnreg"] == "- up, - down"
-    assert SASS.counts("/*0010*/  HMMA.16816.F32 R4, R8, R12, R4 ;")["HMMA"] == 1
+def test_a_kernels_evidence_reads_as_its_table_cells() -> None:
+    found = {"registers": 168, "local_bytes": 0, "setmaxnreg": {"producer": [40], "consumer": [232]},
+             "sass": dict.fromkeys(SASS.OPCODES, 0) | {"HGMMA": 2, "instructions": 9}}
+    cells = SASS.evidence_cells(found, 193.1)
+    assert cells[:3] == [168, 0, 193.1] and cells[-1] == "232 up, 40 down"
+    assert dict(zip(SASS.OPCODES, cells[3:-1], strict=True))["HGMMA"] == 2
+    assert SASS.evidence_cells(found | {"setmaxnreg": None})[-1] == "- up, - down"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or cuobjdump() is None, reason="needs nvcc and cuobjdump")
@@ -54,10 +40,10 @@ def test_the_default_hopper_kernel_shows_wgmma_tma_and_mbarriers(build_cache: Pa
     fam = dataclasses.replace(load_family("flash_wgmma"), head_dims=(128,))   # the kernel read below
     built = build_batch([render(make_candidate(fam), fam)], "sm_90a")[0]
     assert built.cubin_path is not None, built.reason
-    sass = SASS.sass_by_kernel(built.cubin_path)
-    c = SASS.counts(sass["evo_attn_d128_fp16_full"])
-    assert c["HGMMA"] > 0 and c["HMMA"] == 0 and c["UTMALDG"] > 0 and c["SYNCS"] > 0
-    assert c["setmaxnreg"] == "240 up, 24 down"  # two consumers, the producer at its default 24
+    cells = SASS.evidence_cells(SASS.cubin_evidence(built.cubin_path)["evo_attn_d128_fp16_full"])
+    c = dict(zip(SASS.OPCODES, cells[3:-1], strict=True))
+    assert c["HGMMA"] > 0 and c["HMMA"] == 0 and c["UTMALDG"] > 0 and c["SYNCS"] > 0 and cells[1] == 0
+    assert cells[-1] == "240 up, 24 down"  # two consumers, the producer at its default 24
 
 
 def _sass(lines: list[str]) -> str:
@@ -97,7 +83,7 @@ def test_the_default_d128_step_issues_its_gemms_and_exponentials(build_cache: Pa
     fam = dataclasses.replace(load_family("flash_wgmma"), head_dims=(128,))
     built = build_batch([render(make_candidate(fam), fam)], "sm_90a")[0]
     assert built.cubin_path is not None, built.reason
-    found = SASS.step_path(SASS.sass_by_kernel(built.cubin_path)["evo_attn_d128_bf16_causal"])
+    found = SASS.step_path(SASS.sass_functions(SASS.dump_sass(built.cubin_path))["evo_attn_d128_bf16_causal"])
     assert found is not None
     loop, path = found
     ops = [SASS._opcode(o) for o in path]
