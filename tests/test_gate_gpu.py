@@ -61,6 +61,11 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
                                        "PACK_GQA": True, "PRODUCER_REGS": 32},
     "rescale_early_q_smem_wg3": {"RESCALE_EARLY": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True, "Q_SMEM_WG3": True,
                                  "WGS_D64": 3, "WGS_D96": 3, "BLOCK_N_D96": 112, "PINGPONG3": True},
+    "split_mask_early_q_smem_wg3": {"SPLIT_MASK": True, "RESCALE_EARLY": True, "SOFTMAX_ILP": True, "Q_IN_REGS": True,
+                                    "Q_SMEM_WG3": True, "WGS_D64": 3, "WGS_D96": 3, "BLOCK_N_D96": 112,
+                                    "PINGPONG3": True},
+    "split_mask_pack_trim_lazy": {"SPLIT_MASK": True, "PACK_GQA": True, "PRODUCER_REGS": 32, "CAUSAL_TRIM": True,
+                                  "LAZY_D128": True},
 }
 # flash_mma with Q read from shared memory and the causal loop cut at the diagonal: a CTA whose rows
 # all see no key (causal at the bottom right, Lq > Lk) runs no K/V tile, and before 2026-11-28 wrote

@@ -270,5 +270,5 @@ def test_bench_samplers_refuses_a_family_too_large_to_list(tmp_path: Path) -> No
     rec = Recording(new_header(H200, "sm_90a", [F1], {}))
     rec.add(Record("flash_wgmma", 1, make_candidate("flash_wgmma").p, Status.RED, "mismatch"))
     save_recording(rec, tmp_path / "w.json.gz")
-    with pytest.raises(EvoError, match=r"flash_wgmma \(7\.93e\+12\): more points than the 250,000"):
+    with pytest.raises(EvoError, match=r"flash_wgmma \(1\.59e\+13\): more points than the 250,000"):
         Problem.load(tmp_path / "w.json.gz", ["flash_wgmma"])

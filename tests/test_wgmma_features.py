@@ -372,3 +372,28 @@ def test_the_early_rescale_waits_for_p_v_before_the_exponentials(genes: dict[str
         # the rescale's 64 multiplies and the conversion's 32
         assert step[0] <= 16 and step[1] <= 24, (name, step)
         assert before[0] >= 60 and before[1] >= 64, (name, before)
+
+
+def test_the_split_mask_needs_the_overlap_and_leaves_every_stored_candidate_as_it_was() -> None:
+    assert is_valid(FAMILY, point(SPLIT_MASK=True))
+    assert not is_valid(FAMILY, point(SPLIT_MASK=True, INTRA_WG_OVERLAP=False))
+    off = render(make_candidate(FAMILY, point(SOFTMAX_ILP=True, RESCALE_EARLY=True)))
+    assert "SPLIT_MASK" not in off.source and "MayMask" not in off.source
+    on = render(make_candidate(FAMILY, point(SOFTMAX_ILP=True, RESCALE_EARLY=True, SPLIT_MASK=True)))
+    assert '"SPLIT_MASK": true' in on.source.splitlines()[1] and on.source_hash != off.source_hash
+
+
+@pytest.mark.parametrize("genes", [{"SOFTMAX_ILP": True, "RESCALE_EARLY": True, "Q_IN_REGS": True},
+                                   {"PACK_GQA": True, "PRODUCER_REGS": 32, "CAUSAL_TRIM": True}])
+def test_the_split_mask_leaves_no_masking_in_the_unmasked_loop(genes: dict[str, object], build_cache: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPLIT_MASK's point (FlashAttention-3/4's peeled masked tiles): the innermost loop with wgmma and
+    exponentials skips nothing but the prescale's BLOCK_N / 2 multiplies (no masking code to branch
+    over, its scores' FSELs gone), where one loop for both kinds of tile branches over its masking."""
+    split = sass_by_function(genes | {"SPLIT_MASK": True}, build_cache, monkeypatch, head_dims=(128,))
+    plain = sass_by_function(genes, build_cache, monkeypatch, head_dims=(128,))
+    for name, body in split.items():
+        loop, path = STEPS.step_path(body)
+        plain_loop, plain_path = STEPS.step_path(plain[name])
+        assert loop - len(path) <= 64 < plain_loop - len(plain_path), name   # BLOCK_N_D128 = 128
+        assert len(path) <= len(plain_path), name
