@@ -10,10 +10,11 @@
 # After FlashAttention-4's two big parts are staged (../shared/device/fa4/README.md), one call:
 #   carry [".whl", ".fa4/small", "db/evo.sqlite.gz"]:
 #   source .fa4/small/stage.sh .fa4/small; EVO_GIT_SHA=<sha> scripts/gpu-llm-probe.sh     (~500 s)
-# The default variant is the next one to try (dev/perf-notes.md, 2026-11-28 p; built here without spills):
-# Q from shared memory at D=128 too (FA4's choice there), now that the step has FA4's order (RESCALE_EARLY),
-# on 594b392bfa05 (the best at p: its three-consumer D=64 and D=96 kernels read Q from shared memory already,
-# so this changes the D=128 kernels alone). The earlier lists: dev/gpu-runs/2026-11-28l-h200/README.md
+# The default variants are the next ones to try (dev/perf-notes.md, 2026-11-28 p; built here without spills),
+# on 594b392bfa05 (the best at p): SPLIT_MASK (the masked tiles peeled into a loop of their own, as FA3/4 do:
+# the unmasked D=128 step 482 -> 470 instructions, 8b464f07e589), and Q from shared memory at D=128 too (FA4's
+# choice there; its three-consumer D=64 and D=96 kernels read Q from shared memory already, so this changes
+# the D=128 kernels alone). The earlier lists: dev/gpu-runs/2026-11-28l-h200/README.md
 # (1068deb), dev/perf-notes.md (m) and dev/gpu-runs/2026-11-28m-h200/README.md (cb8d579, b229657),
 # dev/gpu-runs/2026-11-28p-h200/README.md (a2f84eb, e4e18b4).
 # db/evo.sqlite.gz: the database holding PROBE_ID, gzipped (`scripts/fetch-db.sh` then gzip; PROBE_DB names
@@ -61,7 +62,8 @@ while read -r name genes; do
   [ -z "$vid" ] && vid=$(grep -oE -m1 '[0-9a-f]{12} sm_90a' "$OUT/eval-$name.log" | cut -d' ' -f1)
   echo "$name ${vid:-not-built} $(grep -oE -m1 '^(fast|red|[a-z_]+):' "$OUT/eval-$name.log") $genes" >> "$P/variants.txt"
   grep -q '^fast:' "$OUT/eval-$name.log" && ids="$ids $vid"
-done <<< "${PROBE_VARIANTS:-q-smem-d128 Q_IN_REGS=false Q_SMEM_WG3=false}"
+done <<< "${PROBE_VARIANTS:-split SPLIT_MASK=true
+q-smem-d128 Q_IN_REGS=false Q_SMEM_WG3=false}"
 idargs=""; for i in $ids; do idargs="$idargs --id $i"; done
 for round in $(seq "${PROBE_ROUNDS:-1}"); do
   # shellcheck disable=SC2086

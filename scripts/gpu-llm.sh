@@ -30,6 +30,8 @@
 #   bf3f77c6755e, named by id; LLM_BUDGET s) and study FAST_STUDY (fast5: the FAST cases the package is
 #   benched on, from FAST_FROM, fast3,fast4,594b392bfa05; FAST_BUDGET s); the database comes back. (At
 #   e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, perf-notes.)
+#   Both studies also start from the SEEDS variants (594b392bfa05 with SPLIT_MASK, not yet measured),
+#   built into the database first so that --start-from can name them (seed_ids).
 # promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
 #   tests. On an H100 at e366e33 the confirmation and verification of 12 winners took about 6 min and
 #   the package tests (the launcher's first build included) did not finish in the 420 s the first
@@ -69,6 +71,24 @@ save_db() {
   gzip -c "$DBF" > "$OUT/evo.sqlite.gz"
 }
 
+# The ids of the SEEDS variants (lines: a stored candidate's id, then KEY=VALUE genes changed from it),
+# built into the database first, so that --start-from can name them (a variant not yet measured anywhere).
+seed_ids() {
+  local base genes over id out=""
+  while read -r base genes; do
+    [ -z "$base" ] && continue
+    over=$(python3 -c "
+import json, sqlite3, sys
+row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
+print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$DBF" "$base") || continue
+    for g in $genes; do over="$over -p $g"; done
+    # shellcheck disable=SC2086  # word splitting of the -p list is the point
+    id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
+    [ -n "$id" ] && out="$out,$id"
+  done <<< "${SEEDS:-594b392bfa05 SPLIT_MASK=true}"
+  echo "$out"
+}
+
 bench_llm() {   # the LLM suite in one dtype through the installed package, in a clock protocol
   stage "bench-llm-$1${2:+-$2}" 200 $EVO bench --package $PKG --cases llm --dtype "$1" --clocks "${2:-steady}" \
     --backends "${BENCH_BACKENDS:-sdpa_default,fa4}" --out "$OUT/${3:-benchmarks}"
@@ -80,11 +100,12 @@ case ${1:-} in
     stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
       python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
       python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
+    seeds=$(seed_ids); echo "seeds built: ${seeds#,}"
     stage "$LLM_STUDY" $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study "$LLM_STUDY" --families flash_wgmma \
-      --cases L1-L8,L1-L8-fp16 --start-from "${LLM_FROM:-llm3,llm4,594b392bfa05,bf3f77c6755e}" --start-top 4 --trials 100000 \
+      --cases L1-L8,L1-L8-fp16 --start-from "${LLM_FROM:-llm3,llm4,594b392bfa05,bf3f77c6755e}$seeds" --start-top 4 --trials 100000 \
       --time-budget "${LLM_BUDGET:-240}" --seed 1 --summary-json "$OUT/$LLM_STUDY.json"
     stage "$FAST_STUDY" $(( ${FAST_BUDGET:-100} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
-      --cases F1-F8,F6-F7-bf16 --start-from "${FAST_FROM:-fast3,fast4,594b392bfa05}" --start-top 4 --trials 100000 \
+      --cases F1-F8,F6-F7-bf16 --start-from "${FAST_FROM:-fast3,fast4,594b392bfa05}$seeds" --start-top 4 --trials 100000 \
       --time-budget "${FAST_BUDGET:-100}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
     for s in "$LLM_STUDY" "$FAST_STUDY"; do
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
