@@ -145,3 +145,19 @@ def test_the_default_mma_kernels_evidence(build_cache: Path, monkeypatch: pytest
         sass = ev["sass"]
         assert sass["HMMA"] > 0 and sass["LDSM"] > 0 and sass["LDGSTS"] > 0, name
         assert sass["HGMMA"] == sass["UTMALDG"] == 0, name
+
+
+def test_a_cubin_is_read_once_as_long_as_it_stays_the_same(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import evo.toolchain.evidence as ev
+
+    reads: list[str] = []
+    monkeypatch.setattr(ev, "dump_resource_usage", lambda p: reads.append(str(p)) or "")
+    monkeypatch.setattr(ev, "dump_sass", lambda p: "\n\tFunction : k\n        /*0000*/   EXIT ;")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"one")
+    first = ev.cubin_evidence(cubin)
+    first["k"]["registers"] = 1                       # a caller's change stays its own
+    assert ev.cubin_evidence(cubin) == {"k": ev.function_evidence({}, "/*0000*/   EXIT ;")} and len(reads) == 1
+    cubin.write_bytes(b"other")                       # rebuilt: read again
+    ev.cubin_evidence(cubin)
+    assert len(reads) == 2
