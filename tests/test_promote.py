@@ -23,6 +23,7 @@ import pytest
 from evo.toolchain.build import CUBIN, build_id_for, cache_dir
 from evo.cli import main
 from evo.errors import EvoError
+from evo.toolchain.evidence import function_evidence
 from evo.products.promote import capability, check_name, promote, sanitize_url
 from evo.gpu.draws import MAX_BUCKET_LEN, MAX_GRID_Y, bucket_top, route_length, verified_group, verified_heads
 from evo.products.routes import Bucket, Contender, Measured, Route, length_buckets, measurements, plan_routes
@@ -288,17 +289,21 @@ def test_provenance_records_the_evidence_of_the_entries_it_ships(tmp_path: Path,
     full, causal = entry_name(64, "fp16", False), entry_name(64, "fp16", True)
     read: list[str] = []
 
+    mine = function_evidence({"registers": 40, "local_bytes": 0}, "/*0000*/  HMMA.16816.F32 R4, R8, R12, R4 ;")
+
     def from_cubin(cubin: Path) -> dict[str, dict[str, Any]]:
         read.append(Path(cubin).name)
-        return {full: {"registers": 40}, "evo_attn_d128_fp16_full": {"registers": 99}}
+        return {full: mine, "evo_attn_d128_fp16_full": mine | {"registers": 99}}
 
     monkeypatch.setattr("evo.toolchain.evidence.cubin_evidence", from_cubin)
     promote(NAME, tmp_path, db_url=db["url"], study="s", verify=False)
     kernels = {k["id"]: k["evidence"] for k in _json(tmp_path / NAME, "PROVENANCE.json")["kernels"]}
-    assert kernels[db["B"]] == {full: {"registers": 40}}                          # only the entries it ships
-    assert kernels[db["A"]] == {full: {"registers": 40},
-                                causal: {"unavailable": "no such kernel function in the cubin"}}
+    assert kernels[db["B"]] == {full: mine}                                       # only the entries it ships
+    assert kernels[db["A"]] == {full: mine, causal: {"unavailable": "no such kernel function in the cubin"}}
     assert read and set(read) <= {"elsewhere.cubin", CUBIN}
+    readme = (tmp_path / NAME / "README.md").read_text()           # and the package's README shows it
+    assert f"| {db['B'][:12]} | {full} | 40 | — | 0 | 0 | 1 | 0 | 0 | 0 | 1 |" in readme
+    assert f"| {db['A'][:12]} | {causal} | no such kernel function in the cubin |" in readme
 
 
 def test_readme_has_the_measured_table(package: Path, db: dict[str, str]) -> None:
