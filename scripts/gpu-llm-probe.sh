@@ -46,10 +46,7 @@ if [ "${PROBE_NCU:-1}" = 1 ]; then
   stage ncu-csv 60 bash -c "ncu -i '$P/ncu.ncu-rep' --page details --csv > '$P/ncu-details.csv'"
 fi
 # The stored candidate's genes, so that each variant differs from it in the named genes alone.
-base=$(python3 -c "
-import json, sqlite3, sys
-row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
-print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$DBF" "$ID") || exit 1
+base=$(stored_params "$DBF" "$ID") || exit 1
 ids="$ID ${PROBE_IDS:-}"
 while read -r name genes; do
   [ -z "$name" ] || [ "$name" = none ] && continue

@@ -77,10 +77,7 @@ seed_ids() {
   local base genes over id out=""
   while read -r base genes; do
     [ -z "$base" ] && continue
-    over=$(python3 -c "
-import json, sqlite3, sys
-row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
-print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$DBF" "$base") || continue
+    over=$(stored_params "$DBF" "$base") || continue
     for g in $genes; do over="$over -p $g"; done
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)

@@ -1,5 +1,5 @@
 # Sourced by the time-boxed GPU scripts (gpu-short.sh, gpu-decode.sh): the carried wheels installed,
-# the environment set, and stage(), which runs one command under its own time limit.
+# the environment set, stage(), which runs one command under its own time limit, and stored_params().
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
 # once per script tree: scripts that another sourced this for (gpu-throughput-pair.sh's arms) must not reinstall the
 # wheels under a process that is importing them (a concurrent --upgrade left sqlalchemy half-written for one)
@@ -25,4 +25,13 @@ stage() {
                                    # so stages run at once (scripts/gpu-throughput-pair.sh) never end each other's
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.log"
   tail -"${TAIL:-25}" "$OUT/$name.log"
+}
+
+# stored_params DB ID: the genes of the stored candidate ID (an id prefix) in the SQLite file DB, as
+# evo's -p KEY=VALUE options, so that a variant built from them differs in the genes named after them alone
+stored_params() {
+  python3 -c "
+import json, sqlite3, sys
+row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
+print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$1" "$2"
 }
