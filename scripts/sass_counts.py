@@ -36,17 +36,17 @@ from typing import Any
 from evo.paths import db_url
 from evo.store import open_store
 from evo.toolchain.build import build_batch
-from evo.toolchain.evidence import OPCODES, cubin_evidence, sass_functions
+from evo.toolchain.evidence import OPCODES, cubin_evidence, mnemonic, sass_functions
 from evo.toolchain.sass import cuobjdump, dump_sass
 
 
 STEP_OPCODES = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "F2FP", "SHFL", "BAR", "SYNCS")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
-_GUARD = re.compile(r"^@!?U?P\w+\s+")
 
 
 def _opcode(instr: str) -> str:
-    return _GUARD.sub("", instr).split()[0].split(".")[0]
+    """An instruction's opcode: its mnemonic before the modifiers (``MUFU``)."""
+    return mnemonic(instr).split(".")[0]
 
 
 def evidence_cells(found: dict[str, Any], smem_kb: object = "-") -> list[object]:

@@ -73,9 +73,14 @@ def sass_functions(text: str) -> dict[str, str]:
     return {body.split()[0]: body for body in re.split(r"\n\s*Function : ", text)[1:]}
 
 
+def mnemonic(instruction: str) -> str:
+    """One instruction's mnemonic with its modifiers (``MUFU.EX2``), without its guard predicate."""
+    return _GUARD.sub("", instruction).split()[0]
+
+
 def _mnemonics(sass: str) -> list[str]:
-    """Each instruction's mnemonic with its modifiers (``MUFU.EX2``), without its guard predicate."""
-    return [_GUARD.sub("", ins).split()[0] for ins in _INSTRUCTION.findall(sass) if ins.strip()]
+    """Each instruction's :func:`mnemonic`."""
+    return [mnemonic(ins) for ins in _INSTRUCTION.findall(sass) if ins.strip()]
 
 
 def opcode_counts(sass: str) -> dict[str, int]:
