@@ -48,6 +48,7 @@ from evo.gpu.bandwidth import MIB, gbps, hbm_peak, kv_bytes
 from evo.gpu.suites import FAST_SUITES, suites_of
 from evo.gpu.timing import FIDELITY_LIMIT, fidelity_ratio, io_bytes
 from evo.family.render import entry_name, layout_name
+from evo.toolchain.evidence import setmaxnreg_text
 from evo.products.routes import is_decode
 from evo.vocab import BASELINE_BACKENDS, EVO, FA4, STEADY, gpu_slug, short_sha
 from evo.gpu.worker import DEFAULT_TARGET, EvalRequest, Worker
@@ -431,12 +432,11 @@ def _kernel_cells(kernel: Mapping[str, Any]) -> list[str]:
     if not isinstance(ev, Mapping) or "registers" not in ev:
         why = ev if isinstance(ev, str) else f"unavailable: {ev.get('unavailable', '?')}"
         return [why, *["—"] * (4 + len(MD_OPCODES))]
-    regs, sass = ev.get("setmaxnreg"), ev["sass"]
+    sass = ev["sass"]
     spills = ("0" if not (ev["local_bytes"] or sass["STL"] or sass["LDL"])
               else f"{ev['local_bytes']} B, {sass['STL']} STL / {sass['LDL']} LDL")
     dynamic = kernel.get("smem_dynamic_bytes")
-    return [str(ev["registers"]),
-            "—" if regs is None else " / ".join("/".join(map(str, regs[k])) or "—" for k in ("producer", "consumer")),
+    return [str(ev["registers"]), setmaxnreg_text(ev.get("setmaxnreg")),
             spills, f"{ev['shared_bytes']}" + ("" if dynamic is None else f" + {dynamic}"),
             *(str(sass[op]) for op in MD_OPCODES), str(sass["instructions"])]
 

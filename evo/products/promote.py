@@ -568,6 +568,7 @@ def _render_tree(dest: Path, ctx: dict[str, Any]) -> None:
                              autoescape=False)
     env.filters["us"] = lambda x: "—" if x is None else f"{x:.2f}" if x < 100 else f"{x:.1f}"
     env.filters["x"] = lambda x: "—" if x is None else f"x{x:.2f}"
+    env.filters["setmaxnreg"] = evidence.setmaxnreg_text
     for f in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         rel = f.relative_to(src)
         parts = [ctx["name"] if i == 0 and p == "pkg" else p for i, p in enumerate(rel.parts)]

@@ -101,6 +101,14 @@ def setmaxnreg(sass: str) -> dict[str, list[int]] | None:
     return {"producer": values["DEALLOC"], "consumer": values["TRY_ALLOC"]}
 
 
+def setmaxnreg_text(moves: dict[str, list[int]] | None) -> str:
+    """A :func:`setmaxnreg` record as tables show it: ``producer / consumer`` (``24 / 240``), each
+    side's distinct values joined by ``/``; ``—`` for a kernel (or a side) that sets none."""
+    if moves is None:
+        return "—"
+    return " / ".join("/".join(map(str, moves[k])) or "—" for k in ("producer", "consumer"))
+
+
 def function_evidence(resources: dict[str, int], sass: str) -> dict[str, Any]:
     """One kernel function's evidence (the module docstring) from its resource usage and SASS."""
     return {**resources, "setmaxnreg": setmaxnreg(sass), "sass": opcode_counts(sass)}
