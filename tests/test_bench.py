@@ -101,7 +101,7 @@ def test_a_newer_package_record_supersedes_the_candidates_record_of_its_gpu_suit
     heading = "## NVIDIA H100 80GB HBM3: candidates, fast suite, fp16"
     md = render_benchmarks_md([("c.json", cands), ("p.json", package)])
     assert heading not in md and "package `evoattn`, fast suite, fp16" in md
-    assert "[c.json](benchmarks/c.json)" in md                                  # still indexed
+    assert "](benchmarks/c.json)" in md.split("## History")[1]                  # still indexed
     newer = cands | {"created": "2026-11-22T08:00:00+00:00"}                    # a search after the package
     assert heading in render_benchmarks_md([("c.json", newer), ("p.json", package)])
     other = {**package, "cases": [{**c, "dtype": "bf16"} for c in package["cases"]]}
@@ -232,7 +232,8 @@ def test_benchmarks_md_shows_a_package_records_kernels_under_its_table() -> None
     spilled = {**EVIDENCE, "local_bytes": 8, "setmaxnreg": None, "sass": {**EVIDENCE["sass"], "STL": 2, "LDL": 3}}
     record = json.loads(SAMPLE.read_text()) | {"package": "pkg", "kernels": [
         kernel | {"evidence": EVIDENCE}, kernel | {"layout": "paged", "smem_dynamic_bytes": None, "evidence": spilled},
-        kernel | {"causal": False, "evidence": NOT_RECORDED}, kernel | {"evidence": {"unavailable": "cuobjdump not found"}}]}
+        kernel | {"causal": False, "evidence": NOT_RECORDED},
+        kernel | {"head_dim": 64, "evidence": {"unavailable": "cuobjdump not found"}}]}
     md = render_benchmarks_md([("x.json", record)])
     table = md[md.index("Kernels served"):]
     assert md.index("| **geomean**") < md.index("Kernels served")
@@ -241,15 +242,28 @@ def test_benchmarks_md_shows_a_package_records_kernels_under_its_table() -> None
     assert "| D128 bf16 causal | `0123456789` | 168 | 24 / 240 | 0 | 1024 + 199680 | 32 | 0 | 24 | 132 | 3608 |" in table
     assert "| D128 bf16 causal paged | `0123456789` | 168 | — | 8 B, 2 STL / 3 LDL | 1024 | 32 |" in table
     assert "| D128 bf16 full | `0123456789` | not recorded | — | — | — | — | — | — | — | — |" in table
-    assert "| unavailable: cuobjdump not found | — |" in table
+    assert "| D64 bf16 causal | `0123456789` | unavailable: cuobjdump not found | — |" in table
     assert "Kernels served" not in render_benchmarks_md([("x.json", json.loads(SAMPLE.read_text()) | {"package": "pkg"})])
 
 
 def test_fallback_rows_are_labelled_in_benchmarks_md() -> None:
     record = json.loads(SAMPLE.read_text()) | {"package": "pkg"}
+    assert "not an evo kernel" not in render_benchmarks_md([("x.json", record)])   # no fallback row, no note
     record["cases"][0]["candidate_id"] = "sdpa"
     md = render_benchmarks_md([("x.json", record)])
     assert "SDPA (fallback)" in md and "not an evo kernel" in md
+
+
+def test_a_bench_sessions_kernels_are_listed_once_under_its_last_section() -> None:
+    kernel = {"candidate": "0123456789abcdef", "head_dim": 128, "dtype": "fp16", "causal": True, "layout": "contiguous",
+              "smem_dynamic_bytes": 199680, "evidence": EVIDENCE}
+    fast = json.loads(SAMPLE.read_text()) | {"package": "pkg", "kernels": [kernel]}
+    llm = fast | {"created": "2026-11-21T08:00:00+00:00", "cases": [{**c, "case": "L1"} for c in fast["cases"]],
+                  "kernels": [kernel, kernel | {"head_dim": 64}]}
+    md = render_benchmarks_md([("f.json", fast), ("l.json", llm)])
+    assert md.count("Kernels served") == 1
+    assert md.count("| D128 fp16 causal | `0123456789` |") == 1 and md.count("| D64 fp16 causal | `0123456789` |") == 1
+    assert md.index("Kernels served") > md.index("f.json`")             # after the session's last (older) section
 
 
 # ----------------------------------------------------------------------------- fidelity
@@ -308,8 +322,21 @@ def test_benchmarks_md_shows_the_newest_run_of_each_gpu_and_suite_and_indexes_al
     assert "git fedcba9" in latest and "git abc1234" not in latest      # the older candidates run: indexed only
     assert "## NVIDIA H100 80GB HBM3: package `evoattn`, fast suite, fp16" in latest
     for name in ("old.json", "newer.json", "pkg.json"):
-        assert f"[{name}](benchmarks/{name})" in history
+        assert f"](benchmarks/{name})" in history
     assert history.index("fedcba9") < history.index("abc1234")       # newest first
+
+
+def test_the_history_gives_a_bench_session_one_row_and_each_record_a_link() -> None:
+    fp16 = json.loads(SAMPLE.read_text()) | {"package": "evoattn", "git_sha": "0a0a0a0"}
+    bf16 = fp16 | {"cases": [{**c, "dtype": "bf16"} for c in fp16["cases"]]}
+    other = fp16 | {"git_sha": "1b1b1b1"}
+    history = render_benchmarks_md([("f.json", fp16), ("b.json", bf16), ("o.json", other)]).split("## History")[1]
+    rows = [line for line in history.splitlines() if line.startswith("| 20")]
+    assert len(rows) == 2                                              # two commits, two sessions
+    session = next(r for r in rows if "0a0a0a0" in r)
+    assert "package `evoattn`" in session
+    assert f"fast fp16, {len(fp16['cases'])}, " in session and "](benchmarks/f.json)" in session
+    assert f"fast bf16, {len(bf16['cases'])}, " in session and "](benchmarks/b.json)" in session
 
 
 

@@ -350,7 +350,8 @@ def _table(record: Mapping[str, Any], name: str) -> str:
             + (f" · package `{record['package']}`" if record.get("package") else "")
             + f" · `{name}`\n\n"
             + ("Package rows marked SDPA (fallback) are calls the dispatch table routes to SDPA: they time "
-               "SDPA itself through the package, not an evo kernel.\n\n" if record.get("package") else ""))
+               "SDPA itself through the package, not an evo kernel.\n\n"
+               if any(c.get("candidate_id") == "sdpa" for c in record["cases"]) else ""))
     baselines = _baselines(record)
     cols = ["case", "B,H,L,D", "dtype", "candidate", "evo us (p80-p20)",
             "TFLOP/s (% GEMM)" if gemm else "TFLOP/s",
@@ -441,13 +442,13 @@ def _kernel_cells(kernel: Mapping[str, Any]) -> list[str]:
             *(str(sass[op]) for op in MD_OPCODES), str(sass["instructions"])]
 
 
-def _kernels_table(record: Mapping[str, Any]) -> str:
-    """A package record's served kernels (``kernels``: :func:`kernel_records`) with the machine-code
-    evidence promote read from each shipped cubin; "" for a record without them."""
-    kernels = record.get("kernels")
+def _kernels_table(kernels: Sequence[Mapping[str, Any]]) -> str:
+    """The served kernels (``kernels``: :func:`kernel_records`) with the machine-code evidence promote
+    read from each shipped cubin; "" for none."""
     if not kernels:
         return ""
-    text = ("\nKernels served, as their shipped cubins say (read at promote, the package's PROVENANCE.json): "
+    text = ("\nKernels served, as their shipped cubins say (read at promote, the package's PROVENANCE.json; "
+            "every kernel of this bench session's records, listed once): "
             "registers per thread at launch; setmaxnreg: producer / consumer warpgroups' registers; spills: "
             "local bytes per thread and local stores / loads; shared: static + the launch's dynamic bytes; "
             "SASS instruction counts.\n\n")
@@ -458,6 +459,25 @@ def _kernels_table(record: Mapping[str, Any]) -> str:
         entry = f"D{k['head_dim']} {k['dtype']} {'causal' if k['causal'] else 'full'}{layout}"
         lines.append("| " + " | ".join([entry, f"`{k['candidate'][:10]}`", *_kernel_cells(k)]) + " |")
     return text + "\n".join(lines) + "\n"
+
+
+def _session(record: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """The bench session a record came from, as BENCHMARKS.md groups its kernels: GPU, commit, package."""
+    return record["gpu"], record["git_sha"], record.get("package")
+
+
+def _session_kernels(shown: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[int, list[Mapping[str, Any]]]:
+    """For each bench session among the ``shown`` sections, its records' kernels without repeats
+    (kernel, dtype, mask, layout and candidate), keyed by the index of the session's last section:
+    a package benched over several suites serves most kernels in more than one of them."""
+    last: dict[tuple[str, str, str | None], int] = {}
+    kernels: dict[tuple[str, str, str | None], dict[tuple[Any, ...], Mapping[str, Any]]] = {}
+    for i, (_, rec) in enumerate(shown):
+        for k in rec.get("kernels") or ():
+            key = (k["candidate"], k["head_dim"], k["dtype"], k["causal"], k["layout"])
+            kernels.setdefault(_session(rec), {}).setdefault(key, k)
+            last[_session(rec)] = i
+    return {i: list(kernels[session].values()) for session, i in last.items()}
 
 
 def _unavailable_note(record: Mapping[str, Any]) -> str:
@@ -499,8 +519,7 @@ def suite_of(record: Mapping[str, Any]) -> str:
         return "seed campaigns"
     _, suites, dtypes = _measured(record)
     dtypes = dtypes or "no cases"
-    what = f"package `{record['package']}`" if record.get("package") else "candidates"
-    return f"{what}, {suites} suite, {dtypes}" if suites else f"{what}, {dtypes}"
+    return f"{_what(record)}, {suites} suite, {dtypes}" if suites else f"{_what(record)}, {dtypes}"
 
 
 def _suites(record: Mapping[str, Any]) -> set[str]:
@@ -546,13 +565,34 @@ def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | 
 
 
 def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """One row per record on disk, newest first: the index of the JSON history."""
-    lines = ["| date | GPU | git | suite | cases | geomean vs sdpa_default | file |", "|---|---|---|---|---|---|---|"]
+    """The index of the JSON history, newest first: one row per bench session (date, GPU, commit,
+    package or candidates), each record of it a link with its suite, dtypes, case count and geometric
+    mean against SDPA's default, so that a session's five records take one line, not five."""
+    sessions: dict[tuple[str, str, str, str], list[tuple[str, Mapping[str, Any]]]] = {}
     for name, rec in sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True):
-        lines.append(f"| {rec['created'][:10]} | {rec['gpu']} | {rec['git_sha']} | {suite_of(rec)} | "
-                     f"{len(rec.get('cases', rec.get('rows', [])))} | {_x(_geomean_vs(rec, 'sdpa_default'))} | "
-                     f"[{name}](benchmarks/{name}) |")
+        what = _what(rec)
+        sessions.setdefault((rec["created"][:10], rec["gpu"], rec["git_sha"], what), []).append((name, rec))
+    lines = ["| date | GPU | git | what | records: suite, dtypes, cases, geomean vs sdpa_default |", "|---|---|---|---|---|"]
+    for (date, gpu, sha, what), group in sessions.items():
+        links = "; ".join(f"[{_suite_only(rec)}, {len(rec.get('cases', rec.get('rows', [])))}, "
+                          f"{_x(_geomean_vs(rec, 'sdpa_default'))}](benchmarks/{name})" for name, rec in group)
+        lines.append(f"| {date} | {gpu} | {sha} | {what} | {links} |")
     return "\n".join(lines) + "\n"
+
+
+def _what(record: Mapping[str, Any]) -> str:
+    """A record's subject: a seeds campaign, a package, or candidates."""
+    if record.get("kind") == "seeds":
+        return "seed campaigns"
+    return f"package `{record['package']}`" if record.get("package") else "candidates"
+
+
+def _suite_only(record: Mapping[str, Any]) -> str:
+    """:func:`suite_of` without the subject: the suites and dtypes (and clocks) a record measured."""
+    if record.get("kind") == "seeds":
+        return "seeds"
+    _, suites, dtypes = _measured(record)
+    return f"{suites} {dtypes or 'no cases'}" if suites else (dtypes or "no cases")
 
 
 def _twin(burst: Mapping[str, Any], records: Sequence[tuple[str, Mapping[str, Any]]]) -> Mapping[str, Any] | None:
@@ -602,19 +642,22 @@ def render_benchmarks_md(records: Iterable[tuple[str, Mapping[str, Any]]],
     if not everything:
         return MD_HEADER + "\nNo benchmarks yet: run `evo bench` on a GPU machine.\n" + searches
     latest = latest_per_suite(everything)
+    kernels = _session_kernels(latest)
     return (MD_HEADER + "\nThe newest run of each GPU and suite; every run is indexed under "
-            "[History](#history).\n" + "".join("\n" + _section(rec, name) for name, rec in latest)
+            "[History](#history).\n"
+            + "".join("\n" + _section(rec, name, kernels.get(i, [])) for i, (name, rec) in enumerate(latest))
             + _clocks_table(everything) + searches + "\n## History\n\n" + _history(everything))
 
 
-def _section(record: Mapping[str, Any], name: str) -> str:
-    """A record's tables: candidates against SDPA (and FAST's fidelity), or a seeds record
-    (claims beside evo's measurements, the SDPA sweep)."""
+def _section(record: Mapping[str, Any], name: str, kernels: Sequence[Mapping[str, Any]] = ()) -> str:
+    """A record's tables: candidates against SDPA (and FAST's fidelity; ``kernels``: those of its
+    bench session, under the session's last section), or a seeds record (claims beside evo's
+    measurements, the SDPA sweep)."""
     if record.get("kind") == "seeds":
         from evo.products.seedreport import section
 
         return section(record, name)
-    return _table(record, name) + _kernels_table(record) + _bandwidth_table(record) + _fidelity_table(record)
+    return _table(record, name) + _kernels_table(kernels) + _bandwidth_table(record) + _fidelity_table(record)
 
 
 def load_records(out_dir: Path) -> list[tuple[str, dict[str, Any]]]:
