@@ -33,3 +33,15 @@ def test_a_case_missing_from_the_bench_counts_as_outside() -> None:
     prov = {"cases": [_case("F4", 229.8, 1.057)]}
     lines, _, bad = CHECK.compare(prov, {}, 0.05)
     assert bad == 1 and "not in the bench file" in lines[0]
+
+
+def test_a_one_suite_bench_leaves_the_other_suites_out_but_not_an_untimed_route() -> None:
+    """At 2026-11-28q bench-fast checked the FAST files alone against a package that also serves the
+    LLM suite, and F7c was served by a kernel the database had never timed on it."""
+    prov = {"cases": [_case("F4", 229.8, 1.057), _case("L1", 240.0, 1.2), _case("F7", 1000.0, None)]}
+    bench = {("F4", False, "fp16"): {"us": {"evo": 229.8, "sdpa_default": 242.9}},
+             ("F7", False, "fp16"): {"us": {"evo": 1000.0, "sdpa_default": 990.0}}}
+    lines, _, bad = CHECK.compare(prov, bench, 0.05, only_benched=True)
+    assert bad == 1 and len(lines) == 2 and " ok; " in lines[0]
+    assert lines[1] == "F7 fp16: served by abc, which the database never timed on it"
+    assert CHECK.compare(prov, bench, 0.05)[2] == 2                       # L1 missing counts without the flag

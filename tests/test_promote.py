@@ -42,7 +42,8 @@ SHORT = Shape("F3", 32, 8, 128, 64, False)
 MID = Shape("F1", 1, 8, 512, 64, False)
 MID_C = Shape("F1", 1, 8, 512, 64, True)
 LONG = Shape("F5", 1, 12, 8192, 64, False)
-BASE_US = {SHORT: 10.0, MID: 10.0, MID_C: 10.0, LONG: 100.0}
+QCHUNK = Shape("L9", 1, 8, 256, 64, False, "fp16", 8, 4096)      # a query chunk on a longer cache: a chunk route
+BASE_US = {SHORT: 10.0, MID: 10.0, MID_C: 10.0, LONG: 100.0, QCHUNK: 10.0}
 NAME = "attn_pkg"
 
 
@@ -92,9 +93,10 @@ def db(tmp_path_factory: pytest.TempPathFactory, _env: None) -> dict[str, str]:
     with open_store(url) as store:
         s = store.start_run("test", study="s", device=DEVICE)
         ids = {
-            "A": add(store, tiny(ROWS=32), s, Status.FAST, {SHORT: 5.0, MID: 12.0, MID_C: 9.0, LONG: 50.0}),
-            "B": add(store, tiny(ROWS=64), s, Status.FAST, {SHORT: 8.0, MID: 5.0, MID_C: 20.0, LONG: 80.0},
-                     cubin_in_cache=True),
+            "A": add(store, tiny(ROWS=32), s, Status.FAST, {SHORT: 5.0, MID: 12.0, MID_C: 9.0, LONG: 50.0,
+                                                          QCHUNK: 4.0}),
+            "B": add(store, tiny(ROWS=64), s, Status.FAST, {SHORT: 8.0, MID: 5.0, MID_C: 20.0, LONG: 80.0,
+                                                          QCHUNK: 12.0}, cubin_in_cache=True),
             "R": add(store, tiny(ROWS=128), s, Status.RED, checks_pass=False),
             "E": add(store, tiny(ROWS=32, SMEM_KB=2), store.start_run("test", study="empty"), Status.BUILT),
             "S": add(store, tiny(ROWS=64, SMEM_KB=2), store.start_run("test", study="slow"), Status.FAST,
@@ -162,11 +164,28 @@ SELF_LONG = Shape("L1", 1, 32, 4096, 128, True, "bf16", 8)
 
 def test_a_route_is_bucketed_by_the_longer_of_its_query_and_key_lengths() -> None:
     """A query chunk of 512 on 8192 keys is a long problem: its bucket is that of 8192, not of 512,
-    and the route serves both of its lengths (its top is past 8192)."""
+    and its route serves both of its lengths (its top is past 8192); being a chunk, it has a chunk
+    route of its own (at most 2048 query rows, caches from 2049), before the others."""
     routes = plan_routes([_contender("a", {GQA: 1.5, SELF_LONG: 1.2, CHUNK: 1.3})])
-    assert [(r.bucket.lo, r.top, [s.case for s in r.shapes]) for r in routes] == \
-        [(1, 1448, ["L8"]), (1449, 5792, ["L1"]), (5793, 16384, ["L3"])]
+    assert [(r.bucket.lo, r.top, r.max_lq, r.chunk, [s.case for s in r.shapes]) for r in routes] == \
+        [(2049, 16384, 2048, True, ["L3"]), (1, 1448, None, False, ["L8"]), (1449, 8192, None, False, ["L1"])]
     assert all(r.winner == "a" and r.cross and r.aligns == ("top_left", "bottom_right") for r in routes)
+
+
+F7C = Shape("F7", 2, 16, 8192, 128, True, "bf16")
+
+
+def test_a_chunk_and_a_prefill_of_one_bucket_get_a_kernel_each() -> None:
+    """At 2026-11-28q L3 (512 queries on 8192 keys) and F7 (8192 on 8192) shared one route, and the
+    kernel that won L3 by 2x served F7 slower than SDPA. Chunks are planned apart: each case goes to
+    the kernel that won it, and the chunk route takes only fewer queries than keys."""
+    routes = plan_routes([_contender("chunky", {CHUNK: 2.0, F7C: 0.95}), _contender("square", {CHUNK: 1.2, F7C: 1.1})])
+    chunk, square = routes
+    assert (chunk.winner, chunk.chunk, chunk.max_lq, chunk.bucket.lo, chunk.shapes) == ("chunky", True, 2048, 2049,
+                                                                                       (CHUNK,))
+    assert (square.winner, square.chunk, square.max_lq, square.shapes) == ("square", False, None, (F7C,))
+    assert chunk.max_lq < chunk.bucket.lo and chunk.limits().startswith("Lq <= 2048, max(Lq, Lk) 2049..16384")
+    assert chunk.max_bh == max(verified_heads(2049, 128), CHUNK.B * CHUNK.H)
 
 
 def test_a_route_serves_the_groups_promote_checks_or_a_fast_case_ran() -> None:
@@ -184,6 +203,17 @@ def test_a_route_serves_the_groups_promote_checks_or_a_fast_case_ran() -> None:
 def test_plan_picks_the_fastest_per_bucket() -> None:
     routes = plan_routes([_contender("a", {SHORT: 2.0, LONG: 1.1}), _contender("b", {SHORT: 1.2, LONG: 1.9})])
     assert [(r.bucket.lo, r.winner, r.speedup) for r in routes] == [(1, "a", 2.0), (1025, "b", 1.9)]
+
+
+def test_plan_prefers_a_kernel_that_beats_sdpa_on_every_case_of_the_bucket() -> None:
+    """L2c and L6c share the D=128 causal bucket of 2048: a kernel at 1.30x and 0.98x (mean 1.13x)
+    would serve L6c slower than SDPA; one at 1.10x and 1.05x serves both faster, and wins."""
+    l2 = Shape("L2", 8, 64, 2048, 128, True, "bf16", 8)
+    l6 = Shape("L6", 8, 32, 2048, 128, True, "bf16", 1)
+    routes = plan_routes([_contender("uneven", {l2: 1.30, l6: 0.98}), _contender("even", {l2: 1.10, l6: 1.05})])
+    assert [(r.winner, round(r.speedup or 0, 3)) for r in routes] == [("even", round((1.10 * 1.05) ** 0.5, 3))]
+    alone = plan_routes([_contender("uneven", {l2: 1.30, l6: 0.98})])     # no even one: the mean decides
+    assert [r.winner for r in alone] == ["uneven"]
 
 
 def test_plan_leaves_a_bucket_to_sdpa_when_nothing_beats_min_speedup() -> None:
@@ -228,8 +258,11 @@ def _routes(package: Path) -> list[tuple[bool, int, str | None]]:
 
 def test_dispatch_table_holds_each_buckets_winner(package: Path, db: dict[str, str]) -> None:
     a, b = db["A"], db["B"]
-    assert _routes(package) == [(False, 1, a), (False, 257, b), (False, 2049, a),
+    assert _routes(package) == [(False, 1025, a),                      # the chunk route (L9) first
+                                (False, 1, a), (False, 257, b), (False, 2049, a),
                                 (True, 1, None), (True, 257, a), (True, 2049, None)]
+    chunk = _json(package, "dispatch.json")["routes"][0]
+    assert (chunk["chunk"], chunk["max_lq"], chunk["max_len"], chunk["cases"]) == (True, 1024, 8192, ["L9-fp16"])
 
 
 def test_dispatch_routes_record_what_promote_checks(package: Path) -> None:
@@ -485,9 +518,10 @@ def test_verified_promote_checks_every_winner_over_its_buckets(tmp_path: Path, d
         assert Path(cubin).is_file() and {(e.head_dim, e.dtype, e.causal) for e in entries} == {b[0] for b in buckets}
         assert all(b.lo <= b.top and all(b.lo <= n <= b.top for n in b.measured) for b in buckets)
     full, causal = (64, "fp16", False), (64, "fp16", True)   # buckets split at sqrt(128*512), sqrt(512*8192)
-    heads = [verified_heads(lo, 64) for lo in (1, 2049, 257)]         # or a FAST case's B * H, if more
+    heads = [verified_heads(lo, 64) for lo in (1, 2049, 257, 1025)]   # or a FAST case's B * H, if more
     plain = ("contiguous", ())                                        # no cache layout, no pages
     assert sorted(kernels[db["A"]][2]) == [(full, 1, 256, (128,), heads[0], *plain),
+                                           (full, 1025, 8192, (4096,), heads[3], *plain),   # L9's chunk route
                                            (full, 2049, 16384, (8192,), heads[1], *plain),
                                            (causal, 257, 2048, (512,), heads[2], *plain)]
     assert kernels[db["B"]][2] == ((full, 257, 2048, (512,), heads[2], *plain),)  # the top bucket: twice F5's 8192
@@ -773,7 +807,8 @@ def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any
     return seen
 
 
-DB_US = {"A": {SHORT: 5.0, MID: 12.0, MID_C: 9.0, LONG: 50.0}, "B": {SHORT: 8.0, MID: 5.0, MID_C: 20.0, LONG: 80.0}}
+DB_US = {"A": {SHORT: 5.0, MID: 12.0, MID_C: 9.0, LONG: 50.0, QCHUNK: 4.0},
+         "B": {SHORT: 8.0, MID: 5.0, MID_C: 20.0, LONG: 80.0, QCHUNK: 12.0}}
 
 
 def test_confirm_routes_on_numbers_timed_beside_sdpa(tmp_path: Path, db: dict[str, str], db_copy: str,
@@ -783,7 +818,8 @@ def test_confirm_routes_on_numbers_timed_beside_sdpa(tmp_path: Path, db: dict[st
     fake_confirm["now"] = {(a, LONG): 120.0, (b, LONG): 90.0}   # A loses F5 to SDPA beside it; B still wins
     result = promote(NAME, tmp_path, db_url=db_copy, study="s", confirm=True)
     first, second = fake_confirm["calls"]
-    assert first == {a: ["F1c-fp16", "F3-fp16", "F5-fp16"], b: ["F1-fp16"]} and second == {b: ["F5-fp16"]}
+    assert first == {a: ["F1c-fp16", "F3-fp16", "F5-fp16", "L9-fp16"], b: ["F1-fp16"]}
+    assert second == {b: ["F5-fp16"]}
     long_route, = [r for r in result.routes if LONG in r.shapes]
     assert long_route.winner == b and long_route.speedup == pytest.approx(100 / 90)
     assert result.confirmed[a]["F5-fp16"] == [pytest.approx(2.0), pytest.approx(100 / 120)]

@@ -195,23 +195,28 @@ def serving_route(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) 
     """The route of a package's dispatch table that sends ``case`` to a kernel; None: to SDPA
     (fallback). The package's rule (its ``_routes.py`` and C++ launcher): of the routes of the
     case's key and cache layout (a ragged or paged case takes only its layout's routes) that serve
-    its query rows (a decode route's ``max_lq``), decode routes first, the one whose bucket holds
-    max(Lq, Lk), within its heads (B * Hq), group (Hq / Hkv) and, for Lq != Lk, its ``cross`` and
-    causal ``aligns``; a limit a route does not state is the narrowest (no ``max_bh``: none, as in
-    packages older than it)."""
+    its query rows (a decode or chunk route's ``max_lq``), decode routes first, then chunk routes, the
+    first whose ``min_len``..``max_len`` holds max(Lq, Lk), within its heads (B * Hq), group (Hq / Hkv)
+    and, for Lq != Lk, its ``cross`` and causal ``aligns``; a limit a route does not state is the
+    narrowest (no ``max_bh``: none, as in packages older than it)."""
     L, H = case["L"], case["H"]
     Lk, Hkv, align = case.get("Lk", L), case.get("Hkv", H), case.get("align", "top_left")
     key = (case["D"], case["dtype"], bool(case["causal"]), case.get("layout", "contiguous"))
 
     def takes_rows(r: Mapping[str, Any]) -> bool:
-        """A decode route serves at most its ``max_lq`` query rows; any other route, any number."""
+        """A decode or chunk route serves at most its ``max_lq`` query rows; any other route, any number."""
         most = r.get("max_lq")
         return not most or most >= L
 
+    def order(r: Mapping[str, Any]) -> tuple[bool, bool, float]:
+        """Decode routes, then chunk routes, then the others, each by increasing ``max_len``."""
+        decode = bool(r.get("max_lq")) and not r.get("chunk")
+        return not decode, not r.get("chunk"), math.inf if r["max_len"] is None else r["max_len"]
+
     mine = sorted((r for r in routes if takes_rows(r) and
-                   (r["head_dim"], r["dtype"], bool(r["causal"]), r.get("layout") or "contiguous") == key),
-                  key=lambda r: (not r.get("max_lq"), math.inf if r["max_len"] is None else r["max_len"]))
-    route = next((r for r in mine if r["max_len"] is None or max(L, Lk) <= r["max_len"]), None)
+                   (r["head_dim"], r["dtype"], bool(r["causal"]), r.get("layout") or "contiguous") == key), key=order)
+    route = next((r for r in mine if (r.get("min_len") or 1) <= max(L, Lk)
+                  and (r["max_len"] is None or max(L, Lk) <= r["max_len"])), None)
     if route is None or not route.get("candidate"):
         return None
     heads_ok = case["B"] * H <= route.get("max_bh", math.inf) and H // Hkv <= route.get("max_group", 1)

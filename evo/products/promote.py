@@ -503,7 +503,7 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
         d, dt, causal = r.key
         table.append({"head_dim": d, "dtype": dt, "causal": causal, "min_len": r.bucket.lo,
                       "max_len": r.top, "max_bh": r.max_bh, "max_group": r.max_group, "cross": r.cross,
-                      "aligns": list(r.aligns), "max_lq": r.max_lq, "layout": r.layout,
+                      "aligns": list(r.aligns), "max_lq": r.max_lq, "chunk": r.chunk, "layout": r.layout,
                       "kernel": index[(r.winner, r.key)] if r.winner else None,
                       "candidate": r.winner, "entry": entry_name(*r.key) if r.winner else None,
                       "speedup": r.speedup, "lengths": sorted({length_of(s) for s in r.shapes}),

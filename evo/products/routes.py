@@ -20,6 +20,17 @@ problems of at most ``max_lq`` query rows. The package tries a key's decode rout
 other routes after them, so a decode kernel serves the decode buckets it won and the prefill routes
 keep theirs.
 
+Query chunks on a longer key cache (:func:`is_chunk`: Lq < Lk, not decode: chunked prefill, and
+cross-attention with fewer queries than keys) have routes of their own too: a bucket's chunk cases
+would otherwise share one kernel with its equal-length cases (at 2026-11-28q the chunked-prefill case
+L3, 512 queries on 8192 keys, and F7, 8192 on 8192, shared the D=128 causal route 5793..16384, and L3's
+winner served F7 at 0.95x SDPA's time). A chunk route serves at most ``max_lq`` query rows, the
+geometric middle of its cases' longest query length and shortest key length (below that shortest key
+length), and only max(Lq, Lk) from ``max_lq + 1``, so that Lq < Lk in every problem it takes. The
+package tries its decode routes first, then its chunk routes, then the others; a problem that no chunk
+route takes falls through to the others. Promote checks a chunk route over its bucket as any other
+(the checks' other length is drawn shorter both ways, so they cover the chunks it serves).
+
 Decode cases with per-sequence lengths or pages (``Shape.layout`` ``lens`` or ``paged``: D6, D7) plan
 layout routes of their own, one set per layout, bucketed by the capacity (the longest a sequence can
 be): a call with ``seqlens=`` (and ``block_table=``) goes only to a route of its layout, whose kernel
@@ -33,6 +44,7 @@ Promote (:mod:`evo.products.promote`) feeds it the database's timings; the confi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Sequence
@@ -112,8 +124,9 @@ class Route:
     best: tuple[str, float] | None = None      # best contender when none beat SDPA
     max_bh: int = 0                            # the most B * Hq the kernel is verified for here
     max_group: int = 1                         # the most Hq / Hkv the kernel is verified for here
-    max_lq: int | None = None                  # a decode route: the most query rows it serves (None: any)
+    max_lq: int | None = None                  # a decode or chunk route: the most query rows it serves (None: any)
     layout: str = "contiguous"                 # lens, paged: a route of calls with seqlens (and block_table)
+    chunk: bool = False                        # a chunk route: query chunks on longer caches (bucket from max_lq + 1)
 
     @property
     def top(self) -> int:
@@ -179,20 +192,47 @@ def is_decode(s: Shape) -> bool:
     return s.L <= DECODE_ROWS < s.Lk
 
 
+def is_chunk(s: Shape) -> bool:
+    """Whether a FAST case is a query chunk on a longer key cache: fewer queries than keys, more
+    than a decode problem's rows (L3, chunked prefill; L7, cross-attention)."""
+    return s.Lk > s.L and not is_decode(s)
+
+
 def plan_routes(contenders: Sequence[Contender], min_speedup: float = 1.0) -> list[Route]:
     """The dispatch table: the decode routes (planned on the contiguous decode cases alone, each
     serving at most DECODE_ROWS query rows), the layout routes of each cache layout (planned on that
-    layout's cases alone, bucketed by capacity, DECODE_ROWS query rows too), then the others
-    (planned on every other case), as :func:`_plan_part` plans each."""
-    def part(layout: str, decode: bool) -> list[tuple[str, Measured]]:
-        """Every contender's measurements of the cases of ``layout``, decode or not."""
+    layout's cases alone, bucketed by capacity, DECODE_ROWS query rows too), the chunk routes
+    (:func:`_chunk_routes`, on the chunk cases alone), then the others (planned on every other case),
+    as :func:`_plan_part` plans each."""
+    def part(layout: str, decode: bool, chunk: bool = False) -> list[tuple[str, Measured]]:
+        """Every contender's measurements of the cases of ``layout``, decode or not, chunks or not."""
         return [(c.view.id, m) for c in contenders for m in c.cases
-                if m.shape.layout == layout and is_decode(m.shape) == decode]
+                if m.shape.layout == layout and is_decode(m.shape) == decode and is_chunk(m.shape) == chunk]
 
     routes = _plan_part(contenders, part("contiguous", True), min_speedup, DECODE_ROWS)
     for layout in LAYOUTS[1:]:
         routes += _plan_part(contenders, part(layout, True), min_speedup, DECODE_ROWS, layout)
+    routes += _chunk_routes(contenders, part("contiguous", False, chunk=True), min_speedup)
     return routes + _plan_part(contenders, part("contiguous", False), min_speedup, None)
+
+
+def _chunk_routes(contenders: Sequence[Contender], measured: Sequence[tuple[str, Measured]],
+                  min_speedup: float) -> list[Route]:
+    """The chunk routes: :func:`_plan_part`'s routes of the chunk cases, less the buckets that hold
+    none (a chunk in them falls through to the other routes), each serving at most ``max_lq`` query
+    rows (the geometric middle of its cases' longest query length and shortest key length, below
+    the latter) and max(Lq, Lk) from ``max_lq + 1``, its heads and group limits those of that bucket."""
+    routes = []
+    for r in _plan_part(contenders, measured, min_speedup, None):
+        if not r.shapes:
+            continue
+        shortest = min(length_of(s) for s in r.shapes)
+        rows = min(math.isqrt(max(s.L for s in r.shapes) * shortest), shortest - 1)
+        bucket = Bucket(max(r.bucket.lo, rows + 1), r.bucket.hi)
+        heads = served_heads(r.key, bucket, r.shapes)
+        routes.append(dataclasses.replace(r, bucket=bucket, max_lq=rows, chunk=True, max_bh=heads,
+                                          max_group=served_group(heads, r.shapes)))
+    return routes
 
 
 def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Measured]], min_speedup: float,
@@ -202,7 +242,9 @@ def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Me
     it (the top bucket at twice its longest measured length, :func:`evo.gpu.draws.bucket_top`).
 
     A bucket's winner covers the most of its cases (scores over different case sets are not
-    comparable), then has the highest geometric-mean speedup, which must exceed ``min_speedup``.
+    comparable), then beats ``min_speedup`` on every one of them if any candidate does (a kernel
+    that serves one case of its bucket slower than SDPA loses to one that serves none so, even at
+    a lower mean), then has the highest geometric-mean speedup, which must exceed ``min_speedup``.
     """
     if not measured:
         return []
@@ -217,8 +259,8 @@ def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Me
             for c in contenders:
                 mine = [m.speedup for m in c.cases if m.shape in shapes]
                 if mine:
-                    ranked.append((-len(mine), -geomean(mine), c.view.id))
-            ranked.sort()
+                    ranked.append((-len(mine), min(mine) <= min_speedup, -geomean(mine), c.view.id))
+            ranked = [(n, mean, cid) for n, _, mean, cid in sorted(ranked)]
             ordered = tuple(sorted(shapes, key=lambda s: (length_of(s), s.L, s.B, s.H, s.case)))
             closed = Bucket(b.lo, bucket_top(b.lo, b.hi, [length_of(s) for s in ordered]))
             heads = served_heads(key, closed, ordered)

@@ -12,6 +12,10 @@ and its kernel is not None (None: no kernel beat SDPA there). A decode route (``
 planned it on the decode cases, a few query rows against a long cache) serves only problems of at
 most ``max_lq`` query rows; a key's decode routes are tried before its other routes, so a decode
 problem goes to the decode route of its bucket when there is one, and to the other routes otherwise.
+A chunk route (``chunk``: promote planned it on query chunks on longer caches, chunked prefill and
+cross-attention) serves at most ``max_lq`` query rows and max(Lq, Lk) from ``min_len``, above
+``max_lq``, so only problems with fewer queries than keys; chunk routes are tried after the decode
+routes and before the others, and a problem outside every chunk route falls through to the others.
 A layout route (``layout`` ``lens`` or ``paged``: promote planned it on decode cases with per-sequence
 lengths, or in pages) serves only calls with ``seqlens=`` (``block_table=`` too for ``paged``), through
 its kernel's ``_lens`` / ``_paged`` entry, bucketed by the capacity (Lk: the cache's length, a paged
@@ -66,7 +70,12 @@ def key_text(route: Route) -> str:
 
 def is_decode(route: Route) -> bool:
     """Whether ``route`` is a decode route (serving at most ``max_lq`` query rows)."""
-    return bool(route.get("max_lq"))
+    return bool(route.get("max_lq")) and not route.get("chunk")
+
+
+def is_chunk(route: Route) -> bool:
+    """Whether ``route`` is a chunk route (at most ``max_lq`` query rows on caches from ``min_len``)."""
+    return bool(route.get("chunk"))
 
 
 def layout_of(route: Route) -> str:
@@ -77,7 +86,7 @@ def layout_of(route: Route) -> str:
 def limits(route: Route) -> str:
     """What a route serves, in words: its query rows (a decode route), its bucket of max(Lq, Lk),
     heads, group and uneven lengths (a layout route: where each sequence's causal mask is)."""
-    rows = f"Lq <= {route['max_lq']}, " if is_decode(route) else ""
+    rows = f"Lq <= {route['max_lq']}, " if route.get("max_lq") else ""
     text = (f"{rows}max(Lq, Lk) {route['min_len']}..{route['max_len']}, B*Hq <= {route['max_bh']}, "
             f"Hq/Hkv <= {route.get('max_group', 1)}")
     if layout_of(route) != "contiguous":
@@ -92,9 +101,11 @@ def limits(route: Route) -> str:
 
 
 def _kind(route: Route) -> str:
-    """``route``, ``decode route``, ``lens route`` or ``paged route``."""
+    """``route``, ``decode route``, ``chunk route``, ``lens route`` or ``paged route``."""
     layout = layout_of(route)
-    return f"{layout} route" if layout != "contiguous" else "decode route" if is_decode(route) else "route"
+    if layout != "contiguous":
+        return f"{layout} route"
+    return "decode route" if is_decode(route) else "chunk route" if is_chunk(route) else "route"
 
 
 def served(route: Route) -> str:
@@ -107,9 +118,9 @@ def served(route: Route) -> str:
 
 
 def ordered(routes: Sequence[Route]) -> list[Route]:
-    """The routes in the order the dispatch tries them: decode routes first, then the others, each
-    by increasing ``max_len`` (the C++ launcher takes them in this order)."""
-    return sorted(routes, key=lambda r: (not is_decode(r), r["max_len"]))
+    """The routes in the order the dispatch tries them: decode routes first, then chunk routes, then
+    the others, each by increasing ``max_len`` (the C++ launcher takes them in this order)."""
+    return sorted(routes, key=lambda r: (not is_decode(r), not is_chunk(r), r["max_len"]))
 
 
 def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
@@ -121,21 +132,24 @@ def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
     if not mine:
         which = "kernel" if p.layout == "contiguous" else f"{p.layout} route"
         return None, f"no {which} was promoted for {key}"
-    fits = [r for r in mine if not is_decode(r) or p.Lq <= r["max_lq"]]
+    fits = [r for r in mine if not r.get("max_lq") or p.Lq <= r["max_lq"]]
     if not fits:
         kind = "decode" if p.layout == "contiguous" else p.layout
         return None, (f"Lq={p.Lq} is past {max(r['max_lq'] for r in mine)}, the most query rows of the {kind} "
                       f"routes promoted for {key} (and it has no other route)")
-    route = next((r for r in fits if p.length <= r["max_len"]), None)
+    route = next((r for r in fits if r.get("min_len", 1) <= p.length <= r["max_len"]), None)
     if route is None:
-        return None, (f"max(Lq, Lk)={p.length} is past {max(r['max_len'] for r in fits)}, the longest length "
-                      f"promote verified for {key}")
+        if p.length > max(r["max_len"] for r in fits):
+            return None, (f"max(Lq, Lk)={p.length} is past {max(r['max_len'] for r in fits)}, the longest length "
+                          f"promote verified for {key}")
+        return None, (f"Lq={p.Lq} on Lk={p.Lk} is in none of the routes promoted for {key}: its chunk routes "
+                      f"serve query chunks on longer caches only, and it has no other route there")
     return (None, why) if (why := _outside(route, p, _where(route))) else (route, "")
 
 
 def _where(route: Route) -> str:
-    """``the route D=64 fp16 full max(Lq, Lk) 1..256`` (a decode or layout route: with its query rows)."""
-    if is_decode(route):
+    """``the route D=64 fp16 full max(Lq, Lk) 1..256`` (a decode, chunk or layout route: with its query rows)."""
+    if route.get("max_lq"):
         return (f"the {_kind(route)} {key_text(route)} Lq <= {route['max_lq']}, "
                 f"max(Lq, Lk) {route['min_len']}..{route['max_len']}")
     return f"the route {key_text(route)} max(Lq, Lk) {route['min_len']}..{route['max_len']}"

@@ -131,9 +131,10 @@ struct Route {
   bool cross;
   bool top_left;       // a causal mask aligned at the top left (shift 0) with Lq != Lk
   bool bottom_right;   // ... at the bottom right (shift Lk - Lq)
-  int64_t max_lq;      // a decode route: the most query rows it serves (0: any)
+  int64_t max_lq;      // a decode or chunk route: the most query rows it serves (0: any)
   int kernel;
   int layout;          // Layout: the calls it serves
+  int64_t min_len;     // the shortest max(Lq, Lk) it serves (a chunk route's starts above its max_lq)
 };
 
 struct DeviceState {
@@ -315,7 +316,7 @@ int route_kernel(const at::Tensor& q, int64_t B, int64_t Hkv, int64_t Lk, bool c
   const int64_t length = std::max(Lq, Lk);
   for (const Route& r : g_routes) {
     if (r.layout == layout && r.head_dim == D && r.dtype == q.scalar_type() && r.causal == causal &&
-        (r.max_lq == 0 || Lq <= r.max_lq) && length <= r.max_len) {
+        (r.max_lq == 0 || Lq <= r.max_lq) && r.min_len <= length && length <= r.max_len) {
       if (!within(r, B * Hq, Hq / Hkv, Lq != Lk, causal, bottom_right)) return -1;
       DeviceState* st = state(q.get_device());
       return st != nullptr && arch_ok(*st, q.get_device()) ? r.kernel : -1;
@@ -370,14 +371,15 @@ int pick_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
 // persistent, head_dim, split, layouts);
-// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout),
-// the decode routes (max_lq > 0) first, each kind in increasing max_len per key (_routes.ordered); past
+// routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout,
+// min_len), the decode routes first, then the chunk routes, then the others, each kind in increasing
+// max_len per key (_routes.ordered); a call takes the first route whose rows and min_len..max_len hold it; past
 // the last max_len of a key, and past any other limit of a route, SDPA serves the call (promote
 // verified no further); layout "contiguous", "lens" or "paged"; planner: _splitkv.launch_numbers.
 using KernelArgs = std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool, int, std::vector<int>,
                               std::vector<std::string>>;
 using RouteArgs = std::tuple<int64_t, std::string, bool, int64_t, int64_t, int64_t, bool,
-                             std::vector<std::string>, int64_t, int, std::string>;
+                             std::vector<std::string>, int64_t, int, std::string, int64_t>;
 
 void configure(const std::string& package, const std::vector<py::bytes>& images,
                const std::vector<KernelArgs>& kernels, const std::vector<RouteArgs>& routes, int arch_major,
@@ -402,8 +404,8 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
       g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, lens,
                            paged});
     }
-    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout_name] :
-         routes) {
+    for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout_name,
+                      min_len] : routes) {
       TORCH_CHECK(kernel < static_cast<int>(g_kernels.size()), "bad kernel index");
       TORCH_CHECK(layout_name == "contiguous" || layout_name == "lens" || layout_name == "paged",
                   "unknown cache layout ", layout_name);
@@ -419,7 +421,7 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
         (a == "top_left" ? top_left : bottom_right) = true;
       }
       g_routes.push_back({head_dim, dtype_of(dtype), causal, max_len, max_bh, max_group, cross, top_left,
-                          bottom_right, max_lq, kernel, layout});
+                          bottom_right, max_lq, kernel, layout, min_len});
     }
     g_planner = new py::object(planner);
     g_major = arch_major;
