@@ -35,7 +35,9 @@
 #   and fast5 ran at 2026-11-28 q with budgets 180 and 80 s: 14 and 3 candidates fast, too few for the
 #   SPLIT_MASK seed to be reached; give 240 and 150.)
 #   Both studies also start from the SEEDS variants (594b392bfa05 with SPLIT_MASK, not yet measured),
-#   built into the database first so that --start-from can name them (seed_ids).
+#   built into the database first so that --start-from can name them (seed_ids). The sources are
+#   enqueued in the order named: the seeds first, then the ids, then the studies (at 2026-11-28 q the
+#   seed came last and was not reached in 180 s).
 # promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
 #   tests. On an H100 at e366e33 the confirmation and verification of 12 winners took about 6 min and
 #   the package tests (the launcher's first build included) did not finish in the 420 s the first
@@ -89,7 +91,7 @@ seed_ids() {
     for g in $genes; do over="$over -p $g"; done
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
-    [ -n "$id" ] && out="$out,$id"
+    [ -n "$id" ] && out="$out$id,"
   done <<< "${SEEDS:-594b392bfa05 SPLIT_MASK=true}"
   echo "$out"
 }
@@ -105,12 +107,12 @@ case ${1:-} in
     stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
       python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
       python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
-    seeds=$(seed_ids); echo "seeds built: ${seeds#,}"
+    seeds=$(seed_ids); echo "seeds built: ${seeds%,}"
     stage "$LLM_STUDY" $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study "$LLM_STUDY" --families flash_wgmma \
-      --cases L1-L8,L1-L8-fp16 --start-from "${LLM_FROM:-llm3,llm4,llm5,594b392bfa05,bf3f77c6755e}$seeds" --start-top 4 --trials 100000 \
+      --cases L1-L8,L1-L8-fp16 --start-from "$seeds${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm5,llm4,llm3}" --start-top 4 --trials 100000 \
       --time-budget "${LLM_BUDGET:-240}" --seed 1 --summary-json "$OUT/$LLM_STUDY.json"
     stage "$FAST_STUDY" $(( ${FAST_BUDGET:-100} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
-      --cases F1-F8,F6-F7-bf16 --start-from "${FAST_FROM:-fast3,fast4,fast5,594b392bfa05,$FAST_SHORT}$seeds" --start-top 4 --trials 100000 \
+      --cases F1-F8,F6-F7-bf16 --start-from "$seeds${FAST_FROM:-$FAST_SHORT,594b392bfa05,fast5,fast4,fast3}" --start-top 4 --trials 100000 \
       --time-budget "${FAST_BUDGET:-100}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
     for s in "$LLM_STUDY" "$FAST_STUDY"; do
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
@@ -121,7 +123,7 @@ case ${1:-} in
     for c in ${SPEC_CASES:-L3 L4 L7}; do
       s=spec-$(echo "$c" | tr 'A-Z' 'a-z')
       stage "$s" $(( ${SPEC_BUDGET:-150} + 40 )) $EVO run --study "$s" --families flash_wgmma --cases "$c,$c-fp16" \
-        --start-from "${LLM_FROM:-llm3,llm4,llm5,594b392bfa05,bf3f77c6755e}" --start-top 4 --trials 100000 --time-budget "${SPEC_BUDGET:-150}" --seed 1 \
+        --start-from "${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm5,llm4,llm3}" --start-top 4 --trials 100000 --time-budget "${SPEC_BUDGET:-150}" --seed 1 \
         --summary-json "$OUT/$s.json"
     done
     save_db ;;
