@@ -35,9 +35,7 @@ DT=${PROBE_DTYPE:-bf16}
 CASES=${PROBE_CASES:-L3,L7}
 P=$OUT/probe
 mkdir -p "$EVO_HOME/db" "$P" && gunzip -c "${PROBE_DB:-db/evo.sqlite.gz}" > "$DBF" || exit 1
-stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-  python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
-  python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
+env_stage
 if [ "${PROBE_NCU:-1}" = 1 ]; then
   stage ncu 300 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats \

@@ -104,9 +104,7 @@ bench_llm() {   # the LLM suite in one dtype through the installed package, in a
 case ${1:-} in
   search)
     mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1
-    stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-      python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
-      python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
+    env_stage
     seeds=$(seed_ids); echo "seeds built: ${seeds%,}"
     stage "$LLM_STUDY" $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study "$LLM_STUDY" --families flash_wgmma \
       --cases L1-L8,L1-L8-fp16 --start-from "$seeds${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm5,llm4,llm3}" --start-top 4 --trials 100000 \

@@ -1,5 +1,5 @@
-# Sourced by the time-boxed GPU scripts (gpu-short.sh, gpu-decode.sh): the carried wheels installed,
-# the environment set, stage(), which runs one command under its own time limit, and stored_params().
+# Sourced by the time-boxed GPU scripts (gpu-short.sh, gpu-decode.sh, gpu-llm.sh): the carried wheels installed,
+# the environment set, stage(), which runs one command under its own time limit, stored_params() and env_stage().
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
 # once per script tree: scripts that another sourced this for (gpu-throughput-pair.sh's arms) must not reinstall the
 # wheels under a process that is importing them (a concurrent --upgrade left sqlalchemy half-written for one)
@@ -34,4 +34,12 @@ stored_params() {
 import json, sqlite3, sys
 row = sqlite3.connect(sys.argv[1]).execute('select params from evo_candidates where id like ?', (sys.argv[2] + '%',)).fetchone()
 print(' '.join(f'-p {k}={v}' for k, v in json.loads(row[0]).items()))" "$1" "$2"
+}
+
+# env_stage: the GPU, its clocks and power limit, torch, CUDA and cuDNN, and FlashAttention-4's version where
+# staged, into $OUT/env.log (the facts a benchmark's numbers are read against)
+env_stage() {
+  stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+    python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
+    python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
 }
