@@ -30,7 +30,7 @@
 # search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm6: the 16
 #   LLM cases, bf16 and fp16, from the best of LLM_FROM, llm3,llm4 and the H200 probes' 594b392bfa05 and
 #   bf3f77c6755e, named by id; LLM_BUDGET s) and study FAST_STUDY (fast6: the FAST cases the package is
-#   benched on, from FAST_FROM, fast3,fast4,594b392bfa05 and FAST_SHORT; FAST_BUDGET s); the database comes
+#   benched on, from FAST_FROM: FAST_SHORT, 594b392bfa05, fast5, fast4, fast3; FAST_BUDGET s); the database comes
 #   back. (At e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, llm5
 #   and fast5 ran at 2026-11-28 q with budgets 180 and 80 s: 14 and 3 candidates fast, too few for the
 #   SPLIT_MASK seed to be reached; give 240 and 150.)
@@ -53,7 +53,7 @@
 #   SDPA's default, and the package's speed checked against its provenance.
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
-# Knobs: LLM_BUDGET (240), FAST_BUDGET (100), PROMOTE_LIMIT (the promote stage's seconds, 540),
+# Knobs: LLM_BUDGET (240), FAST_BUDGET (150), PROMOTE_LIMIT (the promote stage's seconds, 540),
 # BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
 # default runs cuDNN's kernels on Hopper for every LLM case but L3c (bottom-right causal, where it takes
 # the flash backend: ncu, dev/gpu-runs/2026-11-28l-h200): the steady records of the H100 and H200 read it at
@@ -109,9 +109,9 @@ case ${1:-} in
     stage "$LLM_STUDY" $(( ${LLM_BUDGET:-240} + 80 )) $EVO run --study "$LLM_STUDY" --families flash_wgmma \
       --cases L1-L8,L1-L8-fp16 --start-from "$seeds${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm5,llm4,llm3}" --start-top 4 --trials 100000 \
       --time-budget "${LLM_BUDGET:-240}" --seed 1 --summary-json "$OUT/$LLM_STUDY.json"
-    stage "$FAST_STUDY" $(( ${FAST_BUDGET:-100} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
+    stage "$FAST_STUDY" $(( ${FAST_BUDGET:-150} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
       --cases F1-F8,F6-F7-bf16 --start-from "$seeds${FAST_FROM:-$FAST_SHORT,594b392bfa05,fast5,fast4,fast3}" --start-top 4 --trials 100000 \
-      --time-budget "${FAST_BUDGET:-100}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
+      --time-budget "${FAST_BUDGET:-150}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
     for s in "$LLM_STUDY" "$FAST_STUDY"; do
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
     done
