@@ -28,8 +28,8 @@
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
 # search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm6: the 16
-#   LLM cases, bf16 and fp16, from the best of LLM_FROM, llm3,llm4 and the H200 probes' 594b392bfa05 and
-#   bf3f77c6755e, named by id; LLM_BUDGET s) and study FAST_STUDY (fast6: the FAST cases the package is
+#   LLM cases, bf16 and fp16, from LLM_FROM: the H200 probes' 594b392bfa05 and
+#   bf3f77c6755e, named by id, then llm5, llm4, llm3; LLM_BUDGET s) and study FAST_STUDY (fast6: the FAST cases the package is
 #   benched on, from FAST_FROM: FAST_SHORT, 594b392bfa05, fast5, fast4, fast3; FAST_BUDGET s); the database comes
 #   back. (At e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, llm5
 #   and fast5 ran at 2026-11-28 q with budgets 180 and 80 s: 14 and 3 candidates fast, too few for the
