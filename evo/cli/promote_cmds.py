@@ -83,7 +83,7 @@ def _routes_table(result: api.Promoted) -> Table:
                 title="dispatch table")
     for r in result.routes:
         d, dt, causal = r.key
-        rows = f"Lq <= {r.max_lq}, " if r.max_lq is not None else ""   # a decode route
+        rows = f"Lq <= {r.max_lq}, " if r.max_lq is not None else ""   # a decode or chunk route
         cache = f"{r.layout} cache, " if r.layout != "contiguous" else ""  # calls with seqlens (block_table)
         out.add_row(str(d), dt, "yes" if causal else "no", cache + rows + r.bucket.label(),
                     r.winner[:12] if r.winner else "SDPA", f"x{r.speedup:.2f}" if r.speedup is not None else "—")
