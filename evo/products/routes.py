@@ -255,12 +255,12 @@ def _plan_part(contenders: Sequence[Contender], measured: Sequence[tuple[str, Me
         rows = []
         for b in buckets:
             shapes = {m.shape for _, m in measured if key_of(m.shape) == key and length_of(m.shape) in b}
-            ranked = []
+            scored: list[tuple[int, bool, float, str]] = []
             for c in contenders:
                 mine = [m.speedup for m in c.cases if m.shape in shapes]
                 if mine:
-                    ranked.append((-len(mine), min(mine) <= min_speedup, -geomean(mine), c.view.id))
-            ranked = [(n, mean, cid) for n, _, mean, cid in sorted(ranked)]
+                    scored.append((-len(mine), min(mine) <= min_speedup, -geomean(mine), c.view.id))
+            ranked = [(n, mean, cid) for n, _, mean, cid in sorted(scored)]
             ordered = tuple(sorted(shapes, key=lambda s: (length_of(s), s.L, s.B, s.H, s.case)))
             closed = Bucket(b.lo, bucket_top(b.lo, b.hi, [length_of(s) for s in ordered]))
             heads = served_heads(key, closed, ordered)
