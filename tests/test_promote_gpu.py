@@ -18,6 +18,7 @@ TEST_TEMPLATES = Path(__file__).parent / "templates"
 F1 = Shape("F1", 1, 8, 512, 64, False)
 F5 = Shape("F5", 1, 12, 8192, 64, False)
 F1C = Shape("F1", 1, 8, 512, 64, True)
+CHUNK = Shape("L9", 1, 8, 256, 64, False, "fp16", 8, 2048)   # a query chunk on a longer cache: a chunk route
 
 
 def flattered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, study: str,
@@ -73,6 +74,7 @@ def test_promote_refuses_a_planted_shape_keyed_kernel(tmp_path: Path, monkeypatc
     ("flat", (F1, F5)),        # wrong on a flat softmax over > 1024 keys: checked at each bucket's top
     ("wrong_kv_head", (F1,)),  # kernel ABI v2: grouped heads, checked at every bucket length (llm_bucket_cases)
     ("ignore_lk", (F1,)),      # a query chunk on a longer key cache
+    ("ignore_lk", (CHUNK,)),   # measured on a chunk alone: served on a chunk route, checked over its bucket
     ("top_left_only", (F1C,)),  # the causal mask at the bottom right with Lq != Lk (a causal route)
 ])
 def test_promote_refuses_a_kernel_wrong_only_outside_what_was_measured(
