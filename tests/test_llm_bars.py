@@ -1,0 +1,35 @@
+"""scripts/llm_bars.py reads issue 33's bars from bench records: within-row ratios, geomean and floor."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location("llm_bars", Path(__file__).resolve().parents[1] / "scripts" / "llm_bars.py")
+assert SPEC and SPEC.loader
+BARS = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(BARS)
+
+
+def _case(name: str, causal: bool, dtype: str, **us: float) -> dict:
+    return {"case": name, "causal": causal, "dtype": dtype, "us": us}
+
+
+def test_an_llm_record_passes_only_when_its_mean_and_its_lowest_case_both_do() -> None:
+    record = {"clocks": "burst", "cases": [_case("L1", True, "bf16", evo=100.0, fa4=112.0, sdpa_default=140.0),
+                                           _case("L3", True, "bf16", evo=100.0, fa4=90.0, sdpa_default=250.0)]}
+    fa4, sdpa = BARS.report([("r.json", record)])
+    assert fa4.startswith("r.json (burst clocks) vs fa4: geomean 1.004 (bar 1.05), lowest 0.900 at L3c bf16")
+    assert fa4.endswith("FAIL")
+    assert "geomean 1.871" in sdpa and "lowest 1.400 at L1c bf16" in sdpa and sdpa.endswith("pass")
+
+
+def test_the_fast_bars_pool_the_fast_records_and_leave_burst_records_out() -> None:
+    fp16 = {"cases": [_case("F1", False, "fp16", evo=10.0, sdpa_cudnn=13.0),
+                      _case("F7", True, "fp16", evo=100.0, sdpa_cudnn=96.0)]}
+    bf16 = {"cases": [_case("F7", False, "bf16", evo=100.0, sdpa_cudnn=121.0)]}
+    burst = {"clocks": "burst", "cases": [_case("F7", False, "bf16", evo=1.0, sdpa_cudnn=9.0)]}
+    long, short = BARS.report([("a.json", fp16), ("b.json", bf16), ("c.json", burst)])
+    assert long == ("FAST long cases F4-F8 vs sdpa_cudnn (2 cases): geomean 1.078 (bar 1.1), lowest 0.960 at F7c fp16: "
+                    "FAIL")
+    assert short.startswith("FAST F1-F3 vs sdpa_cudnn (1 cases): geomean 1.300 (bar 1.2)") and short.endswith("pass")
