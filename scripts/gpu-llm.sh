@@ -31,7 +31,8 @@
 #   LLM cases, bf16 and fp16, from LLM_FROM: the H200 probes' 594b392bfa05 and
 #   bf3f77c6755e, named by id, then llm5, llm4, llm3; LLM_BUDGET s) and study FAST_STUDY (fast6: the FAST cases the package is
 #   benched on, from FAST_FROM: FAST_SHORT, 594b392bfa05, fast5, fast4, fast3; FAST_BUDGET s); the database comes
-#   back. (At e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, llm5
+#   back. fast6 times F4-F5 in bf16 too (D=64): with chunk routes L7's winner no longer serves the
+#   equal-length D=64 bf16 problems, and no other case measured a D=64 bf16 kernel. (At e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, llm5
 #   and fast5 ran at 2026-11-28 q with budgets 180 and 80 s: 14 and 3 candidates fast, too few for the
 #   SPLIT_MASK seed to be reached; give 240 and 150.)
 #   Both studies also start from the SEEDS variants (594b392bfa05 with SPLIT_MASK, not yet measured),
@@ -49,7 +50,7 @@
 #   of the LLM studies; promote routes each case to its best winner, so a specialist ships where it wins.
 # bench-llm: the package's launcher built first (`prepare()`, a minute, outside any benchmark's
 #   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
-# bench-fast: the FAST suite through the same package (fp16, and F6, F7 in bf16) beside cuDNN and
+# bench-fast: the FAST suite through the same package (fp16, and F4-F7 in bf16) beside cuDNN and
 #   SDPA's default, and the package's speed checked against its provenance.
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
@@ -110,7 +111,7 @@ case ${1:-} in
       --cases L1-L8,L1-L8-fp16 --start-from "$seeds${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm5,llm4,llm3}" --start-top 4 --trials 100000 \
       --time-budget "${LLM_BUDGET:-240}" --seed 1 --summary-json "$OUT/$LLM_STUDY.json"
     stage "$FAST_STUDY" $(( ${FAST_BUDGET:-150} + 70 )) $EVO run --study "$FAST_STUDY" --families flash_wgmma \
-      --cases F1-F8,F6-F7-bf16 --start-from "$seeds${FAST_FROM:-$FAST_SHORT,594b392bfa05,fast5,fast4,fast3}" --start-top 4 --trials 100000 \
+      --cases F1-F8,F4-F7-bf16 --start-from "$seeds${FAST_FROM:-$FAST_SHORT,594b392bfa05,fast5,fast4,fast3}" --start-top 4 --trials 100000 \
       --time-budget "${FAST_BUDGET:-150}" --seed 1 --summary-json "$OUT/$FAST_STUDY.json"
     for s in "$LLM_STUDY" "$FAST_STUDY"; do
       $EVO lineage --study $s > "$OUT/lineage-$s.txt" 2>&1; $EVO insights --study $s > "$OUT/insights-$s.txt" 2>&1
@@ -147,7 +148,7 @@ case ${1:-} in
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
     stage bench-fast-fp16 200 $EVO bench --package $PKG --backends sdpa_cudnn,sdpa_default --out "$OUT/benchmarks"
-    stage bench-fast-bf16 90 $EVO bench --package $PKG --dtype bf16 --cases F6,F7 --backends sdpa_cudnn,sdpa_default \
+    stage bench-fast-bf16 130 $EVO bench --package $PKG --dtype bf16 --cases F4,F5,F6,F7 --backends sdpa_cudnn,sdpa_default \
       --out "$OUT/benchmarks"
     stage check-speed 60 python3 scripts/check_package_speed.py --only-benched /tmp/pkg/$PKG/$PKG/PROVENANCE.json "$OUT"/benchmarks/*.json ;;
   bench-burst)
