@@ -27,14 +27,15 @@
 #   database, the templates at 4a70428): 9 winners, 334 candidates left out as built from older template text.
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
-# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm6: the 16
-#   LLM cases, bf16 and fp16, from LLM_FROM: the H200 probes' 594b392bfa05 and
-#   bf3f77c6755e, named by id, then llm5, llm4, llm3; LLM_BUDGET s) and study FAST_STUDY (fast6: the FAST cases the package is
-#   benched on, from FAST_FROM: FAST_SHORT, 594b392bfa05, fast5, fast4, fast3; FAST_BUDGET s); the database comes
-#   back. fast6 times F4-F5 in bf16 too (D=64): with chunk routes L7's winner no longer serves the
-#   equal-length D=64 bf16 problems, and no other case measured a D=64 bf16 kernel. (At e366e33 these were llm4 from llm3 and fast4 from fast3; the ids joined at 2026-11-28 p, llm5
-#   and fast5 ran at 2026-11-28 q with budgets 180 and 80 s: 14 and 3 candidates fast, too few for the
-#   SPLIT_MASK seed to be reached; give 240 and 150.)
+# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm6: the 16 LLM
+#   cases, bf16 and fp16, from LLM_FROM: the H200 probes' 594b392bfa05 and bf3f77c6755e, named by id, then
+#   llm5, llm4, llm3; LLM_BUDGET s) and study FAST_STUDY (fast6: the FAST cases the package is benched on,
+#   from FAST_FROM: FAST_SHORT, 594b392bfa05, fast5, fast4, fast3; FAST_BUDGET s); the database comes back.
+#   fast6 times F4-F5 in bf16 too (D=64): with chunk routes L7's winner no longer serves the equal-length
+#   D=64 bf16 problems, and no other case measured a D=64 bf16 kernel. (At e366e33 these were llm4 from llm3
+#   and fast4 from fast3; the ids joined at 2026-11-28 p, llm5 and fast5 ran at 2026-11-28 q with budgets
+#   180 and 80 s: 14 and 3 candidates fast, too few for the SPLIT_MASK seed to be reached; give 240 and
+#   150.)
 #   Both studies also start from the SEEDS variants (594b392bfa05 with SPLIT_MASK, not yet measured),
 #   built into the database first so that --start-from can name them (seed_ids). The sources are
 #   enqueued in the order named: the seeds first, then the ids, then the studies (at 2026-11-28 q the
