@@ -876,6 +876,23 @@ def test_a_second_confirm_times_only_what_the_first_did_not_store(tmp_path: Path
     assert again.confirmed[a]["F5-fp16"] == [pytest.approx(2.0), pytest.approx(100 / 120)]
 
 
+def test_a_confirmation_keeps_a_case_the_database_never_had_for_the_winner() -> None:
+    """At 2026-11-28q promote timed L3's winner on F7c, a case of the same bucket the search had
+    never timed it on (0.95x beside SDPA), and dropped the number: the plan went on reading the
+    bucket as L3 alone, and PROVENANCE.json said F7c was served untimed."""
+    from evo.products.confirm import Confirmation
+
+    other = Shape("F9", 2, 8, 512, 64, False)                     # MID's bucket, never timed for w
+    winner = _contender("w", {MID: 2.0})
+    ev = Evaluation("w", Status.FAST, timings=[*timings({MID: 4.0}), Timing(other, "evo", 12.0, 12.0, 12.0),
+                                               Timing(other, "sdpa_default", 10.0, 10.0, 10.0)], device=DEVICE)
+    (out,) = Confirmation().take([winner], [("w", Path("w.cubin"), [], [MID, other])], [ev],
+                                 lambda t: measurements(t, "sdpa_default"))
+    assert {m.shape: m.speedup for m in out.cases} == {MID: 2.5, other: pytest.approx(10 / 12)}
+    (route,) = plan_routes([out])
+    assert route.shapes == (MID, other) and route.speedup == pytest.approx((2.5 * 10 / 12) ** 0.5)
+
+
 def test_without_confirm_nothing_is_timed_again(tmp_path: Path, db: dict[str, str], fake_confirm: dict[str, Any]) -> None:
     promote(NAME, tmp_path, db_url=db["url"], study="s")
     assert fake_confirm["calls"] == []

@@ -91,7 +91,9 @@ class Confirmation:
              fresh: Callable[[Sequence[Timing]], Sequence[Measured]]) -> list[Contender]:
         """The contenders with each confirmed case's measurement replaced by the interleaved one
         (``fresh(timings)`` gives its Measured; a case it lacks is dropped, not kept at the
-        database's number)."""
+        database's number), and a case of its buckets the database never had for it added: at
+        2026-11-28q such a number (L3's winner on F7c, 0.95x SDPA) was measured and then lost, and
+        the plan went on reading that winner's bucket as L3 alone."""
         self.rounds += 1
         asked = {cid: set(shapes) for cid, _, _, shapes in todo}
         got = {ev.build_id: {m.shape: m for m in fresh(ev.timings)} for ev in evaluations}
@@ -107,7 +109,9 @@ class Confirmation:
                 now = got.get(cid, {}).get(s)
                 self.speedups.setdefault(cid, {})[s.tag] = [
                     before[s].speedup if s in before else None, now.speedup if now else None]
-            kept = tuple(got.get(cid, {}).get(m.shape) if m.shape in asked[cid] else m for m in c.cases)
+            mine = got.get(cid, {})
+            kept = [mine.get(m.shape) if m.shape in asked[cid] else m for m in c.cases]
+            kept += [mine[s] for s in sorted(asked[cid] - before.keys(), key=lambda x: x.tag) if s in mine]
             out.append(dataclasses.replace(c, cases=tuple(m for m in kept if m is not None)))
         return out
 
