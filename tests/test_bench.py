@@ -169,6 +169,20 @@ def test_package_rows_follow_the_packages_v2_rule(shape: Shape, want: str) -> No
     assert served_by([{**r, "cross": False} for r in V2_ROUTES], case) == (want if shape.Lk == shape.L else "sdpa")
 
 
+@pytest.mark.parametrize("shape,want", [
+    (Shape("L3", 1, 32, 512, 128, True, "bf16", 8, 8192, "bottom_right"), "chunky"),   # a chunk: its own route
+    (Shape("F7", 1, 16, 8192, 128, True, "bf16"), "long"),                           # equal lengths: the other
+    (Shape("X", 1, 8, 2048, 128, True, "bf16", 8, 2048), "long"),                   # at max_lq, not a chunk here
+    (Shape("X", 1, 8, 100, 128, True, "bf16", 8, 1000, "bottom_right"), "short"),   # below the chunk route's caches
+])
+def test_package_rows_try_a_chunk_route_before_the_others(shape: Shape, want: str) -> None:
+    """A chunk route (at most max_lq query rows on caches from min_len) is tried before the key's
+    other routes, after its decode routes; what it does not take falls through (the launcher's rule)."""
+    chunk = {**V2_ROUTES[1], "candidate": "chunky", "chunk": True, "max_lq": 2048, "min_len": 2049}
+    case = case_records([timing(shape, "evo", 1.0)], None)[0]
+    assert served_by([*V2_ROUTES, chunk], case) == want
+
+
 def test_package_routes_come_from_the_installed_dispatch_table(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     pkg = tmp_path / "promoted_pkg"
