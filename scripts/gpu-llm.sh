@@ -159,3 +159,4 @@ case ${1:-} in
     bench_llm fp16 burst burst/benchmarks ;;
   *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|install|bench-llm|bench-fast|bench-burst"; exit 2 ;;
 esac
+bundle "$1"   # the logs, summaries and bench JSON in $OUT/$1.tgz; the database and the package stay apart

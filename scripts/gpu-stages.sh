@@ -1,5 +1,5 @@
 # Sourced by the time-boxed GPU scripts (gpu-short.sh, gpu-decode.sh, gpu-llm.sh): the carried wheels installed,
-# the environment set, stage(), which runs one command under its own time limit, stored_params() and env_stage().
+# the environment set, stage(), which runs one command under its own time limit, stored_params(), env_stage() and bundle().
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
 # once per script tree: scripts that another sourced this for (gpu-throughput-pair.sh's arms) must not reinstall the
 # wheels under a process that is importing them (a concurrent --upgrade left sqlalchemy half-written for one)
@@ -42,4 +42,11 @@ env_stage() {
   stage env 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
     python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
     python3 -c "from flash_attn.cute import flash_attn_func; import importlib.metadata as m; print(\"fa4\", m.version(\"flash-attn-4\"))"'
+}
+
+# bundle NAME: the call's files under $OUT, less databases (*.sqlite.gz) and archives (*.tgz), moved into
+# $OUT/NAME.tgz: the device returns at most 8 files a call (2026-11-28q lost llm5.json and its log so)
+bundle() {
+  (cd "$OUT" && find . -type f ! -name '*.sqlite.gz' ! -name '*.tgz' -print0 | sort -z \
+    | tar czf "$1.tgz" --null -T - --remove-files && find . -mindepth 1 -type d -empty -delete)
 }

@@ -49,3 +49,20 @@ def test_a_stage_ends_its_commands_leftovers_and_not_a_neighbours(tmp_path: Path
     finally:
         neighbour.kill()
         neighbour.wait()
+
+
+def test_bundle_moves_a_calls_files_into_one_archive_and_leaves_the_database(tmp_path: Path) -> None:
+    """The device returns at most 8 files a call: bundle puts the rest in one archive."""
+    import tarfile
+
+    stages = Path(__file__).parents[1] / "scripts" / "gpu-stages.sh"
+    for name in ("a.log", "b.json", "benchmarks/c.json", "evo.sqlite.gz", "pkg.tgz"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    env = os.environ | {"OUT": str(tmp_path), "EVO_WHEELS_READY": "1"}
+    done = subprocess.run(["bash", "-c", f"cd {stages.parents[1]} && source {stages} && bundle search"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evo.sqlite.gz", "pkg.tgz", "search.tgz"]
+    with tarfile.open(tmp_path / "search.tgz") as tar:
+        assert sorted(tar.getnames()) == ["./a.log", "./b.json", "./benchmarks/c.json"]
