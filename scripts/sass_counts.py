@@ -36,12 +36,11 @@ from typing import Any
 from evo.paths import db_url
 from evo.store import open_store
 from evo.toolchain.build import build_batch
-from evo.toolchain.evidence import OPCODES, cubin_evidence, mnemonic, sass_functions
+from evo.toolchain.evidence import INSTRUCTION, OPCODES, cubin_evidence, mnemonic, sass_functions
 from evo.toolchain.sass import cuobjdump, dump_sass
 
 
 STEP_OPCODES = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "F2FP", "SHFL", "BAR", "SYNCS")
-_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
 def _opcode(instr: str) -> str:
@@ -63,7 +62,7 @@ def evidence_cells(found: dict[str, Any], smem_kb: object = "-") -> list[object]
 def step_path(sass: str) -> tuple[int, list[str]] | None:
     """(instructions in the loop, the unmasked path's instructions) of the innermost loop of
     ``sass`` holding HGMMA and MUFU.EX2 (the module docstring), or None where there is none."""
-    ins = [(int(a, 16), op) for a, op in _INSTR.findall(sass)]
+    ins = [(int(a, 16), op) for a, op in INSTRUCTION.findall(sass)]
     at = {a: i for i, (a, _) in enumerate(ins)}
     loops = []
     for i, (a, op) in enumerate(ins):

@@ -48,7 +48,7 @@ OPCODES: tuple[str, ...] = (
     "LDL",        # local loads (spills)
 )
 _RESOURCES = {"REG": "registers", "STACK": "stack_bytes", "LOCAL": "local_bytes", "SHARED": "shared_bytes"}
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")   # one SASS instruction: (address, text)
 _GUARD = re.compile(r"^@!?U?P\w+\s+")
 _SETMAXNREG = re.compile(r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\.CTAPOOL\s+(?:UP\w+,\s*)?(0x[0-9a-f]+|\d+)")
 
@@ -80,7 +80,7 @@ def mnemonic(instruction: str) -> str:
 
 def _mnemonics(sass: str) -> list[str]:
     """Each instruction's :func:`mnemonic`."""
-    return [mnemonic(ins) for ins in _INSTRUCTION.findall(sass) if ins.strip()]
+    return [mnemonic(ins) for _, ins in INSTRUCTION.findall(sass) if ins.strip()]
 
 
 def opcode_counts(sass: str) -> dict[str, int]:

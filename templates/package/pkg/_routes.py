@@ -139,9 +139,9 @@ def route_for(routes: Sequence[Route], p: Problem) -> tuple[Route | None, str]:
                       f"routes promoted for {key} (and it has no other route)")
     route = next((r for r in fits if r.get("min_len", 1) <= p.length <= r["max_len"]), None)
     if route is None:
-        if p.length > max(r["max_len"] for r in fits):
-            return None, (f"max(Lq, Lk)={p.length} is past {max(r['max_len'] for r in fits)}, the longest length "
-                          f"promote verified for {key}")
+        top = max(r["max_len"] for r in fits)
+        if p.length > top:
+            return None, f"max(Lq, Lk)={p.length} is past {top}, the longest length promote verified for {key}"
         return None, (f"Lq={p.Lq} on Lk={p.Lk} is in none of the routes promoted for {key}: its chunk routes "
                       f"serve query chunks on longer caches only, and it has no other route there")
     return (None, why) if (why := _outside(route, p, _where(route))) else (route, "")
