@@ -15,8 +15,9 @@
 #   4. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-fast                (~300 s)
 #   5. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-burst               (~120 s)
 #   1b. instead of or after 1: scripts/gpu-llm.sh specialists                    (~560 s)
-#   6. carry [".whl"], from the repo root (tests/ is not in the export): python3 scripts/gpu_pytest.py --shards 2
-#      --shard K, K = 1 and 2 in two calls (~300 s each; on an x2 machine, both at once without --shard)
+#   6. carry [".whl"], from the repo root (tests/ is not in the export): python3 scripts/gpu_pytest.py, one lane
+#      per GPU taking the next test file when free (an x2 machine: ~300 s); on one GPU, --shards 2 --shard K,
+#      K = 1 and 2 in two calls
 #   0. on a fresh machine, for 3-5 of a package promoted earlier: carry [".whl", ".clean/evoattn-pkg.tgz"]:
 #      scripts/gpu-llm.sh install (the package from $OUT/evoattn-pkg.tgz of its promote call)
 #   One session's device time (1,800 s) does not hold all of 1-5 (about 1,900 s with FA4's staging). Without

@@ -1,102 +1,209 @@
-"""`pytest -m gpu` in shards, so that the whole GPU suite fits the device's 600 s calls.
+"""`pytest -m gpu` spread over the visible GPUs, file by file, so that the whole GPU suite fits the
+device's 600 s calls.
 
 Usage (on the GPU machine, from the repo root, PYTHONPATH set as scripts/gpu-stages.sh sets it):
-    python3 scripts/gpu_pytest.py [--shards N] [--shard K] [--out DIR] [--timeout S]
+    python3 scripts/gpu_pytest.py [--lanes N] [--shards N --shard K] [--out DIR] [--timeout S]
 
 The suite took 570 s and more on one H200 at 2026-11-28q, past what one call allows beside anything
-else. The GPU tests are collected, their files dealt into N shards (largest first, each to the shard
-with the fewest tests so far: a file's tests share its module fixtures, so a file is never split),
-and then either shard K alone runs (one call per shard on a one-GPU machine), or every shard runs at
-once, each pinned to its own GPU with CUDA_VISIBLE_DEVICES (N GPUs). Each shard writes
-``pytest-gpu-K.log`` (``-rA``: a line per test) and ``pytest-gpu-K.xml`` (JUnit) under ``--out``, and
-the script prints each shard's summary line; it exits 1 if any shard failed or was stopped.
+else. The GPU tests are collected and their files (a file's tests share its module fixtures, so a file
+is never split) put in one queue, most tests first. Each lane, one per visible GPU and pinned to it
+with CUDA_VISIBLE_DEVICES, takes the next file as soon as its last one ends, so the lanes finish
+together whatever each file costs. (At 2026-11-28r two shards dealt by test count ran 110 s and past
+345 s on an x2 machine: a head-dims test compiles kernels, a gate test does not.)
+
+On a one-GPU machine, where the suite needs two calls, ``--shards N --shard K`` runs only the files of
+shard K of a fixed split (largest first, each to the shard with the fewest tests so far), the same
+split in every call. Each file writes its JUnit XML under ``--out``/junit; each lane appends its files'
+output (``-rA``: a line per test) to ``pytest-gpu-<lane>.log``. At ``--timeout`` seconds a running file
+is stopped and no other starts. The script prints a line per file and the totals; it exits 1 if a test
+failed or erred, or a file was stopped or never started.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PYTEST = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
+COUNTS = ("tests", "failures", "errors", "skipped")
+
+
+def test_counts(node_ids: Sequence[str]) -> Counter[str]:
+    """Tests per file of ``node_ids``."""
+    return Counter(n.split("::", 1)[0] for n in node_ids)
+
+
+def queue_order(node_ids: Sequence[str]) -> list[str]:
+    """The test files of ``node_ids``, most tests first (then by name): the order lanes take them in."""
+    return [name for name, _ in sorted(test_counts(node_ids).items(), key=lambda fc: (-fc[1], fc[0]))]
 
 
 def shard_files(node_ids: Sequence[str], shards: int) -> list[list[str]]:
-    """The test files of ``node_ids`` dealt into ``shards`` lists: files by decreasing test count
-    (then name), each to the shard with the fewest tests so far (then the lowest index); every file
-    in exactly one shard, the same split for the same ids."""
+    """The test files of ``node_ids`` dealt into ``shards`` lists: in queue order, each to the shard
+    with the fewest tests so far (then the lowest index); every file in exactly one shard, the same
+    split for the same ids."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
-    counts = Counter(n.split("::", 1)[0] for n in node_ids)
+    counts = test_counts(node_ids)
     out: list[list[str]] = [[] for _ in range(shards)]
     load = [0] * shards
-    for name, n in sorted(counts.items(), key=lambda fc: (-fc[1], fc[0])):
+    for name in queue_order(node_ids):
         k = min(range(shards), key=lambda i: (load[i], i))
         out[k].append(name)
-        load[k] += n
+        load[k] += counts[name]
     return out
 
 
 def collect(tests: str) -> list[str]:
     """The node ids of the GPU tests under ``tests`` (collection errors of modules whose imports
-    this machine lacks are left to the shards' own runs)."""
+    this machine lacks are left to the files' own runs)."""
     done = subprocess.run([*PYTEST, "--collect-only", "-q", tests], capture_output=True, text=True, check=False)
     return [line.strip() for line in done.stdout.splitlines() if "::" in line]
 
 
-def command(files: Sequence[str], out: Path, k: int) -> list[str]:
-    """Shard ``k``'s pytest command line over ``files``."""
-    return [*PYTEST, "-rA", "--durations=15", f"--junitxml={out / f'pytest-gpu-{k}.xml'}", *files]
+def junit_path(out: Path, test_file: str) -> Path:
+    """Where ``test_file``'s JUnit XML goes under ``out``."""
+    return out / "junit" / (Path(test_file).stem + ".xml")
+
+
+def command(test_file: str, out: Path) -> list[str]:
+    """The pytest command line of one file: a line per test, the slowest ones, a JUnit file."""
+    return [*PYTEST, "-rA", "--durations=10", f"--junitxml={junit_path(out, test_file)}", test_file]
+
+
+def junit_totals(path: Path) -> Counter[str]:
+    """tests, failures, errors and skipped summed over the suites of one JUnit file."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    return Counter({k: sum(int(s.get(k, 0)) for s in suites) for k in COUNTS})
+
+
+@dataclass
+class FileRun:
+    """What became of one test file: its lane, its seconds, its counts, or why it has none."""
+
+    name: str
+    lane: int
+    seconds: float
+    counts: Counter[str] = field(default_factory=Counter)
+    problem: str = ""      # "stopped at the limit", "no JUnit file (rc N)", or "" when it ran out
+
+    def line(self) -> str:
+        c = self.counts
+        ran = (f"{c['tests'] - c['failures'] - c['errors'] - c['skipped']} passed, {c['failures']} failed, "
+               f"{c['errors']} errors, {c['skipped']} skipped")
+        return f"{self.name} (lane {self.lane}, {self.seconds:.0f} s): {self.problem or ran}"
+
+
+def run_file(test_file: str, lane: int, gpu: str | None, out: Path, log, deadline: float) -> FileRun:  # type: ignore[no-untyped-def]
+    """Run one file on one lane until it ends or ``deadline`` (time.monotonic) passes."""
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    print(f"=== {test_file} (lane {lane}{'' if gpu is None else f', GPU {gpu}'})", file=log, flush=True)
+    start = time.monotonic()
+    proc = subprocess.Popen(command(test_file, out), env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        rc = proc.wait(timeout=max(deadline - start, 0.0))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        print(f"=== {test_file}: stopped at the limit", file=log, flush=True)
+        return FileRun(test_file, lane, time.monotonic() - start, problem="stopped at the limit")
+    seconds = time.monotonic() - start
+    xml = junit_path(out, test_file)
+    if not xml.is_file():
+        return FileRun(test_file, lane, seconds, problem=f"no JUnit file (rc {rc})")
+    return FileRun(test_file, lane, seconds, junit_totals(xml))
+
+
+def run_lanes(files: Sequence[str], gpus: Sequence[str | None], out: Path, timeout: float) -> tuple[list[FileRun], list[str]]:
+    """Every file of ``files`` run by the first free lane (one lane per entry of ``gpus``) until
+    ``timeout`` seconds have passed; the runs in the order they ended, and the files never started."""
+    (out / "junit").mkdir(parents=True, exist_ok=True)
+    todo: queue.Queue[str] = queue.Queue()
+    for f in files:
+        todo.put(f)
+    deadline = time.monotonic() + timeout
+    done: list[FileRun] = []
+    lock = threading.Lock()
+
+    def lane(k: int, gpu: str | None) -> None:
+        with (out / f"pytest-gpu-{k}.log").open("a") as log:
+            while time.monotonic() < deadline:
+                try:
+                    f = todo.get_nowait()
+                except queue.Empty:
+                    return
+                run = run_file(f, k, gpu, out, log, deadline)
+                with lock:
+                    done.append(run)
+
+    threads = [threading.Thread(target=lane, args=(k, gpu)) for k, gpu in enumerate(gpus, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    left: list[str] = []
+    while not todo.empty():
+        left.append(todo.get_nowait())
+    return done, left
+
+
+def report(done: Sequence[FileRun], left: Sequence[str]) -> tuple[str, bool]:
+    """The totals line, and whether everything ran and passed."""
+    total = sum((r.counts for r in done), Counter())
+    passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
+    stopped = [r.name for r in done if r.problem]
+    line = (f"{passed} passed, {total['failures']} failed, {total['errors']} errors, {total['skipped']} skipped "
+            f"in {len(done) - len(stopped)} files")
+    if stopped:
+        line += f"; stopped or without results: {' '.join(stopped)}"
+    if left:
+        line += f"; never started: {' '.join(left)}"
+    ok = not stopped and not left and total["failures"] == 0 and total["errors"] == 0
+    return line, ok
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shards", type=int, default=0, help="how many shards (default: one per visible GPU)")
-    ap.add_argument("--shard", type=int, default=0, help="run shard K (1-based) alone; default: all at once")
+    ap.add_argument("--lanes", type=int, default=0, help="files run at once, one per GPU (default: every visible GPU)")
+    ap.add_argument("--shards", type=int, default=1, help="a fixed split of the files, for --shard")
+    ap.add_argument("--shard", type=int, default=0, help="run only shard K (1-based) of --shards")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/evo-out")))
-    ap.add_argument("--timeout", type=float, default=560.0, help="seconds each shard may run")
+    ap.add_argument("--timeout", type=float, default=560.0, help="seconds the whole run may take")
     ap.add_argument("--tests", default="tests")
     args = ap.parse_args()
     import torch
 
     gpus = torch.cuda.device_count()
-    shards = args.shards or max(gpus, 1)
-    if not 0 <= args.shard <= shards:
-        print(f"gpu_pytest: --shard {args.shard} is not one of 1..{shards}", file=sys.stderr)
+    lanes = args.lanes or max(gpus, 1)
+    if not 0 <= args.shard <= args.shards or (args.shards > 1 and args.shard == 0):
+        print(f"gpu_pytest: --shard {args.shard} is not one of 1..{args.shards}", file=sys.stderr)
         return 2
-    if args.shard == 0 and shards > max(gpus, 1):
-        print(f"gpu_pytest: {shards} shards at once need {shards} GPUs, and {gpus} are visible: "
-              "run them one at a time with --shard K", file=sys.stderr)
+    if lanes > max(gpus, 1):
+        print(f"gpu_pytest: {lanes} lanes need {lanes} GPUs, and {gpus} are visible", file=sys.stderr)
         return 2
+    ids = collect(args.tests)
+    files = shard_files(ids, args.shards)[args.shard - 1] if args.shard else queue_order(ids)
+    pins: list[str | None] = [str(i) for i in range(lanes)] if lanes > 1 else [None]
     args.out.mkdir(parents=True, exist_ok=True)
-    split = shard_files(collect(args.tests), shards)
-    chosen = [args.shard] if args.shard else list(range(1, shards + 1))
-    running = []
-    for k in chosen:
-        env = dict(os.environ)
-        if not args.shard:
-            env["CUDA_VISIBLE_DEVICES"] = str(k - 1)
-        log = (args.out / f"pytest-gpu-{k}.log").open("w")
-        print(f"shard {k} of {shards}: {' '.join(split[k - 1])}", file=log, flush=True)
-        running.append((k, log, subprocess.Popen(command(split[k - 1], args.out, k), env=env, stdout=log,
-                                                 stderr=subprocess.STDOUT)))
-    failed = False
-    for k, log, proc in running:
-        try:
-            rc = proc.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-            print(f"shard {k}: stopped at its {args.timeout:.0f} s limit", file=log, flush=True)
-        log.close()
-        lines = (args.out / f"pytest-gpu-{k}.log").read_text().splitlines()
-        print(f"shard {k} (rc {rc}): {lines[-1] if lines else 'no output'}")
-        failed |= rc != 0
-    return 1 if failed else 0
+    done, left = run_lanes(files, pins, args.out, args.timeout)
+    for r in done:
+        print(r.line())
+    line, ok = report(done, left)
+    print(line)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
