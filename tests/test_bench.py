@@ -14,7 +14,7 @@ from evo.scoring import geomean
 from evo.vocab import EVO
 from evo.products.bench import (
     COLUMNS, NOT_RECORDED, case_records, fidelity_summary, kernel_records, load_records, make_record, package_dispatch,
-    regenerate, render_benchmarks_md, served_by,
+    package_rules, regenerate, render_benchmarks_md, served_by, serving_route,
     run_bench, suite_of, write_record,
 )
 from evo.errors import EvoError
@@ -211,14 +211,15 @@ def test_kernel_records_carry_the_evidence_of_each_kernel_that_served() -> None:
     cases = [{"B": 1, "H": 8, "L": L, "D": 64, "dtype": "fp16", "causal": causal, **extra}
              for L, causal, extra in [(512, False, {}), (600, False, {}), (9000, False, {}), (512, True, {}),
                                       (1, False, {"layout": "lens", "Lk": 600})]]
-    records = kernel_records(DISPATCH, provenance, cases)
+    records = kernel_records(DISPATCH, provenance, [serving_route(DISPATCH["routes"], c) for c in cases])
     assert [(k["kernel"], k["layout"], k["smem_dynamic_bytes"]) for k in records] == [
         (FULL, "contiguous", 49152), (CAUSAL, "contiguous", 65536), (FULL + "_lens", "lens", 49152)]
     assert records[0] | {"evidence": None} == {"candidate": "abc123", "kernel": FULL, "head_dim": 64, "dtype": "fp16",
                                                "causal": False, "layout": "contiguous", "smem_dynamic_bytes": 49152,
                                                "evidence": None}
     assert [k["evidence"] for k in records] == [EVIDENCE, {"unavailable": "why"}, NOT_RECORDED]
-    older = kernel_records(DISPATCH, {"kernels": [{"id": "abc123"}]}, cases[:1])   # promoted before evidence
+    older = kernel_records(DISPATCH, {"kernels": [{"id": "abc123"}]},                # promoted before evidence
+                           [serving_route(DISPATCH["routes"], cases[0])])
     assert older[0]["evidence"] == NOT_RECORDED
 
 
@@ -239,6 +240,27 @@ def test_a_package_bench_lists_the_kernels_that_served(tmp_path: Path, monkeypat
     md = (tmp_path / "BENCHMARKS.md").read_text()
     assert "| D64 fp16 full | `abc123` | 168 | 24 / 240 | 0 | 1024 + 49152 | 32 | 0 | 24 | 132 | 3608 |" in md
 
+
+def test_a_package_row_names_the_kernel_by_the_packages_own_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule is the one the installed package ships (its _routes.py, read without importing the
+    package): a package whose rule sends everything to its last route is benched that way, and a
+    package without the file is read by evo's copy, the text promote ships."""
+    for name, rule in (("own_rule_pkg", "def route_for(routes, p):\n    return routes[-1], ''\n"
+                                        "from typing import NamedTuple\n"
+                                        "class Problem(NamedTuple):\n    B: int\n    Hq: int\n    Hkv: int\n"
+                                        "    Lq: int\n    Lk: int\n    D: int\n    dtype: str\n    causal: bool\n"
+                                        "    align: str\n    layout: str\n"), ("no_rule_pkg", None)):
+        pkg = tmp_path / name
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+        if rule:
+            (pkg / "_routes.py").write_text(rule)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    case = {"B": 1, "H": 8, "L": 512, "D": 64, "dtype": "fp16", "causal": False}
+    routes = [*ROUTES, {**ROUTES[0], "candidate": "last"}]
+    assert served_by(routes, case, package_rules("own_rule_pkg")) == "last"
+    assert served_by(routes, case, package_rules("no_rule_pkg")) == served_by(routes, case) == "abc123"
+    assert package_rules("no_rule_pkg") is package_rules()
 
 def test_benchmarks_md_shows_a_package_records_kernels_under_its_table() -> None:
     kernel = {"candidate": "0123456789abcdef", "head_dim": 128, "dtype": "bf16", "causal": True, "layout": "contiguous",

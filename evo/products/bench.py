@@ -35,9 +35,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, UTC
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from evo import paths
@@ -191,57 +193,72 @@ def package_provenance(name: str) -> dict[str, Any]:
         return {}
 
 
-def serving_route(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The route of a package's dispatch table that sends ``case`` to a kernel; None: to SDPA
-    (fallback). The package's rule (its ``_routes.py`` and C++ launcher): of the routes of the
-    case's key and cache layout (a ragged or paged case takes only its layout's routes) that serve
-    its query rows (a decode or chunk route's ``max_lq``), decode routes first, then chunk routes, the
-    first whose ``min_len``..``max_len`` holds max(Lq, Lk), within its heads (B * Hq), group (Hq / Hkv)
-    and, for Lq != Lk, its ``cross`` and causal ``aligns``; a limit a route does not state is the
-    narrowest (no ``max_bh``: none, as in packages older than it)."""
+def package_rules(name: str | None = None) -> ModuleType:
+    """The dispatch rule as a package states it: the ``_routes.py`` shipped in the installed package
+    ``name`` (loaded from its file, without importing the package, whose ``__init__`` loads torch
+    and its kernels), or, with no name or in a package older than that file, evo's own copy
+    (``templates/package/pkg/_routes.py``, the text promote ships). One rule, so a bench row names
+    the kernel the package's ``explain()`` names; the C++ launcher applies it on every call."""
+    file = _package_file(name, "_routes.py") if name else None
+    if file is None or not file.is_file():
+        file = paths.root() / "templates" / "package" / "pkg" / "_routes.py"
+    key = str(file.resolve())
+    if key not in _RULES:
+        spec = importlib.util.spec_from_file_location(f"_evo_package_rules_{len(_RULES)}", file)
+        if spec is None or spec.loader is None:
+            raise EvoError(f"cannot load the dispatch rule in {file}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module     # its NamedTuple looks its module up
+        spec.loader.exec_module(module)
+        _RULES[key] = module
+    return _RULES[key]
+
+
+_RULES: dict[str, ModuleType] = {}
+
+
+def _as_stated(route: Mapping[str, Any]) -> dict[str, Any]:
+    """``route`` with the limits older tables leave out as those packages applied them: no top length
+    (``max_len`` None) and no ``max_bh`` are no limit; a route without a kernel index is served by its
+    candidate, if it names one."""
+    return {**route, "min_len": route.get("min_len") or 1,
+            "max_len": math.inf if route.get("max_len") is None else route["max_len"],
+            "max_bh": route.get("max_bh", math.inf),
+            "kernel": route.get("kernel", route.get("candidate")) if route.get("candidate") else None}
+
+
+def serving_route(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any],
+                  rules: ModuleType | None = None) -> Mapping[str, Any] | None:
+    """The route of a package's dispatch table that sends ``case`` (a bench or PROVENANCE case
+    record) to a kernel, by ``rules`` (:func:`package_rules`: the package's own ``route_for``);
+    None: to SDPA (fallback)."""
+    rules = rules or package_rules()
     L, H = case["L"], case["H"]
-    Lk, Hkv, align = case.get("Lk", L), case.get("Hkv", H), case.get("align", "top_left")
-    key = (case["D"], case["dtype"], bool(case["causal"]), case.get("layout", "contiguous"))
-
-    def takes_rows(r: Mapping[str, Any]) -> bool:
-        """A decode or chunk route serves at most its ``max_lq`` query rows; any other route, any number."""
-        most = r.get("max_lq")
-        return not most or most >= L
-
-    def order(r: Mapping[str, Any]) -> tuple[bool, bool, float]:
-        """Decode routes, then chunk routes, then the others, each by increasing ``max_len``."""
-        decode = bool(r.get("max_lq")) and not r.get("chunk")
-        return not decode, not r.get("chunk"), math.inf if r["max_len"] is None else r["max_len"]
-
-    mine = sorted((r for r in routes if takes_rows(r) and
-                   (r["head_dim"], r["dtype"], bool(r["causal"]), r.get("layout") or "contiguous") == key), key=order)
-    route = next((r for r in mine if (r.get("min_len") or 1) <= max(L, Lk)
-                  and (r["max_len"] is None or max(L, Lk) <= r["max_len"])), None)
-    if route is None or not route.get("candidate"):
-        return None
-    heads_ok = case["B"] * H <= route.get("max_bh", math.inf) and H // Hkv <= route.get("max_group", 1)
-    uneven_ok = Lk == L or (bool(route.get("cross")) and (not key[2] or align in (route.get("aligns") or [])))
-    return route if heads_ok and uneven_ok else None
+    problem = rules.Problem(case["B"], H, case.get("Hkv") or H, L, case.get("Lk") or L, case["D"], case["dtype"],
+                            bool(case["causal"]), case.get("align") or "top_left", case.get("layout") or "contiguous")
+    stated = [_as_stated(r) for r in routes]
+    route, _ = rules.route_for(stated, problem)
+    return None if route is None else routes[next(i for i, r in enumerate(stated) if r is route)]
 
 
-def served_by(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> str:
+def served_by(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any], rules: ModuleType | None = None) -> str:
     """Which kernel a package's dispatch table sends ``case`` to (:func:`serving_route`): a
     candidate id, or ``sdpa`` (fallback)."""
-    route = serving_route(routes, case)
+    route = serving_route(routes, case, rules)
     return str(route["candidate"]) if route else "sdpa"
 
 
 def kernel_records(dispatch: Mapping[str, Any], provenance: Mapping[str, Any],
-                   cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The package kernels that served ``cases``, once each in case order: the candidate, the
+                   served: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """The package kernels of the routes that ``served`` the cases (:func:`serving_route`, None: SDPA
+    did), once each in case order: the candidate, the
     kernel function (its cache layout's), its key, the dynamic shared memory of its launch
     (``dispatch.json``) and the machine-code evidence promote read from its cubin
     (:mod:`evo.toolchain.evidence`, in ``PROVENANCE.json``; :data:`NOT_RECORDED` in a package
     promoted before evidence was recorded)."""
     evidence = {k.get("id"): k.get("evidence") or {} for k in provenance.get("kernels", [])}
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for case in cases:
-        route = serving_route(dispatch["routes"], case)
+    for route in served:
         if route is None:
             continue
         cid, layout = str(route["candidate"]), route.get("layout") or "contiguous"
@@ -739,7 +756,8 @@ def _served(record: dict[str, Any], package: str) -> None:
     """A package's record: the kernel each case was served by (rows the package routes to SDPA
     measure SDPA itself: say so per row) and, as ``kernels``, the evidence of those kernels
     (:func:`kernel_records`)."""
-    dispatch = package_dispatch(package)
-    for case in record["cases"]:
-        case["candidate_id"] = served_by(dispatch["routes"], case)
-    record["kernels"] = kernel_records(dispatch, package_provenance(package), record["cases"])
+    dispatch, rules = package_dispatch(package), package_rules(package)
+    served = [serving_route(dispatch["routes"], case, rules) for case in record["cases"]]
+    for case, route in zip(record["cases"], served, strict=True):
+        case["candidate_id"] = str(route["candidate"]) if route else "sdpa"
+    record["kernels"] = kernel_records(dispatch, package_provenance(package), served)

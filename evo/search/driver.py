@@ -247,8 +247,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
                 store = owned = open_store(url)
             rdb = storage(url, opts.heartbeat_s, opts.grace_s, retry)
             name, settings, families, cases = settle(opts, ev, rdb)
-            if opts.start_from:
-                check_sources(rdb, store, name, opts.start_from, opts.start_top)
+            named = check_sources(rdb, store, name, opts.start_from, opts.start_top) if opts.start_from else []
             kind = settings["objective"]
             if isinstance(ev, GpuEvaluator):
                 ev.pair(settings["baseline"])
@@ -259,7 +258,7 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             if settings["pins"]:
                 note(f"study {name}: a sub-space, --pin {pins_text(settings['pins'])}")
             if opts.start_from:
-                imported = start_from(study, rdb, store, opts.start_from, families, opts.start_top)
+                imported = start_from(study, rdb, named, families, opts.start_top)
                 note(f"study {name}: " + imported.summary())
         device = {"name": ev.device, "source": ev.name, "gpu": opts.gpu, "pid": os.getpid()}
         options = {"trials": opts.trials, "time_budget_s": opts.time_budget_s, "sampler": opts.sampler,

@@ -173,13 +173,12 @@ def _stored(store: Store, item: str) -> Source:
     return Source("candidate " + short_id(row.id), row)
 
 
-def start_from(study: optuna.Study, storage: optuna.storages.BaseStorage, store: Store, sources: Sequence[str],
+def start_from(study: optuna.Study, storage: optuna.storages.BaseStorage, named: Sequence[Source],
                families: Sequence[Family], top: int = DEFAULT_TOP) -> Imported:
-    """Enqueue the best ``top`` candidates of each study in ``sources``, and each candidate it
-    names by id, as ``study``'s first trials (see the module docstring). Refused, with the
-    reason, when the study already has trials or started from other sources
-    (:func:`check_sources` comes first)."""
-    named = check_sources(storage, store, study.study_name, sources, top)
+    """Enqueue the best ``top`` candidates of each study in ``named`` (what :func:`check_sources`
+    resolved, before the study was created), and each candidate it names by id, as ``study``'s
+    first trials (see the module docstring). Refused, with the reason, when the study already has
+    trials or started from other sources."""
     before = study.user_attrs.get(STARTED_FROM)
     if before is not None:
         if sorted(before.get("sources", {})) != sorted(s.label for s in named):
