@@ -234,8 +234,10 @@ def serving_route(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any],
     None: to SDPA (fallback)."""
     rules = rules or package_rules()
     L, H = case["L"], case["H"]
-    problem = rules.Problem(case["B"], H, case.get("Hkv") or H, L, case.get("Lk") or L, case["D"], case["dtype"],
-                            bool(case["causal"]), case.get("align") or "top_left", case.get("layout") or "contiguous")
+    fields = {"B": case["B"], "Hq": H, "Hkv": case.get("Hkv") or H, "Lq": L, "Lk": case.get("Lk") or L, "D": case["D"],
+              "dtype": case["dtype"], "causal": bool(case["causal"]), "align": case.get("align") or "top_left",
+              "layout": case.get("layout") or "contiguous"}
+    problem = rules.Problem(**{k: v for k, v in fields.items() if k in rules.Problem._fields})  # older rules: fewer
     stated = [_as_stated(r) for r in routes]
     route, _ = rules.route_for(stated, problem)
     return None if route is None else routes[next(i for i, r in enumerate(stated) if r is route)]
