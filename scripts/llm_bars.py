@@ -5,15 +5,21 @@ Usage: python scripts/llm_bars.py BENCH.json [BENCH.json ...]
 Every ratio is a baseline's time over evo's within one case row of one record (the row's timings
 were interleaved in one process), so rows never mix runs. For each LLM-suite record (cases L1-L8):
 the geometric mean and the lowest case against FlashAttention-4 (bars 1.05 and 0.95) and against
-SDPA's default (bars 1.3 and 1.0). Over the FAST-suite records given (their cases pooled across
-dtypes, as the bar reads): the long cases F4-F8 against SDPA's cuDNN backend (bar 1.10) and F1-F3
-(bar 1.2). Prints one line per bar; exits 0 (it reports, it does not judge a run).
+SDPA's default (bars 1.3 and 1.0). Over the FAST-suite records of one package and commit (their
+cases pooled across dtypes, as the bar reads; each commit apart when several are given): the long
+cases F4-F8 against SDPA's cuDNN backend (bar 1.10) and F1-F3 (bar 1.2). Prints one line per bar; exits 0 (it reports, it does not judge a run).
+
+Several LLM records of one package, commit, dtype and clock protocol (benches repeated, since one
+bench places a case only within about 3 %: dev/perf-notes.md, 2026-11-28 n) are also read together:
+each case's ratio is its median over those records, and the bars are read on the medians, with
+the count of records beside them. Each record's own lines come first, so no bench is hidden.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +61,29 @@ def llm_lines(name: str, record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def median_record(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One record whose cases carry, per baseline, the median over ``records`` of the baseline's
+    time over evo's (as ``us`` with evo at 1.0), for the cases every record has."""
+    per: dict[tuple[str, bool, str], dict[str, list[float]]] = {}
+    for record in records:
+        for c in record["cases"]:
+            us = c.get("us", {})
+            for base, t in us.items():
+                if base != "evo" and t and us.get("evo"):
+                    per.setdefault((c["case"], bool(c["causal"]), c["dtype"]), {}).setdefault(base, []).append(
+                        t / us["evo"])
+    cases = [{"case": k[0], "causal": k[1], "dtype": k[2],
+              "us": {"evo": 1.0, **{b: statistics.median(v) for b, v in bases.items() if len(v) == len(records)}}}
+             for k, bases in per.items()]
+    return {"clocks": records[0].get("clocks", "steady"), "cases": cases}
+
+
+def _group(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes records repeats of one bench: package, commit, clocks and dtypes."""
+    return (record.get("package"), record.get("git_sha"), record.get("clocks", "steady"),
+            tuple(sorted({c["dtype"] for c in record["cases"]})))
+
+
 def fast_lines(cases: Sequence[Mapping[str, Any]]) -> list[str]:
     """The FAST bars over the pooled cases of the FAST records."""
     lines = []
@@ -71,13 +100,21 @@ def fast_lines(cases: Sequence[Mapping[str, Any]]) -> list[str]:
 def report(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     """Every bar the ``(file name, record)`` pairs can be read against."""
     lines: list[str] = []
-    fast: list[Mapping[str, Any]] = []
+    fast: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    repeats: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for name, record in records:
         if record["cases"] and all(c["case"].startswith("L") for c in record["cases"]):
             lines += llm_lines(name, record)
+            repeats.setdefault(_group(record), []).append(record)
         elif record.get("clocks", "steady") == "steady":
-            fast += [c for c in record["cases"] if c["case"].startswith("F")]
-    return lines + fast_lines(fast)
+            fast.setdefault((record.get("package"), record.get("git_sha")), []).extend(
+                c for c in record["cases"] if c["case"].startswith("F"))
+    for (_, sha, _, dtypes), group in repeats.items():
+        if len(group) > 1:
+            lines += llm_lines(f"median of {len(group)} benches ({sha}, {'+'.join(dtypes)})", median_record(group))
+    for (_, sha), cases in fast.items():
+        lines += [line.replace("FAST ", f"FAST ({sha}) " if len(fast) > 1 else "FAST ", 1) for line in fast_lines(cases)]
+    return lines
 
 
 def main(paths: Sequence[str]) -> int:

@@ -33,3 +33,19 @@ def test_the_fast_bars_pool_the_fast_records_and_leave_burst_records_out() -> No
     assert long == ("FAST long cases F4-F8 vs sdpa_cudnn (2 cases): geomean 1.078 (bar 1.1), lowest 0.960 at F7c fp16: "
                     "FAIL")
     assert short.startswith("FAST F1-F3 vs sdpa_cudnn (1 cases): geomean 1.300 (bar 1.2)") and short.endswith("pass")
+
+
+def test_repeated_benches_of_one_package_are_also_read_on_each_cases_median_ratio() -> None:
+    """Three benches of one commit: every record keeps its own lines, and the bars are read again on
+    each case's median ratio; a record of another commit is not pooled with them."""
+    def bench(l1: float, l3: float, sha: str = "abc") -> dict:
+        return {"git_sha": sha, "package": "p", "cases": [_case("L1", True, "bf16", evo=100.0, fa4=l1, sdpa_default=140.0),
+                                                          _case("L3", True, "bf16", evo=100.0, fa4=l3, sdpa_default=200.0)]}
+    records = [("a.json", bench(110.0, 94.0)), ("b.json", bench(104.0, 97.0)), ("c.json", bench(108.0, 99.0)),
+               ("d.json", bench(50.0, 50.0, sha="other"))]
+    lines = BARS.report(records)
+    assert len(lines) == 2 * 4 + 2
+    fa4 = next(x for x in lines if x.startswith("median of 3 benches (abc, bf16)") and "vs fa4" in x)
+    assert "geomean 1.024 (bar 1.05), lowest 0.970 at L3c bf16 (floor 0.95)" in fa4 and fa4.endswith("FAIL")
+    sdpa = next(x for x in lines if x.startswith("median of 3 benches") and "vs sdpa_default" in x)
+    assert "geomean 1.673" in sdpa and sdpa.endswith("pass")
