@@ -7,7 +7,8 @@ were interleaved in one process), so rows never mix runs. For each LLM-suite rec
 the geometric mean and the lowest case against FlashAttention-4 (bars 1.05 and 0.95) and against
 SDPA's default (bars 1.3 and 1.0). Over the FAST-suite records of one package and commit (their
 cases pooled across dtypes, as the bar reads; each commit apart when several are given): the long
-cases F4-F8 against SDPA's cuDNN backend (bar 1.10) and F1-F3 (bar 1.2). Prints one line per bar; exits 0 (it reports, it does not judge a run).
+cases F4-F8 against SDPA's cuDNN backend (bar 1.10) and F1-F3 (bar 1.2). Prints one line per bar;
+exits 0 (it reports, it does not judge a run).
 
 Several LLM records of one package, commit, dtype and clock protocol (benches repeated, since one
 bench places a case only within about 3 %: dev/perf-notes.md, 2026-11-28 n) are also read together:
