@@ -52,6 +52,9 @@
 #   of the LLM studies; promote routes each case to its best winner, so a specialist ships where it wins.
 # bench-llm: the package's launcher built first (`prepare()`, a minute, outside any benchmark's
 #   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
+#   LLM_OUT (a folder under $OUT, default benchmarks): a repeat bench in the same session goes to another
+#   one (e.g. LLM_OUT=again/benchmarks), since a record of the same GPU, day, commit and dtypes replaces
+#   the older one; scripts/llm_bars.py reads repeats together on each case's median ratio.
 # bench-fast: the FAST suite through the same package (fp16, and F4-F7 in bf16) beside cuDNN and
 #   SDPA's default, and the package's speed checked against its provenance.
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
@@ -144,8 +147,8 @@ case ${1:-} in
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
     stage prepare 150 python3 -c "import $PKG; print('kernels loaded:', $PKG.prepare())"
-    bench_llm bf16
-    bench_llm fp16 ;;
+    bench_llm bf16 steady "${LLM_OUT:-benchmarks}"
+    bench_llm fp16 steady "${LLM_OUT:-benchmarks}" ;;
   bench-fast)
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
