@@ -147,8 +147,8 @@ case ${1:-} in
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
     stage prepare 150 python3 -c "import $PKG; print('kernels loaded:', $PKG.prepare())"
-    bench_llm bf16 steady "${LLM_OUT:-benchmarks}"
-    bench_llm fp16 steady "${LLM_OUT:-benchmarks}" ;;
+    bench_llm bf16 "" "${LLM_OUT:-benchmarks}"
+    bench_llm fp16 "" "${LLM_OUT:-benchmarks}" ;;
   bench-fast)
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
