@@ -20,6 +20,9 @@
 #      K = 1 and 2 in two calls
 #   0. on a fresh machine, for 3-5 of a package promoted earlier: carry [".whl", ".clean/evoattn-pkg.tgz"]:
 #      scripts/gpu-llm.sh install (the package from $OUT/evoattn-pkg.tgz of its promote call)
+#   At 2026-11-28r on an x2 machine (the search's two workers one per GPU, twice the candidates in its
+#   budget): FA4's staging 42 s, search 536 s (LLM_BUDGET=260 FAST_BUDGET=170), promote 400 s, bench-llm
+#   with bench-fast 374 s, the GPU tests 364 s: 1,759 s of 1,800, no room for bench-burst.
 #   One session's device time (1,800 s) does not hold all of 1-5 (about 1,900 s with FA4's staging). Without
 #   the search, call 1 stages FA4 and exports as above and runs `PROMOTE_DEVICE="NVIDIA H100 80GB HBM3"
 #   scripts/gpu-llm.sh promote` on the carried database (its LLM and FAST studies were timed on an H100:
