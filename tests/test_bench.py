@@ -375,6 +375,24 @@ def test_the_history_gives_a_bench_session_one_row_and_each_record_a_link() -> N
     assert f"fast bf16, {len(bf16['cases'])}, " in session and "](benchmarks/b.json)" in session
 
 
+def test_sessions_past_the_newest_share_a_row_per_day_and_gpu_and_every_record_stays_linked() -> None:
+    """HISTORY_SESSIONS sessions keep a row each; the older ones, two days of them here, take one
+    row per day (and GPU) whose links name their commits."""
+    from evo.products import bench
+
+    base = json.loads(SAMPLE.read_text())
+    n = bench.HISTORY_SESSIONS + 6
+    records = [(f"r{i}.json", base | {"git_sha": f"{i:07x}", "created": f"2026-11-{10 + i // 4:02d}T0{i % 4}:00:00+00:00"})
+               for i in range(n)]
+    history = render_benchmarks_md(records).split("## History")[1]
+    rows = [line for line in history.splitlines() if line.startswith("| 20")]
+    old_days = {r[1]["created"][:10] for r in records[:6]}
+    assert len(rows) == bench.HISTORY_SESSIONS + len(old_days)
+    assert all(f"](benchmarks/r{i}.json)" in history for i in range(n))
+    folded = [r for r in rows if " sessions | " in r]
+    assert len(folded) == len(old_days) and f"[{0:07x} fast fp16, " in folded[-1]
+
+
 
 def recording_worker(sent: list[dict], answer: Callable[[], Evaluation]) -> type:
     """A stand-in for the GPU worker class: each request's options go to ``sent``, ``answer()`` back."""

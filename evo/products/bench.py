@@ -588,20 +588,36 @@ def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | 
     return geomean(ratios) if ratios else None
 
 
+HISTORY_SESSIONS = 16   # History rows of their own; older sessions share one row per day and GPU
+
+
 def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     """The index of the JSON history, newest first: one row per bench session (date, GPU, commit,
     package or candidates), each record of it a link with its suite, dtypes, case count and geometric
-    mean against SDPA's default, so that a session's five records take one line, not five."""
+    mean against SDPA's default, so that a session's five records take one line, not five. Past the
+    newest HISTORY_SESSIONS sessions, a day's sessions on one GPU share a row (each link then names
+    its commit), so the page stays short while every record stays linked."""
     sessions: dict[tuple[str, str, str, str], list[tuple[str, Mapping[str, Any]]]] = {}
     for name, rec in sorted(records, key=lambda nr: (nr[1]["created"], nr[0]), reverse=True):
-        what = _what(rec)
-        sessions.setdefault((rec["created"][:10], rec["gpu"], rec["git_sha"], what), []).append((name, rec))
+        sessions.setdefault((rec["created"][:10], rec["gpu"], rec["git_sha"], _what(rec)), []).append((name, rec))
     lines = ["| date | GPU | git | what | records: suite, dtypes, cases, geomean vs sdpa_default |", "|---|---|---|---|---|"]
-    for (date, gpu, sha, what), group in sessions.items():
-        links = "; ".join(f"[{_suite_only(rec)}, {len(rec.get('cases', rec.get('rows', [])))}, "
-                          f"{_x(_geomean_vs(rec, 'sdpa_default'))}](benchmarks/{name})" for name, rec in group)
-        lines.append(f"| {date} | {gpu} | {sha} | {what} | {links} |")
+    for (date, gpu, sha, what), group in list(sessions.items())[:HISTORY_SESSIONS]:
+        lines.append(f"| {date} | {gpu} | {sha} | {what} | {_links(group)} |")
+    days: dict[tuple[str, str], list[tuple[str, str, list[tuple[str, Mapping[str, Any]]]]]] = {}
+    for (date, gpu, sha, what), group in list(sessions.items())[HISTORY_SESSIONS:]:
+        days.setdefault((date, gpu), []).append((sha, what, group))
+    for (date, gpu), day in days.items():
+        whats = sorted({what for _, what, _ in day})
+        links = "; ".join(_links(group, sha) for sha, _, group in day)
+        lines.append(f"| {date} | {gpu} | {len(day)} sessions | {', '.join(whats)} | {links} |")
     return "\n".join(lines) + "\n"
+
+
+def _links(group: Sequence[tuple[str, Mapping[str, Any]]], sha: str = "") -> str:
+    """One session's records as links: suite and dtypes (after ``sha``, when given), cases, geometric
+    mean against SDPA's default."""
+    return "; ".join(f"[{sha + ' ' if sha else ''}{_suite_only(rec)}, {len(rec.get('cases', rec.get('rows', [])))}, "
+                     f"{_x(_geomean_vs(rec, 'sdpa_default'))}](benchmarks/{name})" for name, rec in group)
 
 
 def _what(record: Mapping[str, Any]) -> str:
