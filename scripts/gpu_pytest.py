@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 PYTEST = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
 COUNTS = ("tests", "failures", "errors", "skipped")
@@ -105,7 +106,7 @@ class FileRun:
         return f"{self.name} (lane {self.lane}, {self.seconds:.0f} s): {self.problem or ran}"
 
 
-def run_file(test_file: str, lane: int, gpu: str | None, out: Path, log, deadline: float) -> FileRun:  # type: ignore[no-untyped-def]
+def run_file(test_file: str, lane: int, gpu: str | None, out: Path, log: IO[str], deadline: float) -> FileRun:
     """Run one file on one lane until it ends or ``deadline`` (time.monotonic) passes."""
     env = dict(os.environ)
     if gpu is not None:
