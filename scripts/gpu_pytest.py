@@ -197,7 +197,8 @@ def main() -> int:
         return 2
     ids = collect(args.tests)
     files = shard_files(ids, args.shards)[args.shard - 1] if args.shard else queue_order(ids)
-    pins: list[str | None] = [str(i) for i in range(lanes)] if lanes > 1 else [None]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    pins: list[str | None] = [(visible[i] if visible else str(i)) for i in range(lanes)] if lanes > 1 else [None]
     args.out.mkdir(parents=True, exist_ok=True)
     done, left = run_lanes(files, pins, args.out, args.timeout)
     for r in done:
