@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 import json
 import shutil
@@ -127,9 +128,20 @@ def test_run_bench_through_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     path, record, problems = run_bench(targets, out_dir=tmp_path / "benchmarks", target="standins:serve_bench")
     assert path.parent == tmp_path / "benchmarks" and path.name.endswith("-cafe123.json")
     assert [c["candidate_id"] for c in record["cases"]] == ["good", "good", "also", "also"]
-    assert record["gemm_tflops"] == 700.0
+    assert record["gemm_tflops"] == 700.0 and record["gemm_dtype"] == "fp16"
     assert problems == ["bad: red: wrong answers"]
     assert "cafe123" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+def test_a_bf16_bench_measures_its_gemm_yardstick_in_bf16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The % of the dense GEMM rate compares a case with a GEMM of its own dtype, and the page says which."""
+    monkeypatch.syspath_prepend(str(FIXTURES / "worker"))
+    monkeypatch.setattr("evo.paths.git_sha", lambda: "cafe1234567")
+    cases = tuple(dataclasses.replace(s, dtype="bf16") for s in (F1, F3C))
+    _, record, _ = run_bench([("good", EvalRequest("good" * 8, "x.cubin", (), fast_cases=cases))],
+                             out_dir=tmp_path / "benchmarks", target="standins:serve_bench")
+    assert record["gemm_dtype"] == "bf16"
+    assert "dense bf16 GEMM 700 TFLOP/s" in (tmp_path / "BENCHMARKS.md").read_text()
 
 
 ROUTES = [

@@ -134,7 +134,7 @@ def bench_cmd(ids: tuple[str, ...], best: int | None, package: str | None, cases
         console.print(f"[red]failed[/] {p}")
     gemm = record["gemm_tflops"]
     clocks = "" if record.get("clocks", STEADY) == STEADY else f", {record['clocks']} clocks"
-    console.print(speed_table(record["cases"], f"{record['gpu']}  (dense fp16 GEMM "
+    console.print(speed_table(record["cases"], f"{record['gpu']}  (dense {record.get('gemm_dtype', 'fp16')} GEMM "
                               f"{'?' if gemm is None else f'{gemm:.0f}'} TFLOP/s{clocks})", with_candidate=not package))
     console.print(done.fidelity)
     console.print(f"wrote {path} and {path.parent.resolve().parent / 'BENCHMARKS.md'}")

@@ -457,7 +457,7 @@ def prime(request: EvalRequest, plan: Plan, session: Session) -> Evaluation:
 def evaluate(request: EvalRequest, session: Session) -> Evaluation:
     """GREEN then FAST for one request (exceptions propagate to :func:`serve`); a ``prime``
     request is :func:`prime`'s."""
-    from evo.gpu.timing import gemm_tflops
+    from evo.gpu.timing import STEADY_WARM_MS, gemm_tflops
 
     plan = Plan.of(request.options)
     session.inherit(request.options.get("carried_baselines", {}))
@@ -468,8 +468,10 @@ def evaluate(request: EvalRequest, session: Session) -> Evaluation:
         ev.device["rung"] = plan.rung
     launch, op, entries = _candidate(request, ev)
     progress("loaded")
-    if request.options.get("gemm"):
-        ev.device["gemm_tflops"] = f"{gemm_tflops():.1f}"
+    if request.options.get("gemm"):   # in the bench's dtype, and warmed as its long cases are
+        dtype = str(request.options.get("gemm_dtype") or "fp16")
+        warm = STEADY_WARM_MS if plan.clocks == STEADY else 0.0
+        ev.device |= {"gemm_tflops": f"{gemm_tflops(dtype, warm_ms=warm):.1f}", "gemm_dtype": dtype}
     if request.options.get("read_bytes"):   # evo bench's decode report: the read ceiling (evo.gpu.bandwidth)
         from evo.gpu.bandwidth import read_ceiling
 

@@ -895,11 +895,19 @@ def time_case(candidate: Op | None, shape: Shape, backends: Sequence[str] = SDPA
     return result
 
 
-def gemm_tflops(n: int = 8192, reps: int = 20) -> float:
-    """Dense fp16 n^3 matmul rate (TFLOP/s), timed like everything else: the GPU's yardstick."""
+def gemm_tflops(dtype: str = "fp16", n: int = 8192, reps: int = 20, warm_ms: float = 0.0) -> float:
+    """Dense ``dtype`` n^3 matmul rate (TFLOP/s), timed like everything else: the GPU's yardstick.
+    ``warm_ms`` of its own replays first (``STEADY_WARM_MS`` for a steady bench, whose long cases are
+    timed in their own steady state: a GEMM timed cold after another load read 668 and 758 TFLOP/s
+    in two benches of one H200 session, 2026-11-28r)."""
     import torch
 
-    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+    a, b = (torch.randn(n, n, device="cuda", dtype=_torch_dtype(dtype)) for _ in range(2))
     c = torch.empty_like(a)
-    samples = time_graph(lambda: torch.mm(a, b, out=c), reps=reps)
+    timer = GraphTimer(lambda: torch.mm(a, b, out=c), warmup=3)
+    try:
+        timer.warm(warm_ms)
+        samples = timer.sample(reps)
+    finally:
+        timer.close()
     return 2.0 * n ** 3 / (Stats.of(samples).median * 1e-6) / 1e12

@@ -275,7 +275,7 @@ def kernel_records(dispatch: Mapping[str, Any], provenance: Mapping[str, Any],
 
 
 def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops: float | None,
-                sha: str, created: datetime, package: str | None = None,
+                sha: str, created: datetime, gemm_dtype: str = "fp16", package: str | None = None,
                 backends: Sequence[str] = BASELINE_BACKENDS,
                 read_ceiling: Mapping[str, Any] | None = None, clocks: str = STEADY) -> dict[str, Any]:
     """The benchmark JSON for ``(candidate_id, evaluation)`` pairs measured on one GPU, beside
@@ -292,6 +292,7 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
         "git_sha": sha,
         "created": created.astimezone(UTC).isoformat(timespec="seconds"),
         "gemm_tflops": gemm_tflops,
+        "gemm_dtype": gemm_dtype,
         "package": package,
         "backends": list(backends),
         "clocks": clocks,
@@ -370,7 +371,7 @@ def _table(record: Mapping[str, Any], name: str) -> str:
     head = (f"## {record['gpu']}: {suite_of(record)} — {record['created'][:10]}, git {record['git_sha']}\n\n"
             f"torch {v.get('torch', '?')} · CUDA {v.get('cuda', '?')} · cuDNN {v.get('cudnn', '?')} · "
             f"driver {v.get('driver', '?')}"
-            + (f" · dense fp16 GEMM {gemm:.0f} TFLOP/s" if gemm else "")
+            + (f" · dense {record.get('gemm_dtype', 'fp16')} GEMM {gemm:.0f} TFLOP/s" if gemm else "")
             + (f" · package `{record['package']}`" if record.get("package") else "")
             + f" · `{name}`\n\n"
             + ("Package rows marked SDPA (fallback) are calls the dispatch table routes to SDPA: they time "
@@ -737,12 +738,14 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
     results: list[tuple[str | None, Evaluation]] = []
     problems = []
     gemm: float | None = None
+    gemm_dtype = "fp16"
     ceiling: dict[str, Any] | None = None
     unmeasured = ""                                # why the worker could not measure the read ceiling
     largest = max((kv_bytes(s) for _, r in targets for s in r.fast_cases if is_decode(s)), default=0)
     with Worker(device, target) as worker:
         for cid, request in targets:
             options = {**request.options, "interleave": True, "gemm": gemm is None, "fidelity": True,
+                       "gemm_dtype": next((c.dtype for c in request.fast_cases), "fp16"),
                        "backends": list(backends), "read_bytes": largest if ceiling is None else 0,
                        "clocks": clocks}
             ev = worker.evaluate(EvalRequest(request.build_id, request.cubin_path, request.entries,
@@ -755,11 +758,12 @@ def run_bench(targets: Sequence[tuple[str | None, EvalRequest]], *, out_dir: Pat
                 problems.append(f"{cid or request.build_id[:12]}: {ev.status.value}: {ev.reason}")
                 continue
             if "gemm_tflops" in ev.device:
-                gemm = float(ev.device["gemm_tflops"])
+                gemm, gemm_dtype = float(ev.device["gemm_tflops"]), str(ev.device.get("gemm_dtype", "fp16"))
             results.append((cid, ev))
     if not results:
         raise EvoError("no benchmark succeeded: " + "; ".join(problems))
-    record = make_record(results, gemm_tflops=gemm, sha=short_sha(paths.git_sha()), created=datetime.now(UTC),
+    record = make_record(results, gemm_tflops=gemm, gemm_dtype=gemm_dtype, sha=short_sha(paths.git_sha()),
+                         created=datetime.now(UTC),
                          package=package, backends=backends, read_ceiling=ceiling, clocks=clocks)
     if "read_ceiling" in record and ceiling is None and unmeasured:
         record["read_ceiling_error"] = unmeasured
