@@ -41,7 +41,9 @@
 #   bars are what is left. (History: llm4/fast4 at e366e33; llm5/fast5 at 2026-11-28q,
 #   180 and 80 s; llm6/fast6 at 2026-11-28r, 260 and 170 s on two GPUs: 20 and 6 candidates timed in full.)
 #   Both studies also start from the SEEDS variants (lines: a stored candidate's id, then KEY=VALUE genes
-#   changed from it; none by default: 2026-11-28r measured the last one, 594b392bfa05 SPLIT_MASK=true),
+#   changed from it; by default llm6's best, 29a1cf7bf11c, with the L2 sections FlashAttention-4 would
+#   take, L2_SECTION_MB 16 (L4c's) and 8 (L1c's); SEEDS= for none; 2026-11-28r measured the previous one,
+#   594b392bfa05 SPLIT_MASK=true),
 #   built into the database first so that --start-from can name them (seed_ids). The sources are
 #   enqueued in the order named: the seeds first, then the ids, then the studies (at 2026-11-28 q the
 #   seed came last and was not reached in 180 s).
@@ -99,7 +101,7 @@ seed_ids() {
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
     [ -n "$id" ] && out="$out$id,"
-  done <<< "${SEEDS:-}"
+  done <<< "${SEEDS-$'29a1cf7bf11c L2_SECTION_MB=16\n29a1cf7bf11c L2_SECTION_MB=8'}"
   echo "$out"
 }
 

@@ -397,3 +397,16 @@ def test_the_split_mask_leaves_no_masking_in_the_unmasked_loop(genes: dict[str, 
         plain_loop, plain_path = STEPS.step_path(plain[name])
         assert loop - len(path) <= 64 < plain_loop - len(plain_path), name   # BLOCK_N_D128 = 128
         assert len(path) <= len(plain_path), name
+
+
+def test_the_l2_section_size_leaves_every_stored_candidate_as_it_was_and_sizes_the_sections() -> None:
+    """L2_SECTION_MB at 32 renders the text every stored candidate has (no key in its header); another
+    size changes only the section constant, and only for the orders that have sections."""
+    assert is_valid(FAMILY, point(L2_SECTION_MB=16, CAUSAL_ORDER="sections"))
+    assert not is_valid(FAMILY, point(L2_SECTION_MB=16, CAUSAL_ORDER="natural"))
+    at32 = render(make_candidate(FAMILY, point()))
+    assert "L2_SECTION_MB" not in at32.source.splitlines()[1] and "L2_SECTION = 32ll << 20;" in at32.source
+    at16 = render(make_candidate(FAMILY, point(L2_SECTION_MB=16)))
+    assert '"L2_SECTION_MB": 16' in at16.source.splitlines()[1] and "L2_SECTION = 16ll << 20;" in at16.source
+    body = [line for line in at16.source.splitlines()[2:] if "L2_SECTION = " not in line]
+    assert body == [line for line in at32.source.splitlines()[2:] if "L2_SECTION = " not in line]
