@@ -66,6 +66,9 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
                                     "PINGPONG3": True},
     "split_mask_pack_trim_lazy": {"SPLIT_MASK": True, "PACK_GQA": True, "PRODUCER_REGS": 32, "CAUSAL_TRIM": True,
                                   "LAZY_D128": True},
+    # 8 MB sections: GREEN's many-head draws span several sections, each dealt by its own snake
+    "l2_section_8": {"L2_SECTION_MB": 8, "CAUSAL_ORDER": "sections", "SOFTMAX_ILP": True, "RESCALE_EARLY": True,
+                     "Q_IN_REGS": True},
 }
 # flash_mma with Q read from shared memory and the causal loop cut at the diagonal: a CTA whose rows
 # all see no key (causal at the bottom right, Lq > Lk) runs no K/V tile, and before 2026-11-28 wrote
