@@ -82,6 +82,12 @@ def command(test_file: str, out: Path) -> list[str]:
     return [*PYTEST, "-rA", "--durations=10", f"--junitxml={junit_path(out, test_file)}", test_file]
 
 
+def counts_text(c: Counter[str]) -> str:
+    """``N passed, N failed, N errors, N skipped`` of JUnit counts (passed: the tests none of the others)."""
+    passed = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
+    return f"{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped"
+
+
 def junit_totals(path: Path) -> Counter[str]:
     """tests, failures, errors and skipped summed over the suites of one JUnit file."""
     root = ET.parse(path).getroot()
@@ -100,10 +106,7 @@ class FileRun:
     problem: str = ""      # "stopped at the limit", "no JUnit file (rc N)", or "" when it ran out
 
     def line(self) -> str:
-        c = self.counts
-        ran = (f"{c['tests'] - c['failures'] - c['errors'] - c['skipped']} passed, {c['failures']} failed, "
-               f"{c['errors']} errors, {c['skipped']} skipped")
-        return f"{self.name} (lane {self.lane}, {self.seconds:.0f} s): {self.problem or ran}"
+        return f"{self.name} (lane {self.lane}, {self.seconds:.0f} s): {self.problem or counts_text(self.counts)}"
 
 
 def run_file(test_file: str, lane: int, gpu: str | None, out: Path, log: IO[str], deadline: float) -> FileRun:
@@ -164,10 +167,8 @@ def run_lanes(files: Sequence[str], gpus: Sequence[str | None], out: Path, timeo
 def report(done: Sequence[FileRun], left: Sequence[str]) -> tuple[str, bool]:
     """The totals line, and whether everything ran and passed."""
     total = sum((r.counts for r in done), Counter())
-    passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
     stopped = [r.name for r in done if r.problem]
-    line = (f"{passed} passed, {total['failures']} failed, {total['errors']} errors, {total['skipped']} skipped "
-            f"in {len(done) - len(stopped)} files")
+    line = f"{counts_text(total)} in {len(done) - len(stopped)} files"
     if stopped:
         line += f"; stopped or without results: {' '.join(stopped)}"
     if left:

@@ -19,12 +19,13 @@ the count of records beside them. Each record's own lines come first, so no benc
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from evo.scoring import geomean
 
 LLM_BARS = (("fa4", 1.05, 0.95), ("sdpa_default", 1.3, 1.0))   # (baseline, geomean bar, floor)
 FAST_BARS = (("long cases F4-F8", ("F4", "F5", "F6", "F7", "F8"), 1.10), ("F1-F3", ("F1", "F2", "F3"), 1.2))
@@ -44,7 +45,7 @@ def ratios(cases: Iterable[Mapping[str, Any]], baseline: str) -> list[tuple[str,
 def summary(pairs: Sequence[tuple[str, float]]) -> tuple[float, str, float]:
     """(geometric mean, lowest case's tag, its ratio) of non-empty ``pairs``."""
     tag, low = min(pairs, key=lambda p: p[1])
-    return math.exp(sum(math.log(r) for _, r in pairs) / len(pairs)), tag, low
+    return geomean(r for _, r in pairs), tag, low
 
 
 def llm_lines(name: str, record: Mapping[str, Any]) -> list[str]:
@@ -85,15 +86,15 @@ def _group(record: Mapping[str, Any]) -> tuple[Any, ...]:
             tuple(sorted({c["dtype"] for c in record["cases"]})))
 
 
-def fast_lines(cases: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The FAST bars over the pooled cases of the FAST records."""
+def fast_lines(cases: Sequence[Mapping[str, Any]], sha: str = "") -> list[str]:
+    """The FAST bars over the pooled cases of the FAST records (of commit ``sha``, named when given)."""
     lines = []
     for label, names, bar in FAST_BARS:
         pairs = ratios([c for c in cases if c["case"] in names], FAST_BASELINE)
         if not pairs:
             continue
         mean, tag, low = summary(pairs)
-        lines.append(f"FAST {label} vs {FAST_BASELINE} ({len(pairs)} cases): geomean {mean:.3f} (bar {bar}), "
+        lines.append(f"FAST {f'({sha}) ' if sha else ''}{label} vs {FAST_BASELINE} ({len(pairs)} cases): geomean {mean:.3f} (bar {bar}), "
                      f"lowest {low:.3f} at {tag}: {'pass' if mean >= bar else 'FAIL'}")
     return lines
 
@@ -114,7 +115,7 @@ def report(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
         if len(group) > 1:
             lines += llm_lines(f"median of {len(group)} benches ({sha}, {'+'.join(dtypes)})", median_record(group))
     for (_, sha), cases in fast.items():
-        lines += [line.replace("FAST ", f"FAST ({sha}) " if len(fast) > 1 else "FAST ", 1) for line in fast_lines(cases)]
+        lines += fast_lines(cases, sha if len(fast) > 1 else "")
     return lines
 
 

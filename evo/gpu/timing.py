@@ -426,13 +426,16 @@ class GraphTimer:
 
 
 def time_graph(fn: Callable[[], Any], *, launches_per_graph: int | None = None,
-               reps: int = 20, warmup: int = 3) -> list[float]:
-    """Microseconds per launch of ``fn``, one sample per replay of a captured graph.
+               reps: int = 20, warmup: int = 3, warm_ms: float = 0.0) -> list[float]:
+    """Microseconds per launch of ``fn``, one sample per replay of a captured graph, after
+    ``warm_ms`` of untimed replays when given (an op timed in its own steady state).
 
     ``launches_per_graph=None`` picks the count so one replay lasts at least ~1 ms.
     """
     timer = GraphTimer(fn, launches=launches_per_graph, warmup=warmup)
     try:
+        if warm_ms > 0:
+            timer.warm(warm_ms)
         return timer.sample(reps)
     finally:
         timer.close()
@@ -904,10 +907,5 @@ def gemm_tflops(dtype: str = "fp16", n: int = 8192, reps: int = 20, warm_ms: flo
 
     a, b = (torch.randn(n, n, device="cuda", dtype=_torch_dtype(dtype)) for _ in range(2))
     c = torch.empty_like(a)
-    timer = GraphTimer(lambda: torch.mm(a, b, out=c), warmup=3)
-    try:
-        timer.warm(warm_ms)
-        samples = timer.sample(reps)
-    finally:
-        timer.close()
+    samples = time_graph(lambda: torch.mm(a, b, out=c), reps=reps, warm_ms=warm_ms)
     return 2.0 * n ** 3 / (Stats.of(samples).median * 1e-6) / 1e12

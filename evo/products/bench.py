@@ -246,7 +246,11 @@ def serving_route(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any],
 def served_by(routes: Sequence[Mapping[str, Any]], case: Mapping[str, Any], rules: ModuleType | None = None) -> str:
     """Which kernel a package's dispatch table sends ``case`` to (:func:`serving_route`): a
     candidate id, or ``sdpa`` (fallback)."""
-    route = serving_route(routes, case, rules)
+    return _served_id(serving_route(routes, case, rules))
+
+
+def _served_id(route: Mapping[str, Any] | None) -> str:
+    """A bench row's ``candidate_id``: the route's candidate, or ``sdpa`` where no route serves it."""
     return str(route["candidate"]) if route else "sdpa"
 
 
@@ -781,5 +785,5 @@ def _served(record: dict[str, Any], package: str) -> None:
     dispatch, rules = package_dispatch(package), package_rules(package)
     served = [serving_route(dispatch["routes"], case, rules) for case in record["cases"]]
     for case, route in zip(record["cases"], served, strict=True):
-        case["candidate_id"] = str(route["candidate"]) if route else "sdpa"
+        case["candidate_id"] = _served_id(route)
     record["kernels"] = kernel_records(dispatch, package_provenance(package), served)
