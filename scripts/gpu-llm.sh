@@ -16,8 +16,8 @@
 #   5. carry [".whl"]: cd /tmp/src; scripts/gpu-llm.sh bench-burst               (~120 s)
 #   1b. instead of or after 1: scripts/gpu-llm.sh specialists                    (~560 s)
 #   6. carry [".whl"], from the repo root (tests/ is not in the export): python3 scripts/gpu_pytest.py, one lane
-#      per GPU taking the next test file when free (an x2 machine: ~300 s); on one GPU, --shards 2 --shard K,
-#      K = 1 and 2 in two calls
+#      per GPU taking the next test file when free (an x2 machine: ~300 s); on one GPU (~620 s) two calls: the
+#      first with --timeout, the second with --done <the first's output, carried back> runs what is left
 #   0. on a fresh machine, for 3-5 of a package promoted earlier: carry [".whl", ".clean/evoattn-pkg.tgz"]:
 #      scripts/gpu-llm.sh install (the package from $OUT/evoattn-pkg.tgz of its promote call)
 #   At 2026-11-28r on an x2 machine (the search's two workers one per GPU, twice the candidates in its
@@ -64,7 +64,8 @@
 # bench-fast: the FAST suite through the same package (fp16, and F4-F7 in bf16) beside cuDNN and
 #   SDPA's default, and the package's speed checked against its provenance.
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
-#   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/burst.
+#   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/${BURST_OUT:-burst}
+#   (BURST_OUT=burst-again for a repeat, read with the first on each case's median by scripts/llm_bars.py).
 # Knobs: LLM_BUDGET (400), FAST_BUDGET (0: no FAST study), PROMOTE_LIMIT (the promote stage's seconds, 540),
 # BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
 # default runs cuDNN's kernels on Hopper for every LLM case but L3c (bottom-right causal, where it takes
@@ -166,8 +167,8 @@ case ${1:-} in
   bench-burst)
     [ -d /tmp/pkgsite ] || { echo "no package in /tmp/pkgsite: run the promote call first, on the same warm machine"; exit 1; }
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
-    bench_llm bf16 burst burst/benchmarks
-    bench_llm fp16 burst burst/benchmarks ;;
+    bench_llm bf16 burst "${BURST_OUT:-burst}/benchmarks"
+    bench_llm fp16 burst "${BURST_OUT:-burst}/benchmarks" ;;
   *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|install|bench-llm|bench-fast|bench-burst"; exit 2 ;;
 esac
 bundle "$1"   # the logs, summaries and bench JSON in $OUT/$1.tgz; the database and the package stay apart

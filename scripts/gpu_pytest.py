@@ -2,7 +2,7 @@
 device's 600 s calls.
 
 Usage (on the GPU machine, from the repo root, PYTHONPATH set as scripts/gpu-stages.sh sets it):
-    python3 scripts/gpu_pytest.py [--lanes N] [--shards N --shard K] [--out DIR] [--timeout S]
+    python3 scripts/gpu_pytest.py [--lanes N] [--shards N --shard K] [--done DIR] [--out DIR] [--timeout S]
 
 The suite took 570 s and more on one H200 at 2026-11-28q, past what one call allows beside anything
 else. The GPU tests are collected and their files (a file's tests share its module fixtures, so a file
@@ -11,9 +11,12 @@ with CUDA_VISIBLE_DEVICES, takes the next file as soon as its last one ends, so 
 together whatever each file costs. (At 2026-11-28r two shards dealt by test count ran 110 s and past
 345 s on an x2 machine: a head-dims test compiles kernels, a gate test does not.)
 
-On a one-GPU machine, where the suite needs two calls, ``--shards N --shard K`` runs only the files of
-shard K of a fixed split (largest first, each to the shard with the fewest tests so far), the same
-split in every call. Each file writes its JUnit XML under ``--out``/junit; each lane appends its files'
+On a one-GPU machine, where the suite needs two calls (about 620 s on one H200), the first call runs the
+queue until its ``--timeout`` and the second, given the first's output folder as ``--done``, runs only
+the files that have no JUnit file there (the one stopped at the limit starts again, whole) and reports
+the totals of both calls. ``--shards N --shard K`` instead runs only the files of shard K of a fixed
+split (largest first, each to the shard with the fewest tests so far), the same split in every call:
+test count is a poor proxy for time, so the halves can differ several fold. Each file writes its JUnit XML under ``--out``/junit; each lane appends its files'
 output (``-rA``: a line per test) to ``pytest-gpu-<lane>.log``. At ``--timeout`` seconds a running file
 is stopped and no other starts. The script prints a line per file and the totals; it exits 1 if a test
 failed or erred, or a file was stopped or never started.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import queue
 import subprocess
 import sys
@@ -97,7 +101,8 @@ def junit_totals(path: Path) -> Counter[str]:
 
 @dataclass
 class FileRun:
-    """What became of one test file: its lane, its seconds, its counts, or why it has none."""
+    """What became of one test file: its lane (0: run by an earlier call), its seconds, its counts,
+    or why it has none."""
 
     name: str
     lane: int
@@ -106,7 +111,26 @@ class FileRun:
     problem: str = ""      # "stopped at the limit", "no JUnit file (rc N)", or "" when it ran out
 
     def line(self) -> str:
-        return f"{self.name} (lane {self.lane}, {self.seconds:.0f} s): {self.problem or counts_text(self.counts)}"
+        where = f"lane {self.lane}" if self.lane else "an earlier call"
+        return f"{self.name} ({where}, {self.seconds:.0f} s): {self.problem or counts_text(self.counts)}"
+
+
+def earlier_runs(done: Path, files: Sequence[str], out: Path) -> list[FileRun]:
+    """The files of ``files`` that an earlier call ran out (a JUnit file under ``done``/junit), each as
+    a FileRun of lane 0 with its counts and seconds; their JUnit files are copied under ``out``/junit so
+    that one folder holds the whole suite's."""
+    runs = []
+    (out / "junit").mkdir(parents=True, exist_ok=True)
+    for f in files:
+        xml = junit_path(done, f)
+        if not xml.is_file():
+            continue
+        root = ET.parse(xml).getroot()
+        seconds = float(root.get("time") or sum(float(s.get("time", 0)) for s in root.iter("testsuite")))
+        runs.append(FileRun(f, 0, seconds, junit_totals(xml)))
+        if junit_path(out, f).resolve() != xml.resolve():
+            shutil.copyfile(xml, junit_path(out, f))
+    return runs
 
 
 def run_file(test_file: str, lane: int, gpu: str | None, out: Path, log: IO[str], deadline: float) -> FileRun:
@@ -182,6 +206,7 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=0, help="files run at once, one per GPU (default: every visible GPU)")
     ap.add_argument("--shards", type=int, default=1, help="a fixed split of the files, for --shard")
     ap.add_argument("--shard", type=int, default=0, help="run only shard K (1-based) of --shards")
+    ap.add_argument("--done", type=Path, help="an earlier call's --out: its files with a JUnit file are not run again")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/evo-out")))
     ap.add_argument("--timeout", type=float, default=560.0, help="seconds the whole run may take")
     ap.add_argument("--tests", default="tests")
@@ -201,7 +226,10 @@ def main() -> int:
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     pins: list[str | None] = [(visible[i] if visible else str(i)) for i in range(lanes)] if lanes > 1 else [None]
     args.out.mkdir(parents=True, exist_ok=True)
+    earlier = earlier_runs(args.done, files, args.out) if args.done else []
+    files = [f for f in files if f not in {r.name for r in earlier}]
     done, left = run_lanes(files, pins, args.out, args.timeout)
+    done = earlier + done
     for r in done:
         print(r.line())
     line, ok = report(done, left)

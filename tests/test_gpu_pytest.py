@@ -79,3 +79,26 @@ def test_junit_totals_sum_every_suite(tmp_path: Path) -> None:
     xml.write_text('<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2"/>'
                    '<testsuite tests="3" failures="0" errors="1" skipped="0"/></testsuites>')
     assert SHARDS.junit_totals(xml) == {"tests": 8, "failures": 1, "errors": 1, "skipped": 2}
+
+
+def test_a_second_call_runs_only_what_the_first_did_not_finish_and_reports_both(tmp_path: Path) -> None:
+    """The first call stops inside its slow file; the second, given the first's folder, skips the
+    file that has a JUnit file there, runs the stopped one again and the never-started one, and
+    its totals hold all three files."""
+    quick = _write(tmp_path / "test_quick.py", "def test_q():\n    pass\ndef test_r():\n    pass\n")
+    flag = tmp_path / "second"
+    slow = _write(tmp_path / "test_slow.py", f"import os\ndef test_s():\n    if not os.path.exists({str(flag)!r}):\n"
+                                              "        time.sleep(60)\n")
+    later = _write(tmp_path / "test_later.py", "def test_l():\n    pass\n")
+    first = tmp_path / "first"
+    done, left = SHARDS.run_lanes([quick, slow, later], [None], first, timeout=15)
+    assert [r.problem for r in done] == ["", "stopped at the limit"] and left == [later]
+    flag.touch()
+    second = tmp_path / "second-out"
+    earlier = SHARDS.earlier_runs(first, [quick, slow, later], second)
+    assert [(r.name, r.lane, r.counts["tests"]) for r in earlier] == [(quick, 0, 2)]
+    assert (second / "junit" / "test_quick.xml").is_file()
+    rest, left = SHARDS.run_lanes([slow, later], [None], second, timeout=60)
+    line, ok = SHARDS.report(earlier + rest, left)
+    assert line == "4 passed, 0 failed, 0 errors, 0 skipped in 3 files" and ok, line
+    assert "an earlier call" in earlier[0].line()
