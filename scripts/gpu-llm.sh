@@ -31,19 +31,22 @@
 #   database, the templates at 4a70428): 9 winners, 334 candidates left out as built from older template text.
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
-# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm7: the 16 LLM
+# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm8: the 16 LLM
 #   cases, bf16 and fp16, from LLM_FROM: the H200 probes' 594b392bfa05 and bf3f77c6755e, named by id, then
-#   llm6, llm5, llm4; LLM_BUDGET s, 400) and, when FAST_BUDGET is above 0, study FAST_STUDY (fast7: the FAST
+#   llm7, llm6, llm5; LLM_BUDGET s, 400) and, when FAST_BUDGET is above 0, study FAST_STUDY (fast7: the FAST
 #   cases the package is benched on, F4-F7 in bf16 too, from FAST_FROM: fast6, fast5, fast4); the database
 #   comes back. FAST_BUDGET is 0 by default: since 2026-11-28r (fast6, from the SPLIT_MASK seed and the
 #   short-case winners of fc02bb1's H200 package, dbe6cc7d8ff9, d063b2b45da8, 37a85101efd0, 2761b868586d and
 #   c495b3812f96, rebuilt from today's template) the package meets both FAST bars on an H200, and the LLM
 #   bars are what is left. (History: llm4/fast4 at e366e33; llm5/fast5 at 2026-11-28q,
-#   180 and 80 s; llm6/fast6 at 2026-11-28r, 260 and 170 s on two GPUs: 20 and 6 candidates timed in full.)
+#   180 and 80 s; llm6/fast6 at 2026-11-28r, 260 and 170 s on two GPUs: 20 and 6 candidates timed in full;
+#   llm7 at 2026-11-28s, 100 s on one GPU.)
 #   Both studies also start from the SEEDS variants (lines: a stored candidate's id, then KEY=VALUE genes
-#   changed from it; by default llm6's best, 29a1cf7bf11c, with the L2 sections FlashAttention-4 would
-#   take, L2_SECTION_MB 16 (L4c's) and 8 (L1c's); SEEDS= for none; 2026-11-28r measured the previous one,
-#   594b392bfa05 SPLIT_MASK=true),
+#   changed from it; by default the 16 and 8 MB L2-section candidates of llm7, 2d8e8f97308d and 5f18442e97ad,
+#   and llm7's best, 860b661f5aec, at 16 MB, each with SECTION_ROTATE (at 2026-11-28s the 16 and 8 MB
+#   sections gained on L2c, L4c, L6c and L8c and lost 1.6x and 3x on L3c, where the sections hold fewer
+#   tiles than the grid has CTAs: dev/perf-notes.md, 2026-11-28 t); SEEDS= for none; the previous ones were
+#   29a1cf7bf11c at L2_SECTION_MB 16 and 8 (2026-11-28s) and 594b392bfa05 SPLIT_MASK=true (2026-11-28r)),
 #   built into the database first so that --start-from can name them (seed_ids). The sources are
 #   enqueued in the order named: the seeds first, then the ids, then the studies (at 2026-11-28 q the
 #   seed came last and was not reached in 180 s).
@@ -82,9 +85,9 @@ export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # Flas
 export EVO_HOME=/tmp/evohome
 DBF=$EVO_HOME/db/evo.sqlite
 PKG=evoattn
-LLM_STUDY=${LLM_STUDY:-llm7}
+LLM_STUDY=${LLM_STUDY:-llm8}
 FAST_STUDY=${FAST_STUDY:-fast7}
-LLM_FROM=${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm6,llm5,llm4}
+LLM_FROM=${LLM_FROM:-594b392bfa05,bf3f77c6755e,llm7,llm6,llm5}
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
 save_db() {
   python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
@@ -102,7 +105,7 @@ seed_ids() {
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
     [ -n "$id" ] && out="$out$id,"
-  done <<< "${SEEDS-$'29a1cf7bf11c L2_SECTION_MB=16\n29a1cf7bf11c L2_SECTION_MB=8'}"
+  done <<< "${SEEDS-$'2d8e8f97308d SECTION_ROTATE=true\n5f18442e97ad SECTION_ROTATE=true\n860b661f5aec L2_SECTION_MB=16 SECTION_ROTATE=true'}"
   echo "$out"
 }
 

@@ -3,12 +3,20 @@
 The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line:
 `at` maps a tile index to (query tile, head) under the L2-section order, `nth_global` is ORDER 2
 (one back-and-forth snake over all sections' tiles), `nth_sections` ORDER 3 (each section dealt by
-a snake of its own). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i +
+a snake of its own, every section's first round from CTA 0), `nth_rotated` ORDER 3 with
+SECTION_ROTATE (each section's snake starts where the last one's partial round ended, so the CTAs
+that take a partial round, and those that take a section's longest tiles, move round the grid
+from section to section). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i +
 shift below Lk) plus one for its prologue and epilogue; the
 busiest CTA's cost over the mean is the schedule's slowdown against a perfect split, and a greedy
 list schedule in the same tile order (what an atomic tile counter would give) is the reference.
 
     python scripts/tile_balance.py          # the long causal FAST cases, 132 SMs
+    python scripts/tile_balance.py --llm    # the causal LLM cases at each L2 section size
+
+A section with fewer tiles than the grid has CTAs is where the orders part: ORDER 3 deals every
+section from CTA 0, so under 16 MB sections L3c's two sections of 64 tiles both go to CTAs 0-63 and
+CTAs 64-127 idle (measured 2026-11-28s: 180 us against 116 at 32 MB).
 """
 
 from __future__ import annotations
@@ -20,20 +28,28 @@ from collections.abc import Callable
 L2_SECTION = 32 << 20
 CASES = {"F4c": (8, 12, 2048, 64), "F5c": (1, 12, 8192, 64), "F6c": (1, 12, 4096, 128),
          "F7c": (2, 16, 8192, 128), "F8c": (4, 32, 4096, 128)}
+# The persistent causal LLM cases (acceptance/llm.toml): B, Hq, Hkv, Lq, Lk, D, mask at the bottom
+# right; with BLOCK_M and BLOCK_N of llm6's best (29a1cf7bf11c: two consumers at D=128, three at D=96).
+# L4c (D=256) is left out: D=256 is never persistent, the hardware deals its CTAs as SMs free up.
+LLM_CASES = {"L1c": (1, 32, 8, 4096, 4096, 128, False), "L2c": (8, 64, 8, 2048, 2048, 128, False),
+             "L3c": (1, 32, 8, 512, 8192, 128, True), "L5c": (4, 32, 32, 2048, 2048, 96, False),
+             "L6c": (8, 32, 1, 2048, 2048, 128, False), "L8c": (16, 32, 8, 512, 512, 128, False)}
+TILE = {96: (192, 80), 128: (128, 128)}   # D: (BLOCK_M, BLOCK_N)
 
 
 class Tiles:
     """The template's tile walker for one causal launch (persistent, ORDER 2 or 3)."""
 
     def __init__(self, length: int, bh: int, block_m: int, d: int, lk: int | None = None,
-                 group: int = 1) -> None:
-        """``length`` is Lq, ``lk`` Lk (default Lq), ``bh`` B * Hq, ``group`` Hq / Hkv."""
+                 group: int = 1, section: int = L2_SECTION) -> None:
+        """``length`` is Lq, ``lk`` Lk (default Lq), ``bh`` B * Hq, ``group`` Hq / Hkv, ``section``
+        the L2 section's bytes (L2_SECTION_MB << 20)."""
         lk = length if lk is None else lk
         self.n_m = -(-length // block_m)
         self.bh_count = bh
         self.total = self.n_m * bh
         # the template's L2_SECTION * Hq / (4 Lk D Hkv), Hq = group * Hkv
-        self.sec = int(max(1, min(bh, L2_SECTION * group // (4 * lk * d))))
+        self.sec = int(max(1, min(bh, section * group // (4 * lk * d))))
 
     def at(self, tile: int) -> tuple[int, int]:
         """(query tile index, batch*head) of ``tile``: within a section, longest first."""
@@ -60,6 +76,33 @@ class Tiles:
             return self.total
         return s * per + j * g + (g - 1 - c if j & 1 else c)
 
+    @staticmethod
+    def before(s: int, r: int, c: int, g: int) -> int:
+        """How many of the ring windows [0, r), [r, 2r), ... [(s-1) r, s r), taken mod ``g``, hold CTA
+        ``c``: the partial rounds CTA ``c`` took in the ``s`` whole sections before section ``s``."""
+        return (s * r - c + g - 1) // g if s * r > c else 0
+
+    def nth_rotated(self, k: int, c: int, g: int) -> int:
+        """ORDER 3 with SECTION_ROTATE: section s's partial round (r = per mod g tiles) goes to the ring
+        window [s r, s r + r) of CTAs, so its snake starts at CTA s r (that round forward) or s r + r
+        (backward); the last, smaller section continues the windows."""
+        per, full = self.sec * self.n_m, self.bh_count // self.sec
+        q, r = divmod(per, g)
+        lo, hi = 0, full          # the last section s with s q + before(s) <= k: it holds tile k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if mid * q + self.before(mid, r, c, g) <= k:
+                lo = mid
+            else:
+                hi = mid - 1
+        tiles = per if lo < full else self.total - full * per
+        j = k - (lo * q + self.before(lo, r, c, g))
+        qs, rs = divmod(tiles, g)
+        cs = (c - (lo * r + (rs if qs & 1 else 0)) % g + g) % g
+        if tiles == 0 or j >= qs + (1 if (g - 1 - cs if qs & 1 else cs) < rs else 0):
+            return self.total
+        return lo * per + j * g + (g - 1 - cs if j & 1 else cs)
+
     def assignment(self, nth: Callable[[int, int, int], int], g: int) -> list[list[int]]:
         """Each CTA's tiles, walked as the kernel walks them (until nth gives total)."""
         out = []
@@ -82,15 +125,14 @@ def cost(tiles: Tiles, tile: int, length: int, block_m: int, block_n: int, lk: i
     return -(-keys // block_n) + 1.0
 
 
-def imbalance(case: tuple[int, int, int, int], block_m: int = 128, block_n: int = 128,
-              g: int = 132) -> dict[str, float]:
-    """Busiest CTA / mean for ORDER 2, ORDER 3 and a greedy list schedule."""
-    b, h, length, d = case
-    tiles = Tiles(length, b * h, block_m, d)
-    work = [cost(tiles, t, length, block_m, block_n) for t in range(tiles.total)]
+def spread(tiles: Tiles, work: list[float], g: int) -> dict[str, float]:
+    """Busiest CTA / mean under ORDER 2, ORDER 3, ORDER 3 rotated and a greedy list schedule, for
+    the per-tile ``work`` on a persistent grid of ``g`` CTAs (the host's min(tiles, SMs))."""
+    g = min(g, tiles.total)
     mean = sum(work) / g
     out = {}
-    for name, nth in (("global", tiles.nth_global), ("sections", tiles.nth_sections)):
+    for name, nth in (("global", tiles.nth_global), ("sections", tiles.nth_sections),
+                      ("rotated", tiles.nth_rotated)):
         out[name] = max(sum(work[t] for t in a) for a in tiles.assignment(nth, g)) / mean
     heap = [0.0] * g
     for w in work:
@@ -99,15 +141,41 @@ def imbalance(case: tuple[int, int, int, int], block_m: int = 128, block_n: int 
     return out
 
 
+def imbalance(case: tuple[int, int, int, int], block_m: int = 128, block_n: int = 128,
+              g: int = 132) -> dict[str, float]:
+    """Busiest CTA / mean of a FAST case (B, H, L, D) at the 32 MB section."""
+    b, h, length, d = case
+    tiles = Tiles(length, b * h, block_m, d)
+    return spread(tiles, [cost(tiles, t, length, block_m, block_n) for t in range(tiles.total)], g)
+
+
+def llm_imbalance(case: tuple[int, int, int, int, int, int, bool], section_mb: int,
+                  g: int = 132) -> dict[str, float]:
+    """Busiest CTA / mean of an LLM case (B, Hq, Hkv, Lq, Lk, D, bottom right) at a section size."""
+    b, hq, hkv, lq, lk, d, bottom_right = case
+    block_m, block_n = TILE[d]
+    tiles = Tiles(lq, b * hq, block_m, d, lk, hq // hkv, section_mb << 20)
+    shift = lk - lq if bottom_right else 0
+    return spread(tiles, [cost(tiles, t, lq, block_m, block_n, lk, shift) for t in range(tiles.total)], g)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sms", type=int, default=132, help="persistent CTAs (default 132, an H100/H200)")
+    ap.add_argument("--llm", action="store_true", help="the causal LLM cases at 8, 16, 32 and 48 MB sections")
     args = ap.parse_args()
+    if args.llm:
+        for name, llm in LLM_CASES.items():
+            for mb in (8, 16, 32, 48):
+                r = llm_imbalance(llm, mb, args.sms)
+                print(f"{name} {mb:2d} MB: busiest CTA / mean  sections {r['sections']:.3f}  "
+                      f"rotated {r['rotated']:.3f}  greedy {r['greedy']:.3f}  global {r['global']:.3f}")
+        return
     for name, case in CASES.items():
         for block_m in ((128, 192) if case[3] == 64 else (128,)):
             r = imbalance(case, block_m, 128, args.sms)
             print(f"{name} BLOCK_M {block_m}: busiest CTA / mean  global {r['global']:.3f}  "
-                  f"sections {r['sections']:.3f}  greedy {r['greedy']:.3f}")
+                  f"sections {r['sections']:.3f}  rotated {r['rotated']:.3f}  greedy {r['greedy']:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """scripts/tile_balance.py mirrors flash_wgmma's persistent causal tile walker: every tile is
-taken by exactly one CTA under both orders (a tile lost or taken twice is a wrong output), and
-the per-section snake (CAUSAL_ORDER = "sections") evens out the work where the global one did not."""
+taken by exactly one CTA under each order (a tile lost or taken twice is a wrong output), the
+per-section snake (CAUSAL_ORDER = "sections") evens out the work where the global one did not, and
+SECTION_ROTATE keeps sections of fewer tiles than CTAs from leaving the same CTAs idle."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ SPEC.loader.exec_module(MODEL)
     (5000, 17, 128, 64, 16),
 ])
 def test_every_tile_is_taken_once(length: int, bh: int, block_m: int, d: int, sms: int) -> None:
-    tiles = MODEL.Tiles(length, bh, block_m, d)
-    for nth in (tiles.nth_global, tiles.nth_sections):
-        taken = sorted(t for a in tiles.assignment(nth, sms) for t in a)
-        assert taken == list(range(tiles.total)), nth.__name__
+    for mb in (8, 32):
+        tiles = MODEL.Tiles(length, bh, block_m, d, section=mb << 20)
+        for nth in (tiles.nth_global, tiles.nth_sections, tiles.nth_rotated):
+            taken = sorted(t for a in tiles.assignment(nth, min(sms, tiles.total)) for t in a)
+            assert taken == list(range(tiles.total)), (nth.__name__, mb)
 
 
 def test_the_section_snake_evens_out_the_long_causal_cases() -> None:
@@ -44,10 +46,40 @@ def test_the_section_snake_evens_out_the_long_causal_cases() -> None:
     (4096, 4096, 4, 0), (1024, 8192, 8, 7168), (8192, 1024, 1, -7168), (300, 5000, 2, 4700)])
 def test_every_tile_is_taken_once_with_gqa_and_two_lengths(lq: int, lk: int, group: int, shift: int) -> None:
     tiles = MODEL.Tiles(lq, 64, 128, 128, lk, group)
-    for nth in (tiles.nth_global, tiles.nth_sections):
+    for nth in (tiles.nth_global, tiles.nth_sections, tiles.nth_rotated):
         taken = sorted(t for a in tiles.assignment(nth, 132) for t in a)
         assert taken == list(range(tiles.total)), nth.__name__
     # longest first within a section whatever the shift: a tile's work never grows along the order
     per = tiles.sec * tiles.n_m
     work = [MODEL.cost(tiles, t, lq, 128, 128, lk, shift) for t in range(tiles.total)]
     assert all(work[t] >= work[t + 1] for t in range(tiles.total - 1) if (t + 1) % per)
+
+
+@pytest.mark.parametrize("n_m, sec, bh, g", [
+    (4, 16, 32, 128),    # L3c at 16 MB: two sections of 64 tiles on 128 CTAs
+    (4, 8, 32, 128),     # at 8 MB: four of 32
+    (11, 10, 128, 132),  # L5c at 8 MB: 110-tile sections and a last one of 88
+    (20, 10, 55, 132),   # one whole round (odd: the partial round goes backward), a last section of 100
+    (66, 4, 13, 132),    # two whole rounds and no partial one, a last section of 66
+    (7, 19, 140, 132),   # 133-tile sections: one tile past a round
+    (131, 1, 9, 132),    # one tile short of a round
+    (1, 1, 10, 3), (5, 1, 4, 3), (3, 3, 11, 4)])
+def test_the_rotated_deal_takes_every_tile_once_and_evens_out_the_counts(n_m: int, sec: int, bh: int, g: int) -> None:
+    """Sections of fewer and of more tiles than CTAs, whole rounds odd and even, a last smaller
+    section or none: every tile once, and no CTA takes more than one tile over any other."""
+    tiles = MODEL.Tiles(n_m, bh, 1, 128)
+    tiles.sec = sec
+    assignment = tiles.assignment(tiles.nth_rotated, g)
+    assert sorted(t for a in assignment for t in a) == list(range(tiles.total))
+    counts = [len(a) for a in assignment]
+    assert max(counts) - min(counts) <= 1, counts
+
+
+def test_rotating_the_sections_mends_the_chunk_that_smaller_sections_left_to_half_the_grid() -> None:
+    """L3c (32/8 heads, 512 queries on 8192 keys): 128 tiles on 128 CTAs. At 16 and 8 MB its sections
+    hold 64 and 32 tiles; dealt from CTA 0 each time, the busiest CTA has 2x and 4x the mean (measured
+    2026-11-28s: 116 -> 180 and 353 us); rotated, every CTA takes one tile."""
+    for mb, before in ((16, 2.0), (8, 4.0)):
+        got = MODEL.llm_imbalance(MODEL.LLM_CASES["L3c"], mb)
+        assert got["sections"] > before and got["rotated"] < 1.03, (mb, got)
+    assert MODEL.llm_imbalance(MODEL.LLM_CASES["L5c"], 8)["rotated"] < MODEL.llm_imbalance(MODEL.LLM_CASES["L5c"], 8)["sections"] - 0.5

@@ -410,3 +410,22 @@ def test_the_l2_section_size_leaves_every_stored_candidate_as_it_was_and_sizes_t
     assert '"L2_SECTION_MB": 16' in at16.source.splitlines()[1] and "L2_SECTION = 16ll << 20;" in at16.source
     body = [line for line in at16.source.splitlines()[2:] if "L2_SECTION = " not in line]
     assert body == [line for line in at32.source.splitlines()[2:] if "L2_SECTION = " not in line]
+
+
+def test_section_rotate_leaves_every_stored_candidate_as_it_was_and_swaps_only_the_deal() -> None:
+    """SECTION_ROTATE off renders the text every stored candidate has (no key in its header); on, it
+    is valid only under the sections order and changes the Tiles walker alone (the section deal)."""
+    assert is_valid(FAMILY, point(SECTION_ROTATE=True, CAUSAL_ORDER="sections"))
+    assert not is_valid(FAMILY, point(SECTION_ROTATE=True, CAUSAL_ORDER="global"))
+    off = render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections")))
+    on = render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections", SECTION_ROTATE=True)))
+    assert "SECTION_ROTATE" not in off.source.splitlines()[1] and '"SECTION_ROTATE": true' in on.source.splitlines()[1]
+    assert "in_section(" in off.source and "in_section(" not in on.source and "before(lo, r, c, G)" in on.source
+
+    def outside_tiles(source: str) -> list[str]:
+        lines = source.splitlines()[2:]
+        start = next(i for i, line in enumerate(lines) if line.startswith("struct Tiles"))
+        end = next(i for i in range(start, len(lines)) if lines[i] == "};")
+        return lines[:start] + lines[end:]
+
+    assert outside_tiles(on.source) == outside_tiles(off.source)
