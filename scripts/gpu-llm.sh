@@ -43,9 +43,11 @@
 #   llm7 at 2026-11-28s, 100 s on one GPU.)
 #   Both studies also start from the SEEDS variants (lines: a stored candidate's id, then KEY=VALUE genes
 #   changed from it; by default the 16 and 8 MB L2-section candidates of llm7, 2d8e8f97308d and 5f18442e97ad,
-#   and llm7's best, 860b661f5aec, at 16 MB, each with SECTION_ROTATE (at 2026-11-28s the 16 and 8 MB
-#   sections gained on L2c, L4c, L6c and L8c and lost 1.6x and 3x on L3c, where the sections hold fewer
-#   tiles than the grid has CTAs: dev/perf-notes.md, 2026-11-28 t); SEEDS= for none; the previous ones were
+#   with SECTION_DEAL rotate (at 2026-11-28s their sections lost 1.6x and 3x on L3c, where a section holds
+#   fewer tiles than the grid has CTAs), llm7's best 860b661f5aec with SECTION_DEAL even, and the package's
+#   L5c fp16 kernel 6c23f54583ae under the sections order with SECTION_DEAL even (equal sections: the tile
+#   model's busiest CTA on L5c 1.12x -> 1.05x and 1.00x: dev/perf-notes.md, 2026-11-28 t); SEEDS= for none;
+#   the previous ones were
 #   29a1cf7bf11c at L2_SECTION_MB 16 and 8 (2026-11-28s) and 594b392bfa05 SPLIT_MASK=true (2026-11-28r)),
 #   built into the database first so that --start-from can name them (seed_ids). The sources are
 #   enqueued in the order named: the seeds first, then the ids, then the studies (at 2026-11-28 q the
@@ -105,7 +107,7 @@ seed_ids() {
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
     [ -n "$id" ] && out="$out$id,"
-  done <<< "${SEEDS-$'2d8e8f97308d SECTION_ROTATE=true\n5f18442e97ad SECTION_ROTATE=true\n860b661f5aec L2_SECTION_MB=16 SECTION_ROTATE=true'}"
+  done <<< "${SEEDS-$'2d8e8f97308d SECTION_DEAL=rotate\n5f18442e97ad SECTION_DEAL=rotate\n860b661f5aec SECTION_DEAL=even\n6c23f54583ae CAUSAL_ORDER=sections SECTION_DEAL=even'}"
   echo "$out"
 }
 

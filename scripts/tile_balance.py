@@ -3,10 +3,11 @@
 The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line:
 `at` maps a tile index to (query tile, head) under the L2-section order, `nth_global` is ORDER 2
 (one back-and-forth snake over all sections' tiles), `nth_sections` ORDER 3 (each section dealt by
-a snake of its own, every section's first round from CTA 0), `nth_rotated` ORDER 3 with
-SECTION_ROTATE (each section's snake starts where the last one's partial round ended, so the CTAs
-that take a partial round, and those that take a section's longest tiles, move round the grid
-from section to section). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i +
+a snake of its own, every section's first round from CTA 0: SECTION_DEAL restart), `nth_rotated`
+ORDER 3 with SECTION_DEAL rotate (each section's snake starts where the last one's partial round
+ended, so the CTAs that take a partial round, and those that take a section's longest tiles, move
+round the grid from section to section); ``Tiles(..., even=True)`` sizes the sections as
+SECTION_DEAL even does (as many as the L2 section needs, of equal heads). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i +
 shift below Lk) plus one for its prologue and epilogue; the
 busiest CTA's cost over the mean is the schedule's slowdown against a perfect split, and a greedy
 list schedule in the same tile order (what an atomic tile counter would give) is the reference.
@@ -35,21 +36,26 @@ LLM_CASES = {"L1c": (1, 32, 8, 4096, 4096, 128, False), "L2c": (8, 64, 8, 2048, 
              "L3c": (1, 32, 8, 512, 8192, 128, True), "L5c": (4, 32, 32, 2048, 2048, 96, False),
              "L6c": (8, 32, 1, 2048, 2048, 128, False), "L8c": (16, 32, 8, 512, 512, 128, False)}
 TILE = {96: (192, 80), 128: (128, 128)}   # D: (BLOCK_M, BLOCK_N)
+# L5c's two kernels in the package at 2026-11-28s: bf16 three consumers (594b392bfa05), fp16 two (6c23f54583ae)
+L5C_TILES = ((192, 112), (128, 128))
 
 
 class Tiles:
     """The template's tile walker for one causal launch (persistent, ORDER 2 or 3)."""
 
     def __init__(self, length: int, bh: int, block_m: int, d: int, lk: int | None = None,
-                 group: int = 1, section: int = L2_SECTION) -> None:
+                 group: int = 1, section: int = L2_SECTION, even: bool = False) -> None:
         """``length`` is Lq, ``lk`` Lk (default Lq), ``bh`` B * Hq, ``group`` Hq / Hkv, ``section``
-        the L2 section's bytes (L2_SECTION_MB << 20)."""
+        the L2 section's bytes (L2_SECTION_MB << 20), ``even`` SECTION_DEAL even's equal sections."""
         lk = length if lk is None else lk
         self.n_m = -(-length // block_m)
         self.bh_count = bh
         self.total = self.n_m * bh
         # the template's L2_SECTION * Hq / (4 Lk D Hkv), Hq = group * Hkv
         self.sec = int(max(1, min(bh, section * group // (4 * lk * d))))
+        if even:                  # the template's even(): as many sections, of equal heads
+            n = -(-bh // self.sec)
+            self.sec = -(-bh // n)
 
     def at(self, tile: int) -> tuple[int, int]:
         """(query tile index, batch*head) of ``tile``: within a section, longest first."""
@@ -83,7 +89,7 @@ class Tiles:
         return (s * r - c + g - 1) // g if s * r > c else 0
 
     def nth_rotated(self, k: int, c: int, g: int) -> int:
-        """ORDER 3 with SECTION_ROTATE: section s's partial round (r = per mod g tiles) goes to the ring
+        """ORDER 3 with SECTION_DEAL rotate or even: section s's partial round (r = per mod g tiles) goes to the ring
         window [s r, s r + r) of CTAs, so its snake starts at CTA s r (that round forward) or s r + r
         (backward); the last, smaller section continues the windows."""
         per, full = self.sec * self.n_m, self.bh_count // self.sec
@@ -126,8 +132,9 @@ def cost(tiles: Tiles, tile: int, length: int, block_m: int, block_n: int, lk: i
 
 
 def spread(tiles: Tiles, work: list[float], g: int) -> dict[str, float]:
-    """Busiest CTA / mean under ORDER 2, ORDER 3, ORDER 3 rotated and a greedy list schedule, for
-    the per-tile ``work`` on a persistent grid of ``g`` CTAs (the host's min(tiles, SMs))."""
+    """Busiest CTA / mean under ORDER 2, ORDER 3 (SECTION_DEAL restart), ORDER 3 rotated and a greedy
+    list schedule, for the per-tile ``work`` on a persistent grid of ``g`` CTAs (the host's min(tiles,
+    SMs))."""
     g = min(g, tiles.total)
     mean = sum(work) / g
     out = {}
@@ -149,14 +156,20 @@ def imbalance(case: tuple[int, int, int, int], block_m: int = 128, block_n: int 
     return spread(tiles, [cost(tiles, t, length, block_m, block_n) for t in range(tiles.total)], g)
 
 
-def llm_imbalance(case: tuple[int, int, int, int, int, int, bool], section_mb: int,
-                  g: int = 132) -> dict[str, float]:
-    """Busiest CTA / mean of an LLM case (B, Hq, Hkv, Lq, Lk, D, bottom right) at a section size."""
+def llm_imbalance(case: tuple[int, int, int, int, int, int, bool], section_mb: int, g: int = 132,
+                  tile: tuple[int, int] | None = None) -> dict[str, float]:
+    """Busiest CTA / mean of an LLM case (B, Hq, Hkv, Lq, Lk, D, bottom right) at a section size, with
+    ``tile`` (BLOCK_M, BLOCK_N; default TILE's): spread's orders, and "even" (SECTION_DEAL even: the
+    rotated deal over equal sections)."""
     b, hq, hkv, lq, lk, d, bottom_right = case
-    block_m, block_n = TILE[d]
-    tiles = Tiles(lq, b * hq, block_m, d, lk, hq // hkv, section_mb << 20)
+    block_m, block_n = tile or TILE[d]
     shift = lk - lq if bottom_right else 0
-    return spread(tiles, [cost(tiles, t, lq, block_m, block_n, lk, shift) for t in range(tiles.total)], g)
+    out = {}
+    for even in (False, True):
+        tiles = Tiles(lq, b * hq, block_m, d, lk, hq // hkv, section_mb << 20, even)
+        got = spread(tiles, [cost(tiles, t, lq, block_m, block_n, lk, shift) for t in range(tiles.total)], g)
+        out |= {"even": got["rotated"]} if even else got
+    return out
 
 
 def main() -> None:
@@ -165,11 +178,14 @@ def main() -> None:
     ap.add_argument("--llm", action="store_true", help="the causal LLM cases at 8, 16, 32 and 48 MB sections")
     args = ap.parse_args()
     if args.llm:
-        for name, llm in LLM_CASES.items():
+        runs = [(name, llm, None) for name, llm in LLM_CASES.items() if name != "L5c"]
+        runs += [("L5c", LLM_CASES["L5c"], tile) for tile in L5C_TILES]
+        for name, llm, tile in runs:
             for mb in (8, 16, 32, 48):
-                r = llm_imbalance(llm, mb, args.sms)
-                print(f"{name} {mb:2d} MB: busiest CTA / mean  sections {r['sections']:.3f}  "
-                      f"rotated {r['rotated']:.3f}  greedy {r['greedy']:.3f}  global {r['global']:.3f}")
+                r = llm_imbalance(llm, mb, args.sms, tile)
+                m, n = tile or TILE[llm[5]]
+                print(f"{name} {m}x{n} {mb:2d} MB: busiest CTA / mean  restart {r['sections']:.3f}  "
+                      f"rotate {r['rotated']:.3f}  even {r['even']:.3f}  greedy {r['greedy']:.3f}  global {r['global']:.3f}")
         return
     for name, case in CASES.items():
         for block_m in ((128, 192) if case[3] == 64 else (128,)):

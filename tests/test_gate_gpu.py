@@ -69,10 +69,10 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
     # 8 MB sections: GREEN's many-head draws span several sections, each dealt by its own snake
     "l2_section_8": {"L2_SECTION_MB": 8, "CAUSAL_ORDER": "sections", "SOFTMAX_ILP": True, "RESCALE_EARLY": True,
                      "Q_IN_REGS": True},
-    # the same, each section's snake started where the last one's partial round ended (SECTION_ROTATE): a
-    # tile dealt twice or never is a wrong or unwritten output somewhere in the many-head draws
-    "l2_section_8_rotated": {"L2_SECTION_MB": 8, "CAUSAL_ORDER": "sections", "SECTION_ROTATE": True,
-                             "SOFTMAX_ILP": True, "RESCALE_EARLY": True, "Q_IN_REGS": True},
+    # the same over equal sections, each section's snake started where the last one's partial round ended
+    # (SECTION_DEAL even): a tile dealt twice or never is a wrong or unwritten output in the many-head draws
+    "l2_section_8_even": {"L2_SECTION_MB": 8, "CAUSAL_ORDER": "sections", "SECTION_DEAL": "even",
+                          "SOFTMAX_ILP": True, "RESCALE_EARLY": True, "Q_IN_REGS": True},
 }
 # flash_mma with Q read from shared memory and the causal loop cut at the diagonal: a CTA whose rows
 # all see no key (causal at the bottom right, Lq > Lk) runs no K/V tile, and before 2026-11-28 wrote

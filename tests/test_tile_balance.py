@@ -1,7 +1,8 @@
 """scripts/tile_balance.py mirrors flash_wgmma's persistent causal tile walker: every tile is
 taken by exactly one CTA under each order (a tile lost or taken twice is a wrong output), the
 per-section snake (CAUSAL_ORDER = "sections") evens out the work where the global one did not, and
-SECTION_ROTATE keeps sections of fewer tiles than CTAs from leaving the same CTAs idle."""
+SECTION_DEAL rotate keeps sections of fewer tiles than CTAs from leaving the same CTAs idle, and
+even (equal sections) keeps a small last section from making a tail."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ SPEC.loader.exec_module(MODEL)
     (5000, 17, 128, 64, 16),
 ])
 def test_every_tile_is_taken_once(length: int, bh: int, block_m: int, d: int, sms: int) -> None:
-    for mb in (8, 32):
-        tiles = MODEL.Tiles(length, bh, block_m, d, section=mb << 20)
+    for mb, even in ((8, False), (32, False), (8, True), (32, True)):
+        tiles = MODEL.Tiles(length, bh, block_m, d, section=mb << 20, even=even)
         for nth in (tiles.nth_global, tiles.nth_sections, tiles.nth_rotated):
             taken = sorted(t for a in tiles.assignment(nth, min(sms, tiles.total)) for t in a)
-            assert taken == list(range(tiles.total)), (nth.__name__, mb)
+            assert taken == list(range(tiles.total)), (nth.__name__, mb, even)
 
 
 def test_the_section_snake_evens_out_the_long_causal_cases() -> None:
@@ -83,3 +84,13 @@ def test_rotating_the_sections_mends_the_chunk_that_smaller_sections_left_to_hal
         got = MODEL.llm_imbalance(MODEL.LLM_CASES["L3c"], mb)
         assert got["sections"] > before and got["rotated"] < 1.03, (mb, got)
     assert MODEL.llm_imbalance(MODEL.LLM_CASES["L5c"], 8)["rotated"] < MODEL.llm_imbalance(MODEL.LLM_CASES["L5c"], 8)["sections"] - 0.5
+
+
+def test_equal_sections_take_the_tail_off_the_d96_case() -> None:
+    """L5c (4 x 32 heads of 786 KB of K and V, 2048 rows): at 32 MB, 42 heads a section leave a last
+    section of 2 heads, a tail of its own; four sections of 32 heads do not (the package's fp16 kernel
+    there has two consumers, 128 x 128 tiles)."""
+    got = MODEL.llm_imbalance(MODEL.LLM_CASES["L5c"], 32, tile=(128, 128))
+    assert got["sections"] > 1.1 and got["rotated"] > 1.1 and got["even"] < 1.01, got
+    tiles = MODEL.Tiles(2048, 128, 128, 96, section=32 << 20, even=True)
+    assert tiles.sec == 32 and MODEL.Tiles(2048, 128, 128, 96, section=32 << 20).sec == 42

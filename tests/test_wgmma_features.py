@@ -412,15 +412,17 @@ def test_the_l2_section_size_leaves_every_stored_candidate_as_it_was_and_sizes_t
     assert body == [line for line in at32.source.splitlines()[2:] if "L2_SECTION = " not in line]
 
 
-def test_section_rotate_leaves_every_stored_candidate_as_it_was_and_swaps_only_the_deal() -> None:
-    """SECTION_ROTATE off renders the text every stored candidate has (no key in its header); on, it
-    is valid only under the sections order and changes the Tiles walker alone (the section deal)."""
-    assert is_valid(FAMILY, point(SECTION_ROTATE=True, CAUSAL_ORDER="sections"))
-    assert not is_valid(FAMILY, point(SECTION_ROTATE=True, CAUSAL_ORDER="global"))
+def test_section_deal_restart_leaves_every_stored_candidate_as_it_was_and_the_others_swap_only_the_walker() -> None:
+    """SECTION_DEAL restart renders the text every stored candidate has (no key in its header); rotate and
+    even are valid only under the sections order and change the Tiles walker alone (even: its sections too)."""
+    assert is_valid(FAMILY, point(SECTION_DEAL="even", CAUSAL_ORDER="sections"))
+    assert not is_valid(FAMILY, point(SECTION_DEAL="rotate", CAUSAL_ORDER="global"))
     off = render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections")))
-    on = render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections", SECTION_ROTATE=True)))
-    assert "SECTION_ROTATE" not in off.source.splitlines()[1] and '"SECTION_ROTATE": true' in on.source.splitlines()[1]
-    assert "in_section(" in off.source and "in_section(" not in on.source and "before(lo, r, c, G)" in on.source
+    rotate = render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections", SECTION_DEAL="rotate")))
+    even = render(make_candidate(FAMILY, point(CAUSAL_ORDER="sections", SECTION_DEAL="even")))
+    assert "SECTION_DEAL" not in off.source.splitlines()[1] and '"SECTION_DEAL": "even"' in even.source.splitlines()[1]
+    assert "in_section(" in off.source and "in_section(" not in rotate.source and "before(lo, r, c, G)" in rotate.source
+    assert "sec(even(BH, " in even.source and "sec(even(" not in rotate.source and "before(lo, r, c, G)" in even.source
 
     def outside_tiles(source: str) -> list[str]:
         lines = source.splitlines()[2:]
@@ -428,4 +430,4 @@ def test_section_rotate_leaves_every_stored_candidate_as_it_was_and_swaps_only_t
         end = next(i for i in range(start, len(lines)) if lines[i] == "};")
         return lines[:start] + lines[end:]
 
-    assert outside_tiles(on.source) == outside_tiles(off.source)
+    assert outside_tiles(rotate.source) == outside_tiles(off.source) == outside_tiles(even.source)
