@@ -14,7 +14,7 @@ import pytest
 from evo.scoring import geomean
 from evo.vocab import EVO
 from evo.products.bench import (
-    COLUMNS, NOT_RECORDED, case_records, fidelity_summary, kernel_records, load_records, make_record, package_dispatch,
+    BURST_ROWS, COLUMNS, NOT_RECORDED, case_records, fidelity_summary, kernel_records, load_records, make_record, package_dispatch,
     package_rules, regenerate, render_benchmarks_md, served_by, serving_route,
     run_bench, suite_of, write_record,
 )
@@ -584,6 +584,26 @@ def test_a_burst_record_is_a_file_of_its_own_read_beside_its_steady_twin(tmp_pat
     before = geomean([c["us"]["sdpa_default"] / c["us"][EVO] for c in steady["cases"]
                       if c["us"]["sdpa_default"] and c["us"][EVO]])
     assert f"{before:.2f}x -> {before / 0.9:.2f}x" in row and names[1] in row
+
+
+def test_the_clocks_table_keeps_the_newest_burst_records_and_history_every_one() -> None:
+    """BENCHMARKS.md stays a page: the steady-and-burst table shows the newest BURST_ROWS burst records
+    and says how many more History indexes; History links every one."""
+    records = []
+    for day in range(1, BURST_ROWS + 3):
+        created = datetime(2026, 11, day, 9, 0, tzinfo=UTC)
+        steady = {**make_record([("cid", fake_eval())], gemm_tflops=650.5, sha=f"{day:07x}", created=created),
+                  "package": "evoattn"}
+        burst = {**steady, "clocks": "burst", "created": created.replace(minute=5).isoformat()}
+        records += [(f"s{day}.json", steady), (f"b{day}.json", burst)]
+    md = render_benchmarks_md(records)
+    table = md.split("## Steady and burst clocks")[1].split("\n## ")[0]
+    shown = [line for line in table.splitlines() if line.startswith("| NVIDIA H200 |")]
+    newest = range(BURST_ROWS + 2, 2, -1)
+    assert [line.split(" | ")[1] for line in shown] == [f"{day:07x}" for day in newest]
+    assert "the newest 4 burst records, 2 older ones under [History](#history)" in table
+    history = md.split("## History")[1]
+    assert all(f"(benchmarks/b{day}.json)" in history for day in range(1, BURST_ROWS + 3))
 
 
 def test_run_bench_asks_for_the_clock_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -593,7 +593,7 @@ def _geomean_vs(record: Mapping[str, Any], base: str, of: str = EVO) -> float | 
     return geomean(ratios) if ratios else None
 
 
-HISTORY_SESSIONS = 16   # History rows of their own; older sessions share one row per day and GPU
+HISTORY_SESSIONS = 12   # History rows of their own; older sessions share one row per day and GPU
 
 
 def _history(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
@@ -648,16 +648,24 @@ def _twin(burst: Mapping[str, Any], records: Sequence[tuple[str, Mapping[str, An
     return max(twins, key=lambda r: r["created"], default=None)
 
 
+BURST_ROWS = 4   # the newest burst records beside their steady twins; History indexes every one
+
+
 def _clocks_table(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """One row per burst record (``evo bench --clocks burst``), newest first: its geometric means
-    beside those of the steady record measured with it, so that the two protocols read side by side."""
+    """One row per burst record (``evo bench --clocks burst``) of the newest BURST_ROWS, newest first:
+    its geometric means beside those of the steady record measured with it, so that the two protocols
+    read side by side. (A row for every burst record made this table grow by two a session.)"""
     bursts = sorted(((n, r) for n, r in records if _clocks(r) != STEADY),
                     key=lambda nr: (nr[1]["created"], nr[0]), reverse=True)
     if not bursts:
         return ""
+    older = len(bursts) - BURST_ROWS
+    bursts = bursts[:BURST_ROWS]
     lines = ["\n## Steady and burst clocks\n",
              "Geometric means over a record's cases, steady -> burst (`evo bench --clocks burst`: long cases timed "
-             "near boost clocks, as short-burst harnesses time them; docs/design.md, FAST).\n",
+             "near boost clocks, as short-burst harnesses time them; docs/design.md, FAST)"
+             + (f"; the newest {BURST_ROWS} burst records, {older} older ones under [History](#history)" if older > 0 else "")
+             + ".\n",
              "| GPU | git | what | evo vs sdpa_default | evo vs fa4 | fa4 vs sdpa_default | file |",
              "|---|---|---|---|---|---|---|"]
     for name, rec in bursts:
