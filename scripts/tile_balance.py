@@ -1,6 +1,8 @@
 """How evenly flash_wgmma's persistent causal schedules share the work among CTAs: a static model.
 
-The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line:
+The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line (tests/
+test_tile_balance.py compiles the rendered struct for the host and checks that it deals every tile
+to the same CTA in the same order):
 `at` maps a tile index to (query tile, head) under the L2-section order, `nth_global` is ORDER 2
 (one back-and-forth snake over all sections' tiles), `nth_sections` ORDER 3 (each section dealt by
 a snake of its own, every section's first round from CTA 0: SECTION_DEAL restart), `nth_rotated`

@@ -2,11 +2,14 @@
 taken by exactly one CTA under each order (a tile lost or taken twice is a wrong output), the
 per-section snake (CAUSAL_ORDER = "sections") evens out the work where the global one did not, and
 SECTION_DEAL rotate keeps sections of fewer tiles than CTAs from leaving the same CTAs idle, and
-even (equal sections) keeps a small last section from making a tail."""
+even (equal sections) keeps a small last section from making a tail. The template's own Tiles struct,
+compiled for the host, walks the tiles exactly as the model does."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,58 @@ def test_equal_sections_take_the_tail_off_the_d96_case() -> None:
     assert got["sections"] > 1.1 and got["rotated"] > 1.1 and got["even"] < 1.01, got
     tiles = MODEL.Tiles(2048, 128, 128, 96, section=32 << 20, even=True)
     assert tiles.sec == 32 and MODEL.Tiles(2048, 128, 128, 96, section=32 << 20).sec == 42
+
+
+HARNESS = r"""
+#include <algorithm>
+#include <cstdio>
+using std::max; using std::min;
+struct Dim { unsigned x, y, z; };
+Dim blockIdx, gridDim;
+#define __device__
+#define __forceinline__
+#include "tiles.h"
+int main() {   // per launch: each CTA's tiles, as the kernel walks them, one line a CTA
+    int lq, lk, bh, hq, hkv, block_m, d, sms;
+    while (std::scanf("%d %d %d %d %d %d %d %d", &lq, &lk, &bh, &hq, &hkv, &block_m, &d, &sms) == 8) {
+        Tiles<true, true> t(lq, lk, bh, hq, hkv, block_m, d);
+        gridDim.x = unsigned(min(sms, t.total));
+        for (unsigned c = 0; c < gridDim.x; ++c) {
+            blockIdx.x = c;
+            for (int k = 0, tile = t.nth(0); tile < t.total; tile = t.nth(++k)) std::printf("%d ", tile);
+            std::printf("\n");
+        }
+    }
+}
+"""
+LAUNCHES = [(512, 8192, 32, 32, 8, 128, 128, 128), (2048, 2048, 128, 32, 32, 128, 96, 132),
+            (2048, 2048, 128, 32, 32, 192, 96, 132), (512, 512, 512, 32, 8, 128, 128, 132),
+            (4096, 4096, 32, 32, 8, 128, 128, 132), (333, 5000, 17, 17, 1, 64, 64, 16), (300, 150, 7, 7, 7, 128, 128, 5)]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+@pytest.mark.parametrize("deal", ["restart", "rotate", "even"])
+def test_the_model_walks_the_tiles_as_the_rendered_template_does(deal: str, tmp_path: Path) -> None:
+    """The template's Tiles struct, rendered at 8 MB sections and compiled for the host, deals every
+    launch's tiles to the same CTAs in the same order as the model (so what the model says of the
+    deals is said of the kernel's code, not of a copy of it)."""
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+
+    source = render(make_candidate("flash_wgmma", {"CAUSAL_ORDER": "sections", "SECTION_DEAL": deal,
+                                                   "L2_SECTION_MB": 8})).source.splitlines()
+    start = next(i for i, line in enumerate(source) if line == "struct Tiles {") - 1
+    end = source.index("};", start)
+    consts = [line for line in source if line.startswith(("constexpr int ORDER =", "constexpr long long L2_SECTION ="))]
+    (tmp_path / "tiles.h").write_text("\n".join([*consts, *source[start:end + 1]]) + "\n")
+    (tmp_path / "walk.cpp").write_text(HARNESS)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "walk"), str(tmp_path / "walk.cpp")],
+                   check=True, capture_output=True)
+    stdin = "\n".join(" ".join(map(str, launch)) for launch in LAUNCHES)
+    lines = iter(subprocess.run([str(tmp_path / "walk")], input=stdin, capture_output=True, text=True,
+                                check=True).stdout.splitlines())
+    for lq, lk, bh, hq, hkv, block_m, d, sms in LAUNCHES:
+        tiles = MODEL.Tiles(lq, bh, block_m, d, lk, hq // hkv, 8 << 20, deal == "even")
+        nth = tiles.nth_sections if deal == "restart" else tiles.nth_rotated
+        for mine in tiles.assignment(nth, min(sms, tiles.total)):
+            assert [int(t) for t in next(lines).split()] == mine, (deal, lq, lk, bh)
