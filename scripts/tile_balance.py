@@ -1,18 +1,18 @@
 """How evenly flash_wgmma's persistent causal schedules share the work among CTAs: a static model.
 
-The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line (tests/
-test_tile_balance.py compiles the rendered struct for the host and checks that it deals every tile
-to the same CTA in the same order):
-`at` maps a tile index to (query tile, head) under the L2-section order, `nth_global` is ORDER 2
-(one back-and-forth snake over all sections' tiles), `nth_sections` ORDER 3 (each section dealt by
-a snake of its own, every section's first round from CTA 0: SECTION_DEAL restart), `nth_rotated`
-ORDER 3 with SECTION_DEAL rotate (each section's snake starts where the last one's partial round
-ended, so the CTAs that take a partial round, and those that take a section's longest tiles, move
-round the grid from section to section); ``Tiles(..., even=True)`` sizes the sections as
-SECTION_DEAL even does (as many as the L2 section needs, of equal heads). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i +
-shift below Lk) plus one for its prologue and epilogue; the
-busiest CTA's cost over the mean is the schedule's slowdown against a perfect split, and a greedy
-list schedule in the same tile order (what an atomic tile counter would give) is the reference.
+The functions mirror the template's `Tiles` (templates/flash_wgmma/kernel.cu.j2) line for line, and
+tests/test_tile_balance.py compiles the rendered struct for the host to check that it deals every
+tile to the same CTA in the same order. `at` maps a tile index to (query tile, head) under the
+L2-section order; `nth_global` is ORDER 2 (one back-and-forth snake over all sections' tiles);
+`nth_sections` is ORDER 3 with SECTION_DEAL restart (each section dealt by a snake of its own, its
+first round from CTA 0); `nth_rotated` is ORDER 3 with SECTION_DEAL rotate (each section's snake
+starts where the last one's partial round ended, so the CTAs that take a partial round, and those
+that take a section's longest tiles, move round the grid from section to section); and
+``Tiles(..., even=True)`` sizes the sections as SECTION_DEAL even does (as many as the L2 section
+needs, of equal heads). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i
++ shift below Lk) plus one for its prologue and epilogue; the busiest CTA's cost over the mean is
+the schedule's slowdown against a perfect split, and a greedy list schedule in the same tile order
+(what an atomic tile counter would give) is the reference.
 
     python scripts/tile_balance.py          # the long causal FAST cases, 132 SMs
     python scripts/tile_balance.py --llm    # the causal LLM cases at each L2 section size
