@@ -92,11 +92,19 @@ def counts_text(c: Counter[str]) -> str:
     return f"{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped"
 
 
+def junit_suites(path: Path) -> list[ET.Element]:
+    """The testsuite elements of one JUnit file (the root itself when it is one)."""
+    return list(ET.parse(path).getroot().iter("testsuite"))
+
+
+def suite_totals(suites: Sequence[ET.Element]) -> Counter[str]:
+    """tests, failures, errors and skipped summed over ``suites``."""
+    return Counter({k: sum(int(s.get(k, 0)) for s in suites) for k in COUNTS})
+
+
 def junit_totals(path: Path) -> Counter[str]:
     """tests, failures, errors and skipped summed over the suites of one JUnit file."""
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    return Counter({k: sum(int(s.get(k, 0)) for s in suites) for k in COUNTS})
+    return suite_totals(junit_suites(path))
 
 
 @dataclass
@@ -125,9 +133,8 @@ def earlier_runs(done: Path, files: Sequence[str], out: Path) -> list[FileRun]:
         xml = junit_path(done, f)
         if not xml.is_file():
             continue
-        root = ET.parse(xml).getroot()
-        seconds = float(root.get("time") or sum(float(s.get("time", 0)) for s in root.iter("testsuite")))
-        runs.append(FileRun(f, 0, seconds, junit_totals(xml)))
+        suites = junit_suites(xml)
+        runs.append(FileRun(f, 0, sum(float(s.get("time", 0)) for s in suites), suite_totals(suites)))
         if junit_path(out, f).resolve() != xml.resolve():
             shutil.copyfile(xml, junit_path(out, f))
     return runs
