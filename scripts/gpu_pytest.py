@@ -16,18 +16,19 @@ queue until its ``--timeout`` and the second, given the first's output folder as
 the files that have no JUnit file there (the one stopped at the limit starts again, whole) and reports
 the totals of both calls. ``--shards N --shard K`` instead runs only the files of shard K of a fixed
 split (largest first, each to the shard with the fewest tests so far), the same split in every call:
-test count is a poor proxy for time, so the halves can differ several fold. Each file writes its JUnit XML under ``--out``/junit; each lane appends its files'
-output (``-rA``: a line per test) to ``pytest-gpu-<lane>.log``. At ``--timeout`` seconds a running file
-is stopped and no other starts. The script prints a line per file and the totals; it exits 1 if a test
-failed or erred, or a file was stopped or never started.
+test count is a poor proxy for time, so the halves can differ several fold. Each file writes its
+JUnit XML under ``--out``/junit; each lane appends its files' output (``-rA``: a line per test) to
+``pytest-gpu-<lane>.log``. At ``--timeout`` seconds a running file is stopped and no other starts.
+The script prints a line per file and the totals; it exits 1 if a test failed or erred, or a file
+was stopped or never started.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import queue
+import shutil
 import subprocess
 import sys
 import threading
