@@ -14,7 +14,7 @@ import pytest
 from evo.scoring import geomean
 from evo.vocab import EVO
 from evo.products.bench import (
-    BURST_ROWS, COLUMNS, NOT_RECORDED, case_records, fidelity_summary, kernel_records, load_records, make_record, package_dispatch,
+    BURST_ROWS, COLUMNS, HISTORY_SESSIONS, NOT_RECORDED, case_records, fidelity_summary, kernel_records, load_records, make_record, package_dispatch,
     package_rules, regenerate, render_benchmarks_md, served_by, serving_route,
     run_bench, suite_of, write_record,
 )
@@ -390,16 +390,14 @@ def test_the_history_gives_a_bench_session_one_row_and_each_record_a_link() -> N
 def test_sessions_past_the_newest_share_a_row_per_day_and_gpu_and_every_record_stays_linked() -> None:
     """HISTORY_SESSIONS sessions keep a row each; the older ones, two days of them here, take one
     row per day (and GPU) whose links name their commits."""
-    from evo.products import bench
-
     base = json.loads(SAMPLE.read_text())
-    n = bench.HISTORY_SESSIONS + 6
+    n = HISTORY_SESSIONS + 6
     records = [(f"r{i}.json", base | {"git_sha": f"{i:07x}", "created": f"2026-11-{10 + i // 4:02d}T0{i % 4}:00:00+00:00"})
                for i in range(n)]
     history = render_benchmarks_md(records).split("## History")[1]
     rows = [line for line in history.splitlines() if line.startswith("| 20")]
     old_days = {r[1]["created"][:10] for r in records[:6]}
-    assert len(rows) == bench.HISTORY_SESSIONS + len(old_days)
+    assert len(rows) == HISTORY_SESSIONS + len(old_days)
     assert all(f"](benchmarks/r{i}.json)" in history for i in range(n))
     folded = [r for r in rows if " sessions | " in r]
     assert len(folded) == len(old_days) and f"[{0:07x} fast fp16, " in folded[-1]
