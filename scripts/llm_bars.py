@@ -18,6 +18,7 @@ the count of records beside them. Each record's own lines come first, so no benc
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -119,11 +120,15 @@ def report(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     return lines
 
 
-def main(paths: Sequence[str]) -> int:
-    if not paths:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("records", nargs="+", metavar="BENCH.json", help="`evo bench` records")
+    paths = parser.parse_args(argv).records
+    try:
+        records = [(Path(p).name, json.loads(Path(p).read_text())) for p in paths]
+    except (OSError, ValueError) as exc:
+        print(f"llm_bars: cannot read a record: {exc}", file=sys.stderr)
         return 2
-    records = [(Path(p).name, json.loads(Path(p).read_text())) for p in paths]
     print("\n".join(report(records)))
     return 0
 

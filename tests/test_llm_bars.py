@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 SPEC = importlib.util.spec_from_file_location("llm_bars", Path(__file__).resolve().parents[1] / "scripts" / "llm_bars.py")
 assert SPEC and SPEC.loader
 BARS = importlib.util.module_from_spec(SPEC)
@@ -49,3 +51,13 @@ def test_repeated_benches_of_one_package_are_also_read_on_each_cases_median_rati
     assert "geomean 1.024 (bar 1.05), lowest 0.970 at L3c bf16 (floor 0.95)" in fa4 and fa4.endswith("FAIL")
     sdpa = next(x for x in lines if x.startswith("median of 3 benches") and "vs sdpa_default" in x)
     assert "geomean 1.673" in sdpa and sdpa.endswith("pass")
+
+
+def test_an_unreadable_record_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing file and a file that is not JSON each end the script with one line on stderr and 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path in (tmp_path / "missing.json", bad):
+        assert BARS.main([str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("llm_bars: cannot read a record:")
