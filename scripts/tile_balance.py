@@ -12,7 +12,8 @@ that take a section's longest tiles, move round the grid from section to section
 needs, of equal heads). A tile's cost is its KV tiles (kernel ABI v2: the keys its rows see, j <= i
 + shift below Lk) plus one for its prologue and epilogue; the busiest CTA's cost over the mean is
 the schedule's slowdown against a perfect split, and a greedy list schedule in the same tile order
-(what an atomic tile counter would give) is the reference.
+is the reference: TILE_SCHED dynamic's ticket counter, less the STAGES K/V tiles before a tile's end
+at which its CTA draws the next.
 
     python scripts/tile_balance.py          # the long causal FAST cases, 132 SMs
     python scripts/tile_balance.py --llm    # the causal LLM cases at each L2 section size

@@ -94,6 +94,21 @@ def test_a_new_launch_config_field_is_keyed_without_naming_it(family: Path) -> N
     assert build_id(keys[0]) != build_id(keys[1])
 
 
+def test_a_tile_counter_is_keyed_only_where_an_entry_takes_one(family: Path) -> None:
+    """An entry without a tile counter keys exactly as before the field existed (so every stored
+    build keeps its id); one that takes a counter is another build."""
+    r = tiny()
+    key = build_key(r, ("-O3",), "sm_90a", NVCC[1], {})
+    assert key["entries"][0] == {"name": "evo_attn_d64_fp16_full", "head_dim": 64, "dtype": "fp16", "causal": False,
+                                 "launch": {"threads": 64, "rows_per_cta": 64, "smem_bytes": 1024, "abi": "ptr",
+                                            "tma_rows": (), "persistent": False}}
+    counted = dataclasses.replace(r, entries=tuple(
+        dataclasses.replace(e, launch=dataclasses.replace(e.launch, tile_counter=True)) for e in r.entries))
+    other = build_key(counted, ("-O3",), "sm_90a", NVCC[1], {})
+    assert all(e["launch"]["tile_counter"] is True for e in other["entries"])
+    assert build_id(other) != build_id(key)
+
+
 # ---------------------------------------------------------------------------- headers
 
 

@@ -73,6 +73,13 @@ WGMMA_FEATURES: dict[str, dict[str, int | bool]] = {
     # (SECTION_DEAL even): a tile dealt twice or never is a wrong or unwritten output in the many-head draws
     "l2_section_8_even": {"L2_SECTION_MB": 8, "CAUSAL_ORDER": "sections", "SECTION_DEAL": "even",
                           "SOFTMAX_ILP": True, "RESCALE_EARLY": True, "Q_IN_REGS": True},
+    # tiles from the launch's ticket counter (TILE_SCHED dynamic): a tile taken twice or never is a wrong or
+    # unwritten output, and a counter not set back to zero by a launch skips the next launch's first tiles;
+    # over 8 MB sections (several in the many-head draws) and with three consumers at D=64 and D=96
+    "tile_sched_dynamic": {"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32, "L2_SECTION_MB": 8,
+                           "CAUSAL_ORDER": "sections", "SOFTMAX_ILP": True, "RESCALE_EARLY": True, "Q_IN_REGS": True},
+    "tile_sched_dynamic_wg3": {"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32, "WGS_D64": 3, "WGS_D96": 3,
+                               "BLOCK_N_D96": 112, "PINGPONG3": True, "Q_IN_REGS": True, "Q_SMEM_WG3": True},
 }
 # flash_mma with Q read from shared memory and the causal loop cut at the diagonal: a CTA whose rows
 # all see no key (causal at the bottom right, Lq > Lk) runs no K/V tile, and before 2026-11-28 wrote

@@ -8,6 +8,7 @@ offline with pip into a folder and imported in a subprocess.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -24,9 +25,11 @@ from evo.toolchain.build import CUBIN, build_id_for, cache_dir
 from evo.cli import main
 from evo.errors import EvoError
 from evo.toolchain.evidence import function_evidence
+from evo.products import promote as promoting
 from evo.products.promote import capability, check_name, promote, sanitize_url
 from evo.gpu.draws import MAX_BUCKET_LEN, MAX_GRID_Y, bucket_top, route_length, verified_group, verified_heads
-from evo.products.routes import Bucket, Contender, Measured, Route, length_buckets, measurements, plan_routes
+from evo.products.routes import (Bucket, Contender, Measured, Route, Shipped, length_buckets, measurements,
+                                 plan_routes)
 from evo.family.render import Rendered, entry_name, render
 from evo.results import BuildResult, CheckResult, Evaluation, Shape, Status, Timing
 from evo.family.space import launch_config, make_candidate
@@ -280,6 +283,21 @@ def test_launch_parameters_come_from_the_family(package: Path, db: dict[str, str
     got = kernels[(db["B"], "evo_attn_d64_fp16_full")]
     assert (got["threads"], got["rows_per_cta"], got["smem_bytes"]) == \
         (launch.threads, launch.rows_per_cta, launch.smem_bytes)
+    assert all("tile_counter" not in k for k in kernels.values())   # none takes one: the table is as it was
+
+
+def test_a_kernel_that_takes_a_tile_counter_says_so_in_the_table(tmp_path: Path) -> None:
+    """``tile_counter`` is written for a kernel that takes one (the launcher passes it the stream's
+    word), and left out for any other, which the launcher reads as False."""
+    r = tiny()
+    view = CandidateView("c" * 64, "tiny", 1, {}, "tiny", Status.FAST, "", r.source_hash, "sm_90a", (),
+                         None, None)  # type: ignore[arg-type]
+    full, causal = r.entries
+    counted = dataclasses.replace(causal, launch=dataclasses.replace(causal.launch, tile_counter=True))
+    shipped = Shipped(view, {(64, "fp16", False): full, (64, "fp16", True): counted}, tmp_path / "k.cubin", r.source,
+                      {"timed_at_git_shas": []})
+    ctx = promoting._context(NAME, "1.0", [shipped], [], [], {}, DEVICE["name"], (9, 0), "db", None, [], "sdpa", 1.0)
+    assert [k.get("tile_counter") for k in ctx["kernels"]] == [None, True]
 
 
 def test_only_winners_ship_with_cubin_and_source(package: Path, db: dict[str, str]) -> None:

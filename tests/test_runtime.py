@@ -137,8 +137,8 @@ class FakeCuda:
             cuKernelGetFunction=lambda handle: (SUCCESS, 4096 + len(handle)))
 
 
-def entries(smem: int = 1024, abi: str = "ptr", D: int = 64) -> list[Entry]:
-    launch = LaunchConfig(128, 64, smem, abi, (64, 64, 64, 64) if abi == "tma" else ())
+def entries(smem: int = 1024, abi: str = "ptr", D: int = 64, tile_counter: bool = False) -> list[Entry]:
+    launch = LaunchConfig(128, 64, smem, abi, (64, 64, 64, 64) if abi == "tma" else (), tile_counter=tile_counter)
     return [Entry(entry_name(D, "fp16", c), D, "fp16", c, launch) for c in (False, True)]
 
 
@@ -247,6 +247,36 @@ def test_a_tma_launch_maps_k_and_v_with_their_own_heads_and_length(monkeypatch, 
     k, v = (torch.zeros(1, 1, 500, 64, dtype=torch.float16) for _ in range(2))
     kernels.launch(q, k, v, o, causal=False)
     assert [e[1] for e in encoded] == [(1, 4, 70, 64), (1, 1, 500, 64), (1, 1, 500, 64), (1, 4, 70, 64)]
+
+
+def test_a_tile_counter_launch_passes_its_streams_word_allocated_once_and_never_in_a_capture(monkeypatch,
+                                                                                            cubin) -> None:
+    launched: list[list[Any]] = []
+    capturing = [False]
+    monkeypatch.setattr(runtime.tma, "encode", lambda *a: "map")
+    monkeypatch.setattr(runtime.tma, "launch", lambda *a: launched.append(a[-1]))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    plain = load(monkeypatch, cubin, FakeCuda(), entries(abi="tma"))
+    kernels = load(monkeypatch, cubin, FakeCuda(), entries(abi="tma", tile_counter=True))
+    q, k, v, o = qkvo(B=1, H=2, L=130, D=64)
+
+    def counter(stream: int) -> int | None:
+        """The tile counter a launch on ``stream`` passes (None: NULL), after the scale."""
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: SimpleNamespace(cuda_stream=stream))
+        kernels.launch(q, k, v, o, causal=bool(len(launched) % 2))
+        assert len(launched[-1]) == 16 and launched[-1][14].value == pytest.approx(1 / 8)
+        return launched[-1][15].value
+
+    plain.launch(q, k, v, o, causal=False)
+    assert len(launched[-1]) == 15 and plain._tile_counters == {}          # the kernel takes none
+    word = counter(77)
+    assert counter(77) == word and set(kernels._tile_counters) == {77}    # one word per stream, for every entry
+    assert kernels._tile_counters[77].tolist() == [0] and kernels._tile_counters[77].data_ptr() == word
+    capturing[0] = True
+    assert counter(88) is None and set(kernels._tile_counters) == {77}    # none allocated while capturing: NULL
+    assert counter(77) == word                                            # an existing word goes into the graph
+    capturing[0] = False
+    assert counter(88) not in (None, word) and set(kernels._tile_counters) == {77, 88}
 
 
 def test_driver_results_and_handles() -> None:

@@ -1,5 +1,5 @@
 """The TMA launch ABI on the CPU: tensor-map geometry, launch configs of the Hopper family,
-manifest validation of ``[launch] abi``, and persistent grids."""
+manifest validation of ``[launch] abi``, persistent grids and the tile counter."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from evo.errors import EvoError
 from evo.family.manifest import load_family, load_family_dir
 from evo.family.render import render
-from evo.family.space import LaunchConfig, make_candidate
+from evo.family.space import LaunchConfig, launch_config, make_candidate
 from evo.gpu.tma import MapGeometry
 
 
@@ -59,13 +59,36 @@ def test_persistent_grid_is_one_cta_per_sm_at_most_one_per_tile() -> None:
         cfg.grid(1, 1, 64)
 
 
+TMA_LAUNCH = 'abi = "tma"\ntma_rows = { q = "64", k = "64", v = "64", o = "64" }\n'
+
+
+def manifest(folder: Path, launch: str) -> Path:
+    """A family folder whose manifest has one switch DYN and the ``[launch]`` section plus ``launch``."""
+    (folder / "manifest.toml").write_text(
+        '[family]\nname = "x"\nversion = 1\ntemplate = "k.cu.j2"\nhead_dims = [64, 128]\n'
+        '[params.DYN]\nvalues = [false, true]\ndefault = false\n'
+        '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n' + launch)
+    return folder
+
+
 @pytest.mark.parametrize(("launch", "message"), [
     ('abi = "cuda"\n', "abi = 'cuda'"),
     ('abi = "tma"\ntma_rows = { q = "64", k = "64" }\n', "needs tma_rows"),
+    ('tile_counter = "DYN"\n', r"\[launch\] tile_counter is an argument of TMA kernels only"),
+    ('abi = "split_kv"\nkey_tile = "64"\nsplit_min = "64"\nwaves = "1"\ntile_counter = "False"\n',
+     "tile_counter is an argument of TMA kernels only"),
+    (TMA_LAUNCH + 'tile_counter = "DYN and SMS > 100"\n', r"tile_counter 'DYN and SMS > 100' reads 'SMS'"),
+    (TMA_LAUNCH + "tile_counter = true\n", r"tile_counter must be an expression in a string"),
 ])
 def test_manifest_launch_abi_is_validated(tmp_path: Path, launch: str, message: str) -> None:
-    (tmp_path / "manifest.toml").write_text(
-        '[family]\nname = "x"\nversion = 1\ntemplate = "k.cu.j2"\n'
-        '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n' + launch)
     with pytest.raises(EvoError, match=message):
-        load_family_dir(tmp_path)
+        load_family_dir(manifest(tmp_path, launch))
+
+
+def test_the_tile_counter_is_a_formula_of_the_genes_and_the_head_dim(tmp_path: Path) -> None:
+    fam = load_family_dir(manifest(tmp_path, TMA_LAUNCH + 'tile_counter = "DYN and D == 64"\n'))
+    on, off = make_candidate(fam, {"DYN": True}), make_candidate(fam)
+    assert launch_config(fam, on, 64).tile_counter
+    assert not launch_config(fam, on, 128).tile_counter and not launch_config(fam, off, 64).tile_counter
+    plain = load_family_dir(manifest(tmp_path, TMA_LAUNCH))        # left out: no kernel takes one
+    assert not launch_config(plain, make_candidate(plain, {"DYN": True}), 64).tile_counter

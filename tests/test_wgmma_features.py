@@ -431,3 +431,27 @@ def test_section_deal_restart_leaves_every_stored_candidate_as_it_was_and_the_ot
         return lines[:start] + lines[end:]
 
     assert outside_tiles(rotate.source) == outside_tiles(off.source) == outside_tiles(even.source)
+
+
+def test_tile_sched_static_leaves_every_stored_candidate_as_it_was_and_dynamic_takes_a_counter_where_persistent() -> None:
+    """TILE_SCHED static renders the text every stored candidate has; dynamic is valid on a persistent grid
+    without PACK_GQA (and a producer of 32 registers or more where they are reallocated), and gives the
+    persistent entries (D=64, 96, 128) one more kernel parameter, the tile counter, that the launch passes
+    (LaunchConfig.tile_counter), and D=256 (never persistent) none: the two must agree, or a launch would
+    pass an argument the kernel does not take."""
+    dyn = point(TILE_SCHED="dynamic", PRODUCER_REGS=32)
+    assert is_valid(FAMILY, dyn)
+    assert not is_valid(FAMILY, point(TILE_SCHED="dynamic"))                      # 24 registers: spilled
+    assert not is_valid(FAMILY, dyn | {"PERSISTENT": False})
+    assert not is_valid(FAMILY, dyn | {"PACK_GQA": True})
+    off = render(make_candidate(FAMILY, point()))
+    on = render(make_candidate(FAMILY, dyn))
+    assert "TILE_SCHED" not in off.source.splitlines()[1] and '"TILE_SCHED": "dynamic"' in on.source.splitlines()[1]
+    assert "atomicAdd" not in off.source and "tile_counter" not in off.source
+    assert "atomicAdd(counter, 1u)" in on.source and "atomicExch(counter, 0u)" in on.source
+    for e in on.entries:
+        assert e.launch.tile_counter == (e.head_dim != 256)
+        signature = next(line for line in on.source.splitlines() if line.startswith(f"{e.name}("))
+        params = on.source[on.source.index(signature):].split("{", 1)[0]
+        assert ("unsigned int* tile_counter" in params) == e.launch.tile_counter, e.name
+    assert not any(e.launch.tile_counter for e in off.entries)

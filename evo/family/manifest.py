@@ -146,6 +146,9 @@ def _parse(folder: Path, mf: Path, data: dict[str, Any]) -> Family:
     _check_layouts(launch.get("layouts", []), abi, mf)
     if abi == "tma" and sorted(launch.get("tma_rows", {})) != ["k", "o", "q", "v"]:
         raise EvoError(f"{mf}: [launch] abi = 'tma' needs tma_rows = {{ q, k, v, o }} (box rows)")
+    if "tile_counter" in launch and abi != "tma":
+        raise EvoError(f"{mf}: [launch] tile_counter is an argument of TMA kernels only (abi = 'tma'; "
+                       "docs/kernel-abi.md, 'The TMA variant')")
     return Family(
         name=fam["name"],
         version=int(fam["version"]),
@@ -189,8 +192,8 @@ def _check_expressions(fam: Family, mf: Path) -> None:
     """Every constraint parses and reads only parameters; every launch formula parses and reads
     only parameters and the head dim ``D`` (what :mod:`evo.family.space` binds)."""
     allowed = set(fam.params) | {"min", "max"}
-    formulas = [(f"[launch] {k}", fam.launch[k]) for k in (*LAUNCH_FORMULAS, *SPLIT_FORMULAS, *SPLIT_OPTIONAL)
-                if k in fam.launch]
+    formulas = [(f"[launch] {k}", fam.launch[k])
+                for k in (*LAUNCH_FORMULAS, *SPLIT_FORMULAS, *SPLIT_OPTIONAL, "tile_counter") if k in fam.launch]
     formulas += [(f"[launch] tma_rows.{k}", v) for k, v in fam.launch.get("tma_rows", {}).items()]
     checks = [("constraint", c.expr, allowed) for c in fam.constraints]
     checks += [(what, text, allowed | {"D"}) for what, text in formulas]

@@ -108,13 +108,15 @@ def build_key(rendered: Rendered, flags: tuple[str, ...], arch: str, compiler: s
 
 def _entry_key(entry: Entry) -> dict[str, Any]:
     """``entry`` as :func:`dataclasses.asdict` gives it, less a launch's ``split`` and ``layouts``
-    where it has none (only split-KV families have them: the keys of every other build stay as
-    they were)."""
+    where it has none (only split-KV families have them) and its ``tile_counter`` where it is False
+    (only some TMA kernels take one): the keys of every other build stay as they were."""
     key = asdict(entry)
     if key["launch"]["split"] is None:
         del key["launch"]["split"]
     if not key["launch"]["layouts"]:
         del key["launch"]["layouts"]
+    if not key["launch"]["tile_counter"]:
+        del key["launch"]["tile_counter"]
     return key
 
 

@@ -73,6 +73,9 @@ class LaunchConfig:
     split, :func:`split_plan`). A ``persistent`` kernel gets one CTA per SM (at most one per tile)
     and walks the tiles. ``layouts`` names the cache layouts (``lens``, ``paged``) a split-KV entry
     also exports, each as its own kernel ``NAME_LAYOUT`` (docs/kernel-abi.md, "Ragged and paged caches").
+    A ``tile_counter`` entry (abi ``"tma"`` only) takes one more argument after ``scale``, a zeroed
+    device word the host keeps per stream, from which the kernel takes its tiles dynamically
+    (docs/kernel-abi.md, "The TMA variant").
     """
 
     threads: int
@@ -84,6 +87,7 @@ class LaunchConfig:
     split: SplitConfig | None = None      # abi "split_kv" only (left out of the build key when None)
     layouts: tuple[str, ...] = ()         # cache layouts also exported, as NAME_lens, NAME_paged (split_kv only;
     # left out of the build key when empty)
+    tile_counter: bool = False            # abi "tma" only (left out of the build key when False)
 
     def grid(self, B: int, H: int, L: int, sms: int = 0) -> tuple[int, int, int]:
         """Grid of the forward kernel: (query tiles, batch*heads, 1), or (min(tiles, sms), 1, 1)."""
@@ -162,7 +166,9 @@ def launch_config(family: Family, cand: Candidate, head_dim: int) -> LaunchConfi
         formulas = {k: launch[k] for k in SPLIT_FORMULAS} | {k: launch.get(k, v) for k, v in SPLIT_OPTIONAL.items()}
         split = SplitConfig(**{k: int(evaluate(str(f), names)) for k, f in formulas.items()})
     layouts = tuple(str(x) for x in launch.get("layouts", ()))
-    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split, layouts=layouts)
+    tile_counter = bool(evaluate(str(launch.get("tile_counter", "False")), names))
+    return LaunchConfig(**sizes, abi=abi, tma_rows=rows, persistent=persistent, split=split, layouts=layouts,
+                        tile_counter=tile_counter)
 
 
 def is_valid(family: Family, params: Mapping[str, Value]) -> bool:

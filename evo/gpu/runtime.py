@@ -119,6 +119,7 @@ class CandidateKernels:
         self._functions: dict[str, int] = {}   # CUfunction handles, for raw (TMA ABI) launches
         self._sms = torch.cuda.get_device_properties(device).multi_processor_count  # persistent grids
         self._scratch: list[torch.Tensor] = []   # split-KV workspaces, newest (largest) last
+        self._tile_counters: dict[int, torch.Tensor] = {}   # per CUDA stream handle: its tile counter word
         for e in self.entries:
             for layout in ("contiguous", *e.launch.layouts):   # the entry, then its cache layouts' kernels
                 name = layout_name(e.name, layout)
@@ -207,14 +208,32 @@ class CandidateKernels:
     def _launch_tma(self, entry: Entry, qkvo: tuple[torch.Tensor, ...], dims: tuple[np.int32, ...],
                     scale: float) -> None:
         """TMA ABI: a tensor map per tensor (its own shape; box rows from the manifest), then the
-        plain arguments."""
+        plain arguments, then the stream's tile counter where the entry takes one."""
         B, H, L, _ = qkvo[0].shape
         maps = [tma.encode(t.data_ptr(), (t.shape[0], t.shape[1], t.shape[2], t.shape[3]), entry.dtype, rows)
                 for t, rows in zip(qkvo, entry.launch.tma_rows, strict=True)]
         args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
                 *(ctypes.c_int(int(d)) for d in dims), ctypes.c_float(scale)]
+        if entry.launch.tile_counter:
+            args.append(self._tile_counter())
         tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
                    entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
+
+    def _tile_counter(self) -> ctypes.c_void_p:
+        """The tile counter of torch's current stream (docs/kernel-abi.md, "The TMA variant"): a
+        4-byte device word, zeroed once when it is allocated (on that stream, before the launch that
+        first needs it) and left zero again by every launch, so no launch pays for a memset. One
+        word per stream: launches on one stream run in order and may share it, but two streams'
+        concurrent launches on one word would take each other's tiles. None is allocated during
+        CUDA graph capture: a stream without a word yet gets NULL, and its kernels then deal their
+        tiles statically. Words live as long as these kernels (a captured graph may hold one)."""
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        word = self._tile_counters.get(stream)
+        if word is None:
+            if torch.cuda.is_current_stream_capturing():
+                return ctypes.c_void_p(0)
+            word = self._tile_counters[stream] = torch.zeros(1, dtype=torch.int32, device=self._torch_device)
+        return ctypes.c_void_p(word.data_ptr())
 
     def _launch_split(self, entry: Entry, kernel: Any, qkvo: tuple[torch.Tensor, ...],
                       dims: tuple[np.int32, ...], scale: float, extra: tuple[Any, ...] = ()) -> None:

@@ -492,12 +492,15 @@ def _context(name: str, version: str, shipped: Sequence[Shipped], routes: Sequen
     for s in shipped:
         for key, e in s.entries.items():
             index[(s.view.id, key)] = len(kernels)
-            kernels.append({"id": s.view.id, "entry": e.name, "threads": e.launch.threads,
-                            "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes,
-                            "abi": e.launch.abi, "tma_rows": list(e.launch.tma_rows),
-                            "persistent": e.launch.persistent, "head_dim": e.head_dim,
-                            "split": dataclasses.asdict(e.launch.split) if e.launch.split else None,
-                            "layouts": list(e.launch.layouts)})
+            kernel: dict[str, Any] = {"id": s.view.id, "entry": e.name, "threads": e.launch.threads,
+                                      "rows_per_cta": e.launch.rows_per_cta, "smem_bytes": e.launch.smem_bytes,
+                                      "abi": e.launch.abi, "tma_rows": list(e.launch.tma_rows),
+                                      "persistent": e.launch.persistent, "head_dim": e.head_dim,
+                                      "split": dataclasses.asdict(e.launch.split) if e.launch.split else None,
+                                      "layouts": list(e.launch.layouts)}
+            if e.launch.tile_counter:   # only where set: the launcher reads a kernel without it as False
+                kernel["tile_counter"] = True
+            kernels.append(kernel)
     table = []
     for r in routes:
         d, dt, causal = r.key

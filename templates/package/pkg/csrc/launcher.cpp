@@ -5,11 +5,13 @@
 // (B, Hkv, Lk, D), causal mask j <= i + shift), and its split-KV variant (docs/kernel-abi.md): the
 // grid, split length and workspace of _splitkv.launch_numbers (evo's own split-plan module, copied
 // into the package), the workspace taken from torch's caching allocator for each launch, its counters
-// zeroed on the stream before it. No host sync and no allocation outside torch's caching allocator, so
-// calls can be captured in a CUDA graph once the kernels are loaded. A split-KV kernel may also
-// export per-sequence-length and paged entries (NAME_lens, NAME_paged: docs/kernel-abi.md, "Ragged
-// and paged caches"), which run_cache() launches for calls that pass seqlens (and a block table),
-// through the routes of that layout alone.
+// zeroed on the stream before it. A TMA kernel may take a tile counter (docs/kernel-abi.md, "The TMA
+// variant"): one zeroed device word per (device, stream), allocated at the first launch on that
+// stream that needs it and held for the life of the process. No host sync and no allocation outside
+// torch's caching allocator, so calls can be captured in a CUDA graph once the kernels are loaded. A
+// split-KV kernel may also export per-sequence-length and paged entries (NAME_lens, NAME_paged:
+// docs/kernel-abi.md, "Ragged and paged caches"), which run_cache() launches for calls that pass
+// seqlens (and a block table), through the routes of that layout alone.
 //
 // Python hands over the dispatch table once (configure); afterwards run() answers a call in a few
 // microseconds of host time, or returns None when the kernels do not cover it (the caller then
@@ -32,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -112,6 +115,7 @@ struct Kernel {
   std::vector<int> split;  // split-KV ABI: key_tile, split_min, waves, ragged_splits (empty: another ABI)
   bool lens = false;       // it also exports NAME_lens (per-sequence lengths)
   bool paged = false;      // ... and NAME_paged (a paged cache)
+  bool tile_counter = false;  // TMA ABI: the stream's tile counter word follows the scale
 };
 
 // (layout, head_dim, dtype, causal, max(Lq, Lk) <= max_len) -> kernel, serving B*Hq <= max_bh, Hq/Hkv <=
@@ -145,6 +149,8 @@ struct DeviceState {
   std::vector<CUfunction> functions;
   std::vector<CUfunction> lens_functions, paged_functions;  // per kernel, nullptr where it has none
   int sms = 0;                      // multiprocessors, for persistent grids and split plans
+  std::mutex counters_mutex;        // guards tile_counters
+  std::unordered_map<CUstream, void*> tile_counters;  // per stream: its tile counter word (never freed)
 };
 
 std::string g_package;
@@ -370,14 +376,14 @@ int pick_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
 // ---- the Python-facing functions -------------------------------------------------------------
 
 // images: cubin bytes; kernels: (image, entry, threads, rows_per_cta, smem_bytes, tma, tma_rows,
-// persistent, head_dim, split, layouts);
+// persistent, head_dim, split, layouts, tile_counter);
 // routes: (head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout,
 // min_len), the decode routes first, then the chunk routes, then the others, each kind in increasing
 // max_len per key (_routes.ordered); a call takes the first route whose rows and min_len..max_len hold it; past
 // the last max_len of a key, and past any other limit of a route, SDPA serves the call (promote
 // verified no further); layout "contiguous", "lens" or "paged"; planner: _splitkv.launch_numbers.
 using KernelArgs = std::tuple<int, std::string, int, int, int, bool, std::vector<int>, bool, int, std::vector<int>,
-                              std::vector<std::string>>;
+                              std::vector<std::string>, bool>;
 using RouteArgs = std::tuple<int64_t, std::string, bool, int64_t, int64_t, int64_t, bool,
                              std::vector<std::string>, int64_t, int, std::string, int64_t>;
 
@@ -389,8 +395,8 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
     first = true;
     g_package = package;
     for (const py::bytes& b : images) g_images.emplace_back(b);
-    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, layouts] :
-         kernels) {
+    for (const auto& [image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, layouts,
+                      tile_counter] : kernels) {
       TORCH_CHECK(image >= 0 && image < static_cast<int>(g_images.size()), "bad image index");
       TORCH_CHECK(threads > 0 && rows > 0 && smem >= 0, "bad launch config for ", entry);
       TORCH_CHECK(!tma || (tma_rows.size() == 4 && *std::min_element(tma_rows.begin(), tma_rows.end()) > 0),
@@ -401,8 +407,9 @@ void configure(const std::string& package, const std::vector<py::bytes>& images,
       const bool lens = std::count(layouts.begin(), layouts.end(), "lens") > 0;
       const bool paged = std::count(layouts.begin(), layouts.end(), "paged") > 0;
       TORCH_CHECK(!(lens || paged) || !split.empty(), "only a split-KV kernel has cache layouts: ", entry);
+      TORCH_CHECK(!tile_counter || tma, "only a TMA kernel takes a tile counter: ", entry);
       g_kernels.push_back({image, entry, threads, rows, smem, tma, tma_rows, persistent, head_dim, split, lens,
-                           paged});
+                           paged, tile_counter});
     }
     for (const auto& [head_dim, dtype, causal, max_len, max_bh, max_group, cross, aligns, max_lq, kernel, layout_name,
                       min_len] : routes) {
@@ -474,6 +481,25 @@ at::Tensor split_workspace(const SplitLaunch& plan, int device) {
   return workspace;
 }
 
+// The tile counter word of `stream` on `device` (docs/kernel-abi.md, "The TMA variant"): 4 bytes zeroed
+// once, when the stream's first launch that needs it allocates it (at::zeros, on that stream: ordered
+// before the launch); every launch leaves it zero again, so no launch pays for a memset (as
+// evo/gpu/runtime.py does). One word per stream: launches on one stream run in order and may share it,
+// while two streams' concurrent launches on one word would take each other's tiles. None is allocated
+// during CUDA graph capture: a stream without a word yet gets nullptr, and the kernel then deals its
+// tiles statically. A word is never freed (a CUDA graph a user captured may hold it), and its tensor is
+// leaked so it is not destroyed after torch's allocator is at exit.
+void* tile_counter(DeviceState& st, int device, CUstream stream) {
+  std::lock_guard<std::mutex> lock(st.counters_mutex);
+  const auto found = st.tile_counters.find(stream);
+  if (found != st.tile_counters.end()) return found->second;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().stream_is_capturing(stream, &capture), "cuStreamIsCapturing");
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return nullptr;
+  const auto* word = new at::Tensor(at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device)));
+  return st.tile_counters[stream] = word->data_ptr();
+}
+
 std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               bool causal, bool bottom_right, std::optional<double> scale) {
   const int index = pick(q, k, v, causal, bottom_right);
@@ -498,9 +524,12 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   at::Tensor workspace;  // a split-KV launch's, held until the launch is enqueued
   int split_len = 0;
   void* with_workspace[] = {&qp, &kp, &vp, &op, &B, &H, &Hkv, &L, &Lk, &shift, &s, &wsp, &split_len};
+  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
   alignas(64) CUtensorMap maps[4];
+  void* counter = kern.tile_counter ? tile_counter(st, device, stream) : nullptr;
+  // the driver reads as many of these as the kernel has parameters: the counter only where it takes one
   void* with_maps[] = {&maps[0], &maps[1], &maps[2], &maps[3], &qp, &kp, &vp, &op,
-                       &B, &H, &Hkv, &L, &Lk, &shift, &s};
+                       &B, &H, &Hkv, &L, &Lk, &shift, &s, &counter};
   if (kern.tma) {
     const at::Tensor* tensors[] = {&qc, &kc, &vc, &o};
     for (int i = 0; i < 4; ++i) maps[i] = tensor_map(*tensors[i], kern.tma_rows[i]);
@@ -510,7 +539,6 @@ std::optional<at::Tensor> run(const at::Tensor& q, const at::Tensor& k, const at
   const unsigned tiles = m_tiles * static_cast<unsigned>(B * H);
   unsigned grid_x = kern.persistent ? std::min(tiles, static_cast<unsigned>(st.sms)) : m_tiles;
   unsigned grid_y = kern.persistent ? 1u : static_cast<unsigned>(B * H);
-  CUstream stream = c10::cuda::getCurrentCUDAStream(device).stream();
   if (!kern.split.empty()) {
     const SplitLaunch plan = split_launch(kern, B, H, Hkv, L, Lk, st.sms, false);
     grid_x = plan.grid_x;
