@@ -43,7 +43,12 @@
 #   Both studies can also start from SEEDS variants (lines: a stored candidate's id, then KEY=VALUE genes
 #   changed from it), built into the database first so that --start-from can name them (seed_ids), and
 #   enqueued before the ids and the studies (at 2026-11-28 q a seed named last was not reached in 180 s).
-#   None by default. Earlier sessions' seeds: 2d8e8f97308d and 5f18442e97ad with SECTION_DEAL rotate,
+#   By default the package's kernels of the cases the tile model gives to TILE_SCHED dynamic (a greedy
+#   schedule from an atomic ticket counter; scripts/tile_balance.py --llm, busiest CTA / mean): L2c and
+#   L6c (2d8e8f97308d bf16, ee9300df93b7 fp16: 1.028-1.031 -> 1.002-1.004), L8c (860b661f5aec bf16,
+#   8dba5b1374ec fp16: 1.031 -> 1.013) and L5c at 48 MB sections (594b392bfa05 bf16, 0698f109eda7 fp16:
+#   1.047-1.119 -> 1.007), each with PRODUCER_REGS 32 (24 spilled its producer); SEEDS= for none.
+#   Earlier sessions' seeds: 2d8e8f97308d and 5f18442e97ad with SECTION_DEAL rotate,
 #   860b661f5aec and 6c23f54583ae (under sections) with even (2026-11-29: dev/perf-notes.md, u);
 #   29a1cf7bf11c at L2_SECTION_MB 16 and 8 (2026-11-28s); 594b392bfa05 SPLIT_MASK=true (2026-11-28r).
 # promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
@@ -101,7 +106,7 @@ seed_ids() {
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
     [ -n "$id" ] && out="$out$id,"
-  done <<< "${SEEDS:-}"
+  done <<< "${SEEDS-$'2d8e8f97308d TILE_SCHED=dynamic PRODUCER_REGS=32\nee9300df93b7 TILE_SCHED=dynamic PRODUCER_REGS=32\n860b661f5aec TILE_SCHED=dynamic\n8dba5b1374ec TILE_SCHED=dynamic PRODUCER_REGS=32\n594b392bfa05 TILE_SCHED=dynamic PRODUCER_REGS=32 L2_SECTION_MB=48\n0698f109eda7 TILE_SCHED=dynamic L2_SECTION_MB=48'}"
   echo "$out"
 }
 

@@ -162,8 +162,8 @@ def imbalance(case: tuple[int, int, int, int], block_m: int = 128, block_n: int 
 def llm_imbalance(case: tuple[int, int, int, int, int, int, bool], section_mb: int, g: int = 132,
                   tile: tuple[int, int] | None = None) -> dict[str, float]:
     """Busiest CTA / mean of an LLM case (B, Hq, Hkv, Lq, Lk, D, bottom right) at a section size, with
-    ``tile`` (BLOCK_M, BLOCK_N; default TILE's): spread's orders, and "even" (SECTION_DEAL even: the
-    rotated deal over equal sections)."""
+    ``tile`` (BLOCK_M, BLOCK_N; default TILE's): spread's orders, "even" (SECTION_DEAL even: the
+    rotated deal over equal sections) and "greedy even" (TILE_SCHED dynamic over those sections)."""
     b, hq, hkv, lq, lk, d, bottom_right = case
     block_m, block_n = tile or TILE[d]
     shift = lk - lq if bottom_right else 0
@@ -171,7 +171,7 @@ def llm_imbalance(case: tuple[int, int, int, int, int, int, bool], section_mb: i
     for even in (False, True):
         tiles = Tiles(lq, b * hq, block_m, d, lk, hq // hkv, section_mb << 20, even)
         got = spread(tiles, [cost(tiles, t, lq, block_m, block_n, lk, shift) for t in range(tiles.total)], g)
-        out |= {"even": got["rotated"]} if even else got
+        out |= {"even": got["rotated"], "greedy even": got["greedy"]} if even else got
     return out
 
 
@@ -188,7 +188,8 @@ def main() -> None:
                 r = llm_imbalance(llm, mb, args.sms, tile)
                 m, n = tile or TILE[llm[5]]
                 print(f"{name} {m}x{n} {mb:2d} MB: busiest CTA / mean  restart {r['sections']:.3f}  "
-                      f"rotate {r['rotated']:.3f}  even {r['even']:.3f}  greedy {r['greedy']:.3f}  global {r['global']:.3f}")
+                      f"rotate {r['rotated']:.3f}  even {r['even']:.3f}  greedy {r['greedy']:.3f}  "
+                      f"greedy even {r['greedy even']:.3f}  global {r['global']:.3f}")
         return
     for name, case in CASES.items():
         for block_m in ((128, 192) if case[3] == 64 else (128,)):

@@ -153,3 +153,63 @@ def test_launch_rejects_bad_inputs(kernels: CandidateKernels, case: str, message
         q = torch.randn(q.numel() + 1, device="cuda", dtype=q.dtype)[1:].view(q.shape)
     with pytest.raises(EvoError, match=message):
         kernels.launch(q, k, v, o, causal=False)
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory: pytest.TempPathFactory) -> CandidateKernels:
+    """flash_wgmma with TILE_SCHED dynamic (its D=128 causal kernels only: the persistent ones that take
+    a tile counter), compiled for this GPU into a private cache."""
+    if default_arch() != "sm_90a":
+        pytest.skip("flash_wgmma needs sm_90a")
+    cand = make_candidate("flash_wgmma", {"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates-dynamic")))
+        rendered = render(cand, kernels=[(128, "fp16", True), (128, "bf16", True)])
+        (result,) = build_batch([rendered], default_arch())
+    assert result.status is Status.BUILT and result.cubin_path, f"{result.reason}\n{result.log[-3000:]}"
+    assert all(e.launch.tile_counter for e in rendered.entries)
+    return CandidateKernels(result.cubin_path, rendered.entries, torch.cuda.current_device())
+
+
+@pytest.mark.gpu
+def test_a_tile_counter_deals_every_tile_once_launch_after_launch_and_stream_by_stream(dynamic: CandidateKernels) -> None:
+    """TILE_SCHED dynamic on 512 tiles for 132-odd CTAs: each launch takes every tile exactly once (o starts
+    as NaN: a tile never taken stays NaN, and a counter a launch did not set back to zero skips the next
+    launch's first tiles), on the default stream, on a side stream (a word of its own), in a graph captured
+    on a stream that had no launch before (no word: the static deal) and in one captured after a warm-up
+    on its stream (the word baked into the graph); every schedule gives the same bits."""
+    q, k, v, _ = _qkvo(4, 16, 1000, 128, "bf16")
+    k, v = k[:, :4].contiguous(), v[:, :4].contiguous()           # 16 query heads on 4 K/V heads
+    o = torch.full_like(q, math.nan)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    dynamic.launch(q, k, v, o, causal=True)
+    eager = o.clone()
+    assert (eager.float() - ref).abs().max().item() < LOOSE["bf16"]
+    for _ in range(3):
+        o.fill_(math.nan)
+        dynamic.launch(q, k, v, o, causal=True)
+        assert torch.equal(o, eager)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            o.fill_(math.nan)
+            dynamic.launch(q, k, v, o, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert torch.equal(o, eager)
+    for warm in (False, True):
+        capture = torch.cuda.Stream()
+        if warm:
+            capture.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(capture):
+                dynamic.launch(q, k, v, o, causal=True)
+            torch.cuda.current_stream().wait_stream(capture)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=capture):
+            dynamic.launch(q, k, v, o, causal=True)
+        for _ in range(2):
+            o.fill_(math.nan)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(o, eager), f"graph captured {'after' if warm else 'without'} a warm-up"
