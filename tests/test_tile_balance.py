@@ -3,7 +3,8 @@ taken by exactly one CTA under each order (a tile lost or taken twice is a wrong
 per-section snake (CAUSAL_ORDER = "sections") evens out the work where the global one did not, and
 SECTION_DEAL rotate keeps sections of fewer tiles than CTAs from leaving the same CTAs idle, and
 even (equal sections) keeps a small last section from making a tail. The template's own Tiles struct,
-compiled for the host, walks the tiles exactly as the model does."""
+compiled for the host, walks the tiles exactly as the model does, and its TILE_SCHED dynamic scheduler
+takes every tile once and leaves its counter at zero, whatever order the CTAs draw in."""
 
 from __future__ import annotations
 
@@ -153,3 +154,88 @@ def test_the_model_walks_the_tiles_as_the_rendered_template_does(deal: str, tmp_
         nth = tiles.nth_sections if deal == "restart" else tiles.nth_rotated
         for mine in tiles.assignment(nth, min(sms, tiles.total)):
             assert [int(t) for t in next(lines).split()] == mine, (deal, lq, lk, bh)
+
+
+SCHED_HARNESS = r"""
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+using std::max; using std::min;
+struct Dim { unsigned x, y, z; };
+Dim blockIdx, gridDim;
+#define __device__
+#define __forceinline__
+// one thread plays every CTA's producer in turn, so the atomics are plain read-modify-writes
+unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p += v; return old; }
+unsigned atomicExch(unsigned* p, unsigned v) { const unsigned old = *p; *p = v; return old; }
+#include "sched.h"
+// per launch (Lq, Lk, B Hq, Hq, Hkv, BLOCK_M, D, CTAs, launches, counter or null): the CTAs' producers
+// draw in a random order, a CTA at a time; prints every tile taken as CTA:tile, then the counter after each launch
+int main() {
+    int lq, lk, bh, hq, hkv, block_m, d, g, launches, use;
+    std::mt19937 rng(7);
+    while (std::scanf("%d %d %d %d %d %d %d %d %d %d", &lq, &lk, &bh, &hq, &hkv, &block_m, &d, &g, &launches, &use) == 10) {
+        const Tiles<true, true> t(lq, lk, bh, hq, hkv, block_m, d);
+        unsigned counter = 0;
+        gridDim.x = unsigned(g);
+        for (int launch = 0; launch < launches; ++launch) {
+            std::vector<int> tile(g), tc(g, 0), live;
+            for (int c = 0; c < g; ++c) {
+                blockIdx.x = unsigned(c);
+                tile[c] = Sched<true, true>{t, use ? &counter : nullptr}.first();
+                if (tile[c] < t.total) live.push_back(c);
+            }
+            while (!live.empty()) {
+                const size_t i = rng() % live.size();
+                const int c = live[i];
+                blockIdx.x = unsigned(c);
+                std::printf("%d:%d ", c, tile[c]);
+                tile[c] = Sched<true, true>{t, use ? &counter : nullptr}.next(tc[c]++);
+                if (tile[c] >= t.total) { live[i] = live.back(); live.pop_back(); }
+            }
+            std::printf("\ncounter %u\n", counter);
+        }
+    }
+}
+"""
+# (Lq, Lk, B Hq, Hq, Hkv, BLOCK_M, D, CTAs): many tiles a CTA, one each, fewer tiles than CTAs, one tile
+SCHED_LAUNCHES = [(2048, 2048, 256, 32, 1, 128, 128, 132), (512, 8192, 32, 32, 8, 128, 128, 128),
+                  (1000, 1000, 64, 16, 4, 128, 128, 132), (100, 100, 3, 3, 3, 128, 128, 7), (64, 64, 1, 1, 1, 128, 64, 1),
+                  (333, 5000, 17, 17, 1, 64, 64, 16)]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_the_dynamic_scheduler_takes_every_tile_once_and_leaves_its_counter_at_zero(tmp_path: Path) -> None:
+    """TILE_SCHED dynamic's Sched, rendered and compiled for the host, with the CTAs' draws interleaved at
+    random: three launches back to back on one counter each take every tile exactly once (a counter a
+    launch left above zero would skip the next launch's first tiles), the counter is zero after each, also
+    with more CTAs than tiles; with no counter (null) the walk is the static deal's, tile for tile."""
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+
+    source = render(make_candidate("flash_wgmma", {"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32})).source.splitlines()
+    start = next(i for i, line in enumerate(source) if line == "struct Tiles {") - 1
+    end = source.index("struct Sched {", start) + 1
+    end = source.index("};", end)
+    consts = [line for line in source if line.startswith(("constexpr int ORDER =", "constexpr long long L2_SECTION ="))]
+    (tmp_path / "sched.h").write_text("\n".join([*consts, *source[start:end + 1]]) + "\n")
+    (tmp_path / "sched.cpp").write_text(SCHED_HARNESS)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "sched"), str(tmp_path / "sched.cpp")],
+                   check=True, capture_output=True)
+    runs = [(*launch, 3, 1) for launch in SCHED_LAUNCHES] + [(*launch, 1, 0) for launch in SCHED_LAUNCHES]
+    runs.append((100, 100, 3, 3, 3, 128, 128, 9, 3, 1))          # 9 CTAs for 3 tiles: a grid past the tiles
+    stdin = "\n".join(" ".join(map(str, run)) for run in runs)
+    lines = iter(subprocess.run([str(tmp_path / "sched")], input=stdin, capture_output=True, text=True,
+                                check=True).stdout.splitlines())
+    for lq, lk, bh, hq, hkv, block_m, d, g, launches, use in runs:
+        tiles = MODEL.Tiles(lq, bh, block_m, d, lk, hq // hkv)
+        for _ in range(launches):
+            mine: list[list[int]] = [[] for _ in range(g)]
+            for pair in next(lines).split():
+                c, t = map(int, pair.split(":"))
+                mine[c].append(t)
+            assert sorted(t for a in mine for t in a) == list(range(tiles.total)), (lq, bh, g, use)
+            assert next(lines) == "counter 0", (lq, bh, g, use)
+        if not use:   # no counter: each CTA's tiles, in order, are the static deal's (CAUSAL_ORDER global)
+            assert mine == tiles.assignment(tiles.nth_global, g), (lq, bh, g)
