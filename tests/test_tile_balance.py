@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,27 +129,35 @@ LAUNCHES = [(512, 8192, 32, 32, 8, 128, 128, 128), (2048, 2048, 128, 32, 32, 128
             (4096, 4096, 32, 32, 8, 128, 128, 132), (333, 5000, 17, 17, 1, 64, 64, 16), (300, 150, 7, 7, 7, 128, 128, 5)]
 
 
+def _run_rendered(params: dict[str, object], last: str, harness: str, runs: list[tuple[int, ...]],
+                  tmp_path: Path) -> Iterator[str]:
+    """Render flash_wgmma at ``params``, take its source from ``struct Tiles`` to the end of struct ``last``
+    (with the ORDER and L2_SECTION constants) into tiles.h, compile ``harness`` (which includes it) for the
+    host and run it on ``runs``, one line of numbers each: its output's lines."""
+    from evo.family.render import render
+    from evo.family.space import make_candidate
+
+    source = render(make_candidate("flash_wgmma", params)).source.splitlines()
+    start = next(i for i, line in enumerate(source) if line == "struct Tiles {") - 1
+    end = source.index("};", source.index(f"struct {last} {{", start))
+    consts = [line for line in source if line.startswith(("constexpr int ORDER =", "constexpr long long L2_SECTION ="))]
+    (tmp_path / "tiles.h").write_text("\n".join([*consts, *source[start:end + 1]]) + "\n")
+    (tmp_path / "walk.cpp").write_text(harness)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "walk"), str(tmp_path / "walk.cpp")],
+                   check=True, capture_output=True)
+    stdin = "\n".join(" ".join(map(str, run)) for run in runs)
+    return iter(subprocess.run([str(tmp_path / "walk")], input=stdin, capture_output=True, text=True,
+                               check=True).stdout.splitlines())
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
 @pytest.mark.parametrize("deal", ["restart", "rotate", "even"])
 def test_the_model_walks_the_tiles_as_the_rendered_template_does(deal: str, tmp_path: Path) -> None:
     """The template's Tiles struct, rendered at 8 MB sections and compiled for the host, deals every
     launch's tiles to the same CTAs in the same order as the model (so what the model says of the
     deals is said of the kernel's code, not of a copy of it)."""
-    from evo.family.render import render
-    from evo.family.space import make_candidate
-
-    source = render(make_candidate("flash_wgmma", {"CAUSAL_ORDER": "sections", "SECTION_DEAL": deal,
-                                                   "L2_SECTION_MB": 8})).source.splitlines()
-    start = next(i for i, line in enumerate(source) if line == "struct Tiles {") - 1
-    end = source.index("};", start)
-    consts = [line for line in source if line.startswith(("constexpr int ORDER =", "constexpr long long L2_SECTION ="))]
-    (tmp_path / "tiles.h").write_text("\n".join([*consts, *source[start:end + 1]]) + "\n")
-    (tmp_path / "walk.cpp").write_text(HARNESS)
-    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "walk"), str(tmp_path / "walk.cpp")],
-                   check=True, capture_output=True)
-    stdin = "\n".join(" ".join(map(str, launch)) for launch in LAUNCHES)
-    lines = iter(subprocess.run([str(tmp_path / "walk")], input=stdin, capture_output=True, text=True,
-                                check=True).stdout.splitlines())
+    lines = _run_rendered({"CAUSAL_ORDER": "sections", "SECTION_DEAL": deal, "L2_SECTION_MB": 8}, "Tiles", HARNESS,
+                          LAUNCHES, tmp_path)
     for lq, lk, bh, hq, hkv, block_m, d, sms in LAUNCHES:
         tiles = MODEL.Tiles(lq, bh, block_m, d, lk, hq // hkv, 8 << 20, deal == "even")
         nth = tiles.nth_sections if deal == "restart" else tiles.nth_rotated
@@ -169,7 +178,7 @@ Dim blockIdx, gridDim;
 // one thread plays every CTA's producer in turn, so the atomics are plain read-modify-writes
 unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p += v; return old; }
 unsigned atomicExch(unsigned* p, unsigned v) { const unsigned old = *p; *p = v; return old; }
-#include "sched.h"
+#include "tiles.h"
 // per launch (Lq, Lk, B Hq, Hq, Hkv, BLOCK_M, D, CTAs, launches, counter or null): the CTAs' producers
 // draw in a random order, a CTA at a time; prints every tile taken as CTA:tile, then the counter after each launch
 int main() {
@@ -211,23 +220,9 @@ def test_the_dynamic_scheduler_takes_every_tile_once_and_leaves_its_counter_at_z
     random: three launches back to back on one counter each take every tile exactly once (a counter a
     launch left above zero would skip the next launch's first tiles), the counter is zero after each, also
     with more CTAs than tiles; with no counter (null) the walk is the static deal's, tile for tile."""
-    from evo.family.render import render
-    from evo.family.space import make_candidate
-
-    source = render(make_candidate("flash_wgmma", {"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32})).source.splitlines()
-    start = next(i for i, line in enumerate(source) if line == "struct Tiles {") - 1
-    end = source.index("struct Sched {", start) + 1
-    end = source.index("};", end)
-    consts = [line for line in source if line.startswith(("constexpr int ORDER =", "constexpr long long L2_SECTION ="))]
-    (tmp_path / "sched.h").write_text("\n".join([*consts, *source[start:end + 1]]) + "\n")
-    (tmp_path / "sched.cpp").write_text(SCHED_HARNESS)
-    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "sched"), str(tmp_path / "sched.cpp")],
-                   check=True, capture_output=True)
     runs = [(*launch, 3, 1) for launch in SCHED_LAUNCHES] + [(*launch, 1, 0) for launch in SCHED_LAUNCHES]
     runs.append((100, 100, 3, 3, 3, 128, 128, 9, 3, 1))          # 9 CTAs for 3 tiles: a grid past the tiles
-    stdin = "\n".join(" ".join(map(str, run)) for run in runs)
-    lines = iter(subprocess.run([str(tmp_path / "sched")], input=stdin, capture_output=True, text=True,
-                                check=True).stdout.splitlines())
+    lines = _run_rendered({"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32}, "Sched", SCHED_HARNESS, runs, tmp_path)
     for lq, lk, bh, hq, hkv, block_m, d, g, launches, use in runs:
         tiles = MODEL.Tiles(lq, bh, block_m, d, lk, hq // hkv)
         for _ in range(launches):
