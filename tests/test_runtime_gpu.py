@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from evo.toolchain.build import build_batch, default_arch
 from evo.errors import EvoError
-from evo.family.render import Entry, render
+from evo.family.render import Entry, Rendered, render
 from evo.results import Status
 from evo.gpu.runtime import CandidateKernels
 from evo.family.space import make_candidate
@@ -38,16 +38,22 @@ def test_missing_cuda_python_is_an_evo_error(tmp_path: Path, monkeypatch: pytest
         CandidateKernels(cubin, [entry])
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, tuple[Entry, ...]]]]:
-    """Each family's default candidate, compiled for this GPU into a private cache."""
+def _build(rendered: list[Rendered], cache: Path) -> list[str]:
+    """Each of ``rendered`` compiled for this GPU into the private cache ``cache``: its cubin path."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates")))
-        rendered = [render(make_candidate(f)) for f in FAMILIES]
+        mp.setenv("EVO_CANDIDATES", str(cache))
         results = build_batch(rendered, default_arch())
     for r in results:
         assert r.status is Status.BUILT and r.cubin_path, f"{r.reason}\n{r.log[-3000:]}"
-    yield {f: (str(r.cubin_path), x.entries) for f, r, x in zip(FAMILIES, results, rendered, strict=True)}
+    return [str(r.cubin_path) for r in results]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, tuple[Entry, ...]]]]:
+    """Each family's default candidate, compiled for this GPU into a private cache."""
+    rendered = [render(make_candidate(f)) for f in FAMILIES]
+    cubins = _build(rendered, tmp_path_factory.mktemp("candidates"))
+    yield {f: (c, x.entries) for f, c, x in zip(FAMILIES, cubins, rendered, strict=True)}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -162,13 +168,10 @@ def dynamic(tmp_path_factory: pytest.TempPathFactory) -> CandidateKernels:
     if default_arch() != "sm_90a":
         pytest.skip("flash_wgmma needs sm_90a")
     cand = make_candidate("flash_wgmma", {"TILE_SCHED": "dynamic", "PRODUCER_REGS": 32})
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVO_CANDIDATES", str(tmp_path_factory.mktemp("candidates-dynamic")))
-        rendered = render(cand, kernels=[(128, "fp16", True), (128, "bf16", True)])
-        (result,) = build_batch([rendered], default_arch())
-    assert result.status is Status.BUILT and result.cubin_path, f"{result.reason}\n{result.log[-3000:]}"
+    rendered = render(cand, kernels=[(128, "fp16", True), (128, "bf16", True)])
     assert all(e.launch.tile_counter for e in rendered.entries)
-    return CandidateKernels(result.cubin_path, rendered.entries, torch.cuda.current_device())
+    (cubin,) = _build([rendered], tmp_path_factory.mktemp("candidates-dynamic"))
+    return CandidateKernels(cubin, rendered.entries, torch.cuda.current_device())
 
 
 @pytest.mark.gpu

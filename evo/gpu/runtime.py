@@ -214,20 +214,20 @@ class CandidateKernels:
                 for t, rows in zip(qkvo, entry.launch.tma_rows, strict=True)]
         args = [*maps, *(ctypes.c_void_p(t.data_ptr()) for t in qkvo),
                 *(ctypes.c_int(int(d)) for d in dims), ctypes.c_float(scale)]
+        stream = torch.cuda.current_stream(self.device).cuda_stream
         if entry.launch.tile_counter:
-            args.append(self._tile_counter())
+            args.append(self._tile_counter(stream))
         tma.launch(self._functions[entry.name], entry.launch.grid(B, H, L, self._sms), entry.launch.threads,
-                   entry.launch.smem_bytes, torch.cuda.current_stream(self.device).cuda_stream, args)
+                   entry.launch.smem_bytes, stream, args)
 
-    def _tile_counter(self) -> ctypes.c_void_p:
-        """The tile counter of torch's current stream (docs/kernel-abi.md, "The TMA variant"): a
+    def _tile_counter(self, stream: int) -> ctypes.c_void_p:
+        """The tile counter of ``stream``, torch's current one (docs/kernel-abi.md, "The TMA variant"): a
         4-byte device word, zeroed once when it is allocated (on that stream, before the launch that
         first needs it) and left zero again by every launch, so no launch pays for a memset. One
         word per stream: launches on one stream run in order and may share it, but two streams'
         concurrent launches on one word would take each other's tiles. None is allocated during
         CUDA graph capture: a stream without a word yet gets NULL, and its kernels then deal their
         tiles statically. Words live as long as these kernels (a captured graph may hold one)."""
-        stream = torch.cuda.current_stream(self.device).cuda_stream
         word = self._tile_counters.get(stream)
         if word is None:
             if torch.cuda.is_current_stream_capturing():
