@@ -31,24 +31,22 @@
 #   database, the templates at 4a70428): 9 winners, 334 candidates left out as built from older template text.
 #   (every call: export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVO_GIT_SHA=...)
 #
-# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm9: the 16 LLM
+# search: the carried database (scripts/fetch-db.sh's, gzipped) gets study LLM_STUDY (llm10: the 16 LLM
 #   cases, bf16 and fp16, from LLM_FROM: the package's L5c kernels 594b392bfa05 and 0698f109eda7, named by
-#   id, then llm8, llm7, llm6; LLM_BUDGET s, 400) and, when FAST_BUDGET is above 0, study FAST_STUDY (fast7:
+#   id, then llm9, llm8, llm7; LLM_BUDGET s, 400) and, when FAST_BUDGET is above 0, study FAST_STUDY (fast7:
 #   the FAST cases the package is benched on, F4-F7 in bf16 too, from FAST_FROM: fast6, fast5, fast4); the
 #   database comes back. FAST_BUDGET is 0 by default: since 2026-11-28r (fast6) the package meets both FAST
-#   bars on an H200 (again at 2026-11-29: 1.144 and 1.253), and the LLM bars are what is left. (History:
+#   bars on an H200 (again at 2026-11-29: 1.144 and 1.253; 2026-11-29b: 1.141 and 1.267), and the LLM bars are what is left. (History:
 #   llm4/fast4 at e366e33; llm5/fast5 at 2026-11-28q, 180 and 80 s; llm6/fast6 at 2026-11-28r, 260 and 170 s
 #   on two GPUs: 20 and 6 candidates timed in full; llm7 at 2026-11-28s, 100 s on one GPU; llm8 at
-#   2026-11-29, 300 s on one GPU: 24 timed in full.)
+#   2026-11-29, 300 s on one GPU: 24 timed in full; llm9 at 2026-11-29b, 300 s on one GPU: 28 timed in full.)
 #   Both studies can also start from SEEDS variants (lines: a stored candidate's id, then KEY=VALUE genes
 #   changed from it), built into the database first so that --start-from can name them (seed_ids), and
 #   enqueued before the ids and the studies (at 2026-11-28 q a seed named last was not reached in 180 s).
-#   By default the package's kernels of the cases the tile model gives to TILE_SCHED dynamic (a greedy
-#   schedule from an atomic ticket counter; scripts/tile_balance.py --llm, busiest CTA / mean): L2c and
-#   L6c (2d8e8f97308d bf16, ee9300df93b7 fp16: 1.028-1.031 -> 1.002-1.004), L8c (860b661f5aec bf16,
-#   8dba5b1374ec fp16: 1.031 -> 1.013) and L5c at 48 MB sections (594b392bfa05 bf16, 0698f109eda7 fp16:
-#   1.047-1.119 -> 1.007), each with PRODUCER_REGS 32 (24 spilled its producer); SEEDS= for none.
-#   Earlier sessions' seeds: 2d8e8f97308d and 5f18442e97ad with SECTION_DEAL rotate,
+#   None by default. Earlier sessions' seeds: the TILE_SCHED dynamic variants of 2d8e8f97308d,
+#   ee9300df93b7, 860b661f5aec and 8dba5b1374ec, and of 594b392bfa05 and 0698f109eda7 at 48 MB sections,
+#   each with PRODUCER_REGS 32 (2026-11-29b: no gain above the noise, dev/perf-notes.md, w);
+#   2d8e8f97308d and 5f18442e97ad with SECTION_DEAL rotate,
 #   860b661f5aec and 6c23f54583ae (under sections) with even (2026-11-29: dev/perf-notes.md, u);
 #   29a1cf7bf11c at L2_SECTION_MB 16 and 8 (2026-11-28s); 594b392bfa05 SPLIT_MASK=true (2026-11-28r).
 # promote: `evo promote --confirm` of the whole database on this GPU's timings, with the package's own
@@ -86,9 +84,9 @@ export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # Flas
 export EVO_HOME=/tmp/evohome
 DBF=$EVO_HOME/db/evo.sqlite
 PKG=evoattn
-LLM_STUDY=${LLM_STUDY:-llm9}
+LLM_STUDY=${LLM_STUDY:-llm10}
 FAST_STUDY=${FAST_STUDY:-fast7}
-LLM_FROM=${LLM_FROM:-594b392bfa05,0698f109eda7,llm8,llm7,llm6}
+LLM_FROM=${LLM_FROM:-594b392bfa05,0698f109eda7,llm9,llm8,llm7}
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
 save_db() {
   python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
@@ -106,7 +104,7 @@ seed_ids() {
     # shellcheck disable=SC2086  # word splitting of the -p list is the point
     id=$($EVO build flash_wgmma $over 2>&1 | grep -oE -m1 '^[0-9a-f]{12} built' | cut -d' ' -f1)
     [ -n "$id" ] && out="$out$id,"
-  done <<< "${SEEDS-$'2d8e8f97308d TILE_SCHED=dynamic PRODUCER_REGS=32\nee9300df93b7 TILE_SCHED=dynamic PRODUCER_REGS=32\n860b661f5aec TILE_SCHED=dynamic\n8dba5b1374ec TILE_SCHED=dynamic PRODUCER_REGS=32\n594b392bfa05 TILE_SCHED=dynamic PRODUCER_REGS=32 L2_SECTION_MB=48\n0698f109eda7 TILE_SCHED=dynamic L2_SECTION_MB=48'}"
+  done <<< "${SEEDS-}"
   echo "$out"
 }
 

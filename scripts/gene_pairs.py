@@ -1,0 +1,96 @@
+"""A gene's A/B read from a database: for pairs of candidates, each one's full-protocol FAST time per case,
+its speedup over SDPA's default timed beside it in the same process, and the time ratio A / B (above 1: B
+is faster), with the genes in which the two differ (issue 33's TILE_SCHED measurement, dev/perf-notes.md w).
+
+    python scripts/gene_pairs.py db/evo.sqlite 860b661f5aec:aef2cf22fafb [A:B ...] [--device "NVIDIA H200"]
+
+The two of a pair may have been timed in different sessions (different machines of one kind): the time
+ratio then carries the machines' difference too, the speedup column does not (each against its own
+SDPA), so both are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sqlite3
+import statistics
+import sys
+from collections import defaultdict
+
+TIMES = """select t."case", t.causal, t.dtype, t.backend, t.median_us
+           from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
+           where e.candidate_id = ? and e.device = ? and json_extract(e.device_info, '$.rung') = 'full'"""
+
+
+def full_id(db: sqlite3.Connection, prefix: str) -> str:
+    """The one candidate id that starts with ``prefix`` (exit with a one-line error otherwise)."""
+    ids = [r[0] for r in db.execute("select id from evo_candidates where id like ?", (prefix + "%",))]
+    if len(ids) != 1:
+        sys.exit(f"gene_pairs: {prefix!r} names {len(ids)} candidates, not one")
+    return ids[0]
+
+
+@functools.cache
+def defaults(family: str) -> dict[str, object]:
+    """The family's genes at their defaults (a stored candidate older than a gene lacks it)."""
+    from evo.family.manifest import load_family
+    return {name: spec.default for name, spec in load_family(family).params.items()}
+
+
+def params(db: sqlite3.Connection, cid: str) -> dict[str, object]:
+    family, stored = db.execute("select family, params from evo_candidates where id = ?", (cid,)).fetchone()
+    return defaults(family) | json.loads(stored)
+
+
+def per_case(db: sqlite3.Connection, cid: str, device: str) -> dict[str, tuple[float, float | None]]:
+    """Case tag -> (the candidate's median FAST us, SDPA's default's) over its full evaluations."""
+    got: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for case, causal, dtype, backend, us in db.execute(TIMES, (cid, device)):
+        got[f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}"][backend].append(us)
+    return {tag: (statistics.median(b["evo"]), statistics.median(b["sdpa_default"]) if b["sdpa_default"] else None)
+            for tag, b in got.items() if b["evo"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("db", help="an evo SQLite database")
+    ap.add_argument("pairs", nargs="+", help="A:B, two candidate ids or unique prefixes")
+    ap.add_argument("--device", default="NVIDIA H200", help="the GPU whose timings are read")
+    args = ap.parse_args()
+    try:                             # a gzipped dump or a typo: one line, not sqlite3's traceback
+        with open(args.db, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        ap.error(f"{args.db}: {exc.strerror}")
+    if head != b"SQLite format 3\x00":
+        ap.error(f"{args.db}: not an SQLite database (gunzip a .sqlite.gz first)")
+    db = sqlite3.connect(args.db)
+    for pair in args.pairs:
+        if pair.count(":") != 1:
+            ap.error(f"{pair!r}: a pair is A:B")
+        a, b = (full_id(db, p) for p in pair.split(":"))
+        pa, pb = params(db, a), params(db, b)
+        diff = {k: (pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)}
+        print(f"{a[:12]} -> {b[:12]}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in diff.items()))
+        ta, tb = per_case(db, a, args.device), per_case(db, b, args.device)
+        ratios, gains = [], []
+        for tag in sorted(set(ta) & set(tb)):
+            (ea, sa), (eb, sb) = ta[tag], tb[tag]
+            xa = f"x{sa / ea:.3f}" if sa else "   -  "
+            xb = f"x{sb / eb:.3f}" if sb else "   -  "
+            ratios.append(ea / eb)
+            if sa and sb:
+                gains.append((sb / eb) / (sa / ea))
+            print(f"  {tag:10} A {ea:8.1f} us ({xa})   B {eb:8.1f} us ({xb})   A/B {ea / eb:.3f}")
+        if ratios:
+            print(f"  geomean A/B over {len(ratios)} cases: {statistics.geometric_mean(ratios):.3f}"
+                  + (f"; B's speedup over A's: {statistics.geometric_mean(gains):.3f}" if gains else ""))
+        else:
+            print(f"  no case timed in full for both on {args.device}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""How far one candidate's speedup over SDPA's default moves when the same case is measured again on the
+same GPU kind: within one session (both measurements within --session-hours of each other: one machine
+held for the session) and across sessions (another machine of that kind, another day). The noise floor
+of any A/B read from a database (scripts/gene_pairs.py) and of a search that ranks trials timed in
+different sessions (dev/perf-notes.md, w).
+
+    python scripts/remeasure_spread.py db/evo.sqlite [--device "NVIDIA H200"] [--cases L]
+
+Each measurement is one evaluation's median FAST time of the candidate and of SDPA's default timed beside
+it; a pair is two evaluations of one candidate that both timed the case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sqlite3
+import statistics
+from collections import defaultdict
+from datetime import datetime
+
+ROWS = """select e.id, e.candidate_id, e.created, t."case", t.causal, t.dtype, t.backend, t.median_us
+          from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
+          where e.device = ? and t.backend in ('evo', 'sdpa_default') and t."case" like ?"""
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("db", help="an evo SQLite database")
+    ap.add_argument("--device", default="NVIDIA H200", help="the GPU kind whose timings are read")
+    ap.add_argument("--cases", default="L", help="case names starting with this (default L: issue 33's suite)")
+    ap.add_argument("--session-hours", type=float, default=3.0, help="two measurements this close: one session")
+    args = ap.parse_args()
+    try:                             # a gzipped dump or a typo: one line, not sqlite3's traceback
+        with open(args.db, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        ap.error(f"{args.db}: {exc.strerror}")
+    if head != b"SQLite format 3\x00":
+        ap.error(f"{args.db}: not an SQLite database (gunzip a .sqlite.gz first)")
+    db = sqlite3.connect(args.db)
+    # (candidate, case tag) -> evaluation -> (created, {backend: us})
+    seen: dict[tuple[str, str], dict[int, tuple[datetime, dict[str, float]]]] = defaultdict(dict)
+    for eid, cid, created, case, causal, dtype, backend, us in db.execute(ROWS, (args.device, args.cases + "%")):
+        tag = f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}"
+        at = datetime.fromisoformat(created)
+        seen[(cid, tag)].setdefault(eid, (at, {}))[1][backend] = us
+    moves: dict[str, list[float]] = {"same session": [], "across sessions": []}
+    for evals in seen.values():
+        first: dict[tuple[float, float], datetime] = {}   # the same two medians stored again (a rung's timings
+        for at, t in sorted(evals.values(), key=lambda e: e[0]):   # carried up) are one measurement, not two
+            if len(t) == 2:
+                first.setdefault((t["evo"], t["sdpa_default"]), at)
+        points = sorted((at, sdpa / evo) for (evo, sdpa), at in first.items())
+        for i, (at_i, x_i) in enumerate(points):
+            for at_j, x_j in points[i + 1:]:
+                hours = (at_j - at_i).total_seconds() / 3600
+                moves["same session" if hours <= args.session_hours else "across sessions"].append(
+                    abs(math.log(x_j / x_i)))
+    print(f"{args.device}, cases {args.cases}*: |change| of one candidate's speedup over SDPA's default "
+          "between two measurements of one case")
+    for kind, xs in moves.items():
+        if not xs:
+            print(f"  {kind:16} no pairs")
+            continue
+        pct = [100 * (math.exp(x) - 1) for x in xs]
+        print(f"  {kind:16} {len(xs):5} pairs: median {statistics.median(pct):.1f} %, "
+              f"90th percentile {quantile(pct, 0.9):.1f} %, largest {max(pct):.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

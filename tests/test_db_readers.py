@@ -1,0 +1,107 @@
+"""scripts/gene_pairs.py and scripts/remeasure_spread.py read A/B pairs and re-measurements from a database
+made by evo's own store (its schema), with rows planted as a GPU run would leave them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+from evo.store import open_store
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+T0 = datetime(2026, 11, 29, 2, 0)
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    path = tmp_path / "evo.sqlite"
+    open_store(f"sqlite:///{path}")
+    conn = sqlite3.connect(path)
+    yield conn
+    conn.close()
+
+
+def _candidate(db: sqlite3.Connection, cid: str, **params: object) -> None:
+    db.execute("insert into evo_candidates (id, family, params, label, status, reason, created) "
+               "values (?, 'flash_wgmma', ?, ?, 'fast', '', ?)", (cid, json.dumps(params), cid, T0.isoformat()))
+    db.commit()
+
+
+def _evaluation(db: sqlite3.Connection, cid: str, at: datetime, rung: str, times: dict[str, tuple[float, float]]) -> None:
+    """One evaluation of ``cid``: per case tag "L2c-bf16", (evo us, SDPA's default us)."""
+    eid = db.execute("insert into evo_evaluations (candidate_id, device, device_info, status, reason, green_seconds, "
+                     "fast_seconds, created) values (?, 'NVIDIA H200', ?, 'fast', '', 0, 0, ?)",
+                     (cid, json.dumps({"rung": rung} if rung else {}), at.isoformat())).lastrowid
+    for tag, (evo, sdpa) in times.items():
+        case, dtype = tag.split("-")
+        for backend, us in (("evo", evo), ("sdpa_default", sdpa)):
+            db.execute('insert into evo_timings (evaluation_id, "case", "B", "H", "L", "D", causal, dtype, backend, '
+                       "median_us, p20_us, p80_us, samples_us, tflops, flagged) "
+                       "values (?, ?, 1, 8, 2048, 128, ?, ?, ?, ?, ?, ?, '[]', 1.0, '')",
+                       (eid, case.rstrip("c"), case.endswith("c"), dtype, backend, us, us, us))
+    db.commit()
+
+
+def _run(module: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    old = sys.argv
+    sys.argv = [module.__name__, *argv]
+    try:
+        assert module.main() == 0
+    finally:
+        sys.argv = old
+    return capsys.readouterr().out
+
+
+def test_a_gene_pair_reads_full_evaluations_case_by_case_and_names_the_genes_that_differ(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _candidate(db, "a" * 64)                                  # older than the gene: its default is read in
+    _candidate(db, "b" * 64, TILE_SCHED="dynamic")
+    _evaluation(db, "a" * 64, T0, "full", {"L2c-bf16": (100.0, 110.0), "L8c-fp16": (50.0, 60.0)})
+    _evaluation(db, "b" * 64, T0, "full", {"L2c-bf16": (80.0, 110.0), "L8c-fp16": (50.0, 55.0)})
+    _evaluation(db, "b" * 64, T0, "screen", {"L2c-bf16": (1.0, 110.0)})    # a screen's time is not the full one
+    out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "aaaa:bbbb"], capsys)
+    assert out.splitlines()[0] == "aaaaaaaaaaaa -> bbbbbbbbbbbb: TILE_SCHED static -> dynamic"
+    assert "L2c-bf16   A    100.0 us (x1.100)   B     80.0 us (x1.375)   A/B 1.250" in out
+    assert "L8c-fp16   A     50.0 us (x1.200)   B     50.0 us (x1.100)   A/B 1.000" in out
+    # geomean of 1.25 and 1.0; of the speedups 1.375/1.1 = 1.25 and 1.1/1.2
+    assert "geomean A/B over 2 cases: 1.118; B's speedup over A's: 1.070" in out
+
+
+def test_a_gene_pair_refuses_a_prefix_that_names_no_candidate(db: sqlite3.Connection, tmp_path: Path) -> None:
+    _candidate(db, "a" * 64)
+    module = _script("gene_pairs")
+    sys.argv, old = ["gene_pairs", str(tmp_path / "evo.sqlite"), "aaaa:ffff"], sys.argv
+    try:
+        with pytest.raises(SystemExit, match="'ffff' names 0 candidates, not one"):
+            module.main()
+    finally:
+        sys.argv = old
+
+
+def test_re_measurements_split_by_session_and_copies_of_the_same_samples_are_not_counted(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _candidate(db, "c" * 64)
+    _evaluation(db, "c" * 64, T0, "full", {"L2c-bf16": (100.0, 110.0)})
+    _evaluation(db, "c" * 64, T0 + timedelta(minutes=1), "full", {"L2c-bf16": (100.0, 110.0)})   # carried up
+    _evaluation(db, "c" * 64, T0 + timedelta(hours=1), "", {"L2c-bf16": (100.0, 121.0)})        # +10 %
+    _evaluation(db, "c" * 64, T0 + timedelta(days=2), "", {"L2c-bf16": (110.0, 121.0)})
+    out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
+    # same session: T0 (its copy left out) -> +1 h: 10 %; across: 1.1 and 1.21 -> 1.1 two days on
+    assert "same session         1 pairs: median 10.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
+    assert "across sessions      2 pairs: median 5.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
