@@ -3,10 +3,13 @@ its speedup over SDPA's default timed beside it in the same process, and the tim
 is faster), with the genes in which the two differ (issue 33's TILE_SCHED measurement, dev/perf-notes.md w).
 
     python scripts/gene_pairs.py db/evo.sqlite 860b661f5aec:aef2cf22fafb [A:B ...] [--device "NVIDIA H200"]
+    python scripts/gene_pairs.py db/evo.sqlite A:B --bench ab/benchmarks/*.json
 
-The two of a pair may have been timed in different sessions (different machines of one kind): the time
-ratio then carries the machines' difference too, the speedup column does not (each against its own
-SDPA), so both are printed.
+From the database, the two of a pair may have been timed in different sessions (different machines of one
+kind): the time ratio then carries the machines' difference too, the speedup column does not (each
+against its own SDPA), so both are printed. With --bench the times are those of `evo bench --id A --id B`
+records instead (`scripts/gpu-llm.sh ab`): both timed in one session, each beside its own SDPA; the
+database then only names the genes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import sqlite3
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
 TIMES = """select t."case", t.causal, t.dtype, t.backend, t.median_us
            from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
@@ -53,12 +58,23 @@ def per_case(db: sqlite3.Connection, cid: str, device: str) -> dict[str, tuple[f
             for tag, b in got.items() if b["evo"]}
 
 
+def per_case_benched(records: list[dict[str, Any]], cid: str) -> dict[str, tuple[float, float | None]]:
+    """Case tag -> (the candidate's us, SDPA's default's) in `evo bench` records."""
+    return {f"{c['case']}{'c' if c['causal'] else ''}-{c['dtype']}": (c["us"]["evo"], c["us"].get("sdpa_default"))
+            for r in records for c in r["cases"] if c.get("candidate_id") == cid and c["us"].get("evo")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("db", help="an evo SQLite database")
     ap.add_argument("pairs", nargs="+", help="A:B, two candidate ids or unique prefixes")
     ap.add_argument("--device", default="NVIDIA H200", help="the GPU whose timings are read")
+    ap.add_argument("--bench", nargs="+", default=[], metavar="JSON", help="read the times from these bench records")
     args = ap.parse_args()
+    try:
+        records = [json.loads(Path(f).read_text()) for f in args.bench]
+    except (OSError, ValueError) as exc:
+        ap.error(f"--bench: {exc}")
     try:                             # a gzipped dump or a typo: one line, not sqlite3's traceback
         with open(args.db, "rb") as f:
             head = f.read(16)
@@ -74,7 +90,10 @@ def main() -> int:
         pa, pb = params(db, a), params(db, b)
         diff = {k: (pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)}
         print(f"{a[:12]} -> {b[:12]}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in diff.items()))
-        ta, tb = per_case(db, a, args.device), per_case(db, b, args.device)
+        if records:
+            ta, tb = per_case_benched(records, a), per_case_benched(records, b)
+        else:
+            ta, tb = per_case(db, a, args.device), per_case(db, b, args.device)
         ratios, gains = [], []
         for tag in sorted(set(ta) & set(tb)):
             (ea, sa), (eb, sb) = ta[tag], tb[tag]
@@ -88,7 +107,7 @@ def main() -> int:
             print(f"  geomean A/B over {len(ratios)} cases: {statistics.geometric_mean(ratios):.3f}"
                   + (f"; B's speedup over A's: {statistics.geometric_mean(gains):.3f}" if gains else ""))
         else:
-            print(f"  no case timed in full for both on {args.device}")
+            print(f"  no case timed for both in {'the bench records' if records else f'full on {args.device}'}")
     return 0
 
 

@@ -68,6 +68,11 @@
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/${BURST_OUT:-burst}
 #   (BURST_OUT=burst-again for a repeat, read with the first on each case's median by scripts/llm_bars.py).
+# ab: a gene's A/B timed in one session (dev/perf-notes.md, w: read across sessions, one case moves 2 % at
+#   the median and up to 10 %): `evo bench --id A --id B ...` over the LLM suite in bf16 and fp16 beside
+#   SDPA's default, each candidate rebuilt from today's templates, into $OUT/ab (AB_IDS=A,B[,...]; the carried
+#   database or the search call's). Read it with `python scripts/gene_pairs.py <database> A:B --bench
+#   <the records>`. About 60 s a candidate and dtype, builds included.
 # Knobs: LLM_BUDGET (400), FAST_BUDGET (0: no FAST study), PROMOTE_LIMIT (the promote stage's seconds, 540),
 # BENCH_BACKENDS (sdpa_default,fa4 for the LLM suite, the two its bars name: sdpa_flash is 2x behind there, sdpa_efficient refuses grouped heads, and SDPA's
 # default runs cuDNN's kernels on Hopper for every LLM case but L3c (bottom-right causal, where it takes
@@ -171,6 +176,14 @@ case ${1:-} in
     export PYTHONPATH=/tmp/pkgsite:$PYTHONPATH
     bench_llm bf16 burst "${BURST_OUT:-burst}/benchmarks"
     bench_llm fp16 burst "${BURST_OUT:-burst}/benchmarks" ;;
-  *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|install|bench-llm|bench-fast|bench-burst"; exit 2 ;;
+  ab)   # stored candidates (AB_IDS, comma-separated) benched in this session over the LLM suite beside SDPA's default
+    if [ ! -f "$DBF" ]; then mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1; fi
+    [ -n "${AB_IDS:-}" ] || { echo "ab: name the candidates in AB_IDS (e.g. AB_IDS=860b661f5aec,aef2cf22fafb)"; exit 2; }
+    ids=""; for i in ${AB_IDS//,/ }; do ids="$ids --id $i"; done
+    for dt in bf16 fp16; do
+      # shellcheck disable=SC2086  # word splitting of the --id list is the point
+      stage "ab-$dt" 300 $EVO bench $ids --cases llm --dtype $dt --backends sdpa_default --out "$OUT/ab/benchmarks"
+    done ;;
+  *) echo "usage: scripts/gpu-llm.sh search|specialists|promote|install|bench-llm|bench-fast|bench-burst|ab"; exit 2 ;;
 esac
 bundle "$1"   # the logs, summaries and bench JSON in $OUT/$1.tgz; the database and the package stay apart

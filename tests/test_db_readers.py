@@ -105,3 +105,19 @@ def test_re_measurements_split_by_session_and_copies_of_the_same_samples_are_not
     # same session: T0 (its copy left out) -> +1 h: 10 %; across: 1.1 and 1.21 -> 1.1 two days on
     assert "same session         1 pairs: median 10.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
     assert "across sessions      2 pairs: median 5.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
+
+
+def test_a_gene_pair_reads_an_ab_timed_in_one_session_from_bench_records(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _candidate(db, "a" * 64)
+    _candidate(db, "b" * 64, TILE_SCHED="dynamic")
+    _evaluation(db, "a" * 64, T0, "full", {"L2c-bf16": (1.0, 1.0)})      # the database's times are not read
+    rows = [{"case": "L2", "causal": True, "dtype": "bf16", "candidate_id": cid, "us": {"evo": evo, "sdpa_default": 120.0}}
+            for cid, evo in (("a" * 64, 100.0), ("b" * 64, 96.0))]
+    rows.append({"case": "L7", "causal": False, "dtype": "bf16", "candidate_id": "a" * 64,   # A alone: no pair
+                 "us": {"evo": 50.0, "sdpa_default": 50.0}})
+    (tmp_path / "ab.json").write_text(json.dumps({"cases": rows}))
+    out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "aaaa:bbbb", "--bench", str(tmp_path / "ab.json")],
+               capsys)
+    assert "L2c-bf16   A    100.0 us (x1.200)   B     96.0 us (x1.250)   A/B 1.042" in out
+    assert "L7" not in out and "geomean A/B over 1 cases: 1.042; B's speedup over A's: 1.042" in out
