@@ -1,8 +1,8 @@
 """How far one candidate's speedup over SDPA's default moves when the same case is measured again on the
-same GPU kind: within one session (both measurements within --session-hours of each other: one machine
-held for the session) and across sessions (another machine of that kind, another day). The noise floor
-of any A/B read from a database (scripts/gene_pairs.py) and of a search that ranks trials timed in
-different sessions (dev/perf-notes.md, w).
+same GPU kind: on the same board or another (the evaluations' GPU UUIDs, recorded since 2026-11-29 w), or,
+for evaluations from before that, within one session (both within --session-hours of each other: one
+machine held for the session) and across sessions. The noise floor of any A/B read from a database
+(scripts/gene_pairs.py) and of a search that ranks trials timed in different sessions (dev/perf-notes.md, w).
 
     python scripts/remeasure_spread.py db/evo.sqlite [--device "NVIDIA H200"] [--cases L]
 
@@ -19,7 +19,8 @@ import statistics
 from collections import defaultdict
 from datetime import datetime
 
-ROWS = """select e.id, e.candidate_id, e.created, t."case", t.causal, t.dtype, t.backend, t.median_us
+ROWS = """select e.id, e.candidate_id, e.created, coalesce(json_extract(e.device_info, '$.gpu_uuid'), ''),
+                 t."case", t.causal, t.dtype, t.backend, t.median_us
           from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
           where e.device = ? and t.backend in ('evo', 'sdpa_default') and t."case" like ?"""
 
@@ -44,32 +45,36 @@ def main() -> int:
     if head != b"SQLite format 3\x00":
         ap.error(f"{args.db}: not an SQLite database (gunzip a .sqlite.gz first)")
     db = sqlite3.connect(args.db)
-    # (candidate, case tag) -> evaluation -> (created, {backend: us})
-    seen: dict[tuple[str, str], dict[int, tuple[datetime, dict[str, float]]]] = defaultdict(dict)
-    for eid, cid, created, case, causal, dtype, backend, us in db.execute(ROWS, (args.device, args.cases + "%")):
+    # (candidate, case tag) -> evaluation -> (created, board, {backend: us})
+    seen: dict[tuple[str, str], dict[int, tuple[datetime, str, dict[str, float]]]] = defaultdict(dict)
+    for eid, cid, created, board, case, causal, dtype, backend, us in db.execute(ROWS, (args.device,
+                                                                                      args.cases + "%")):
         tag = f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}"
-        at = datetime.fromisoformat(created)
-        seen[(cid, tag)].setdefault(eid, (at, {}))[1][backend] = us
-    moves: dict[str, list[float]] = {"same session": [], "across sessions": []}
+        seen[(cid, tag)].setdefault(eid, (datetime.fromisoformat(created), board, {}))[2][backend] = us
+    moves: dict[str, list[float]] = {k: [] for k in ("same board", "another board", "same session, board unknown",
+                                                     "across sessions, board unknown")}
     for evals in seen.values():
-        first: dict[tuple[float, float], datetime] = {}   # the same two medians stored again (a rung's timings
-        for at, t in sorted(evals.values(), key=lambda e: e[0]):   # carried up) are one measurement, not two
-            if len(t) == 2:
-                first.setdefault((t["evo"], t["sdpa_default"]), at)
-        points = sorted((at, sdpa / evo) for (evo, sdpa), at in first.items())
-        for i, (at_i, x_i) in enumerate(points):
-            for at_j, x_j in points[i + 1:]:
-                hours = (at_j - at_i).total_seconds() / 3600
-                moves["same session" if hours <= args.session_hours else "across sessions"].append(
-                    abs(math.log(x_j / x_i)))
+        first: dict[tuple[float, float], tuple[datetime, str]] = {}   # the same two medians stored again (a
+        for at, board, t in sorted(evals.values(), key=lambda e: e[0]):   # rung's timings carried up) are one
+            if len(t) == 2:                                               # measurement, not two
+                first.setdefault((t["evo"], t["sdpa_default"]), (at, board))
+        points = sorted((at, board, sdpa / evo) for (evo, sdpa), (at, board) in first.items())
+        for i, (at_i, board_i, x_i) in enumerate(points):
+            for at_j, board_j, x_j in points[i + 1:]:
+                if board_i and board_j:
+                    kind = "same board" if board_i == board_j else "another board"
+                else:
+                    hours = (at_j - at_i).total_seconds() / 3600
+                    kind = f"{'same session' if hours <= args.session_hours else 'across sessions'}, board unknown"
+                moves[kind].append(abs(math.log(x_j / x_i)))
     print(f"{args.device}, cases {args.cases}*: |change| of one candidate's speedup over SDPA's default "
           "between two measurements of one case")
     for kind, xs in moves.items():
         if not xs:
-            print(f"  {kind:16} no pairs")
+            print(f"  {kind:30} no pairs")
             continue
         pct = [100 * (math.exp(x) - 1) for x in xs]
-        print(f"  {kind:16} {len(xs):5} pairs: median {statistics.median(pct):.1f} %, "
+        print(f"  {kind:30} {len(xs):5} pairs: median {statistics.median(pct):.1f} %, "
               f"90th percentile {quantile(pct, 0.9):.1f} %, largest {max(pct):.1f} %")
     return 0
 

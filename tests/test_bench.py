@@ -26,7 +26,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE = FIXTURES / "bench" / "nvidia-h100-80gb-hbm3-20261120-abc1234.json"
 F1 = Shape("F1", 1, 8, 512, 64, False)
 F3C = Shape("F3", 32, 8, 128, 64, True)
-DEVICE = {"name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1", "sm": "90"}
+DEVICE = {"name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1", "sm": "90",
+          "gpu_uuid": "5e" * 16}
 CASE_KEYS = {"case", "B", "H", "L", "D", "causal", "dtype", "candidate_id", "us", "spread_us", "tflops_evo"}
 
 
@@ -58,6 +59,7 @@ def test_record_schema_and_file_name(tmp_path: Path) -> None:
     created = datetime(2026, 11, 21, 23, 30, tzinfo=UTC)
     record = make_record([("cid", fake_eval())], gemm_tflops=650.5, sha="deadbee", created=created)
     assert {"gpu", "versions", "git_sha", "created", "gemm_tflops", "cases"} <= set(record)
+    assert record["board"] == "5e" * 16                         # the physical GPU the numbers came from
     assert record["versions"] == {"torch": "2.11.0", "cuda": "13.0", "cudnn": "91300", "driver": "580.1"}
     path = write_record(record, tmp_path / "benchmarks")
     assert path.name == "h200-20261121-deadbee.json"

@@ -43,11 +43,14 @@ def _candidate(db: sqlite3.Connection, cid: str, **params: object) -> None:
     db.commit()
 
 
-def _evaluation(db: sqlite3.Connection, cid: str, at: datetime, rung: str, times: dict[str, tuple[float, float]]) -> None:
-    """One evaluation of ``cid``: per case tag "L2c-bf16", (evo us, SDPA's default us)."""
+def _evaluation(db: sqlite3.Connection, cid: str, at: datetime, rung: str, times: dict[str, tuple[float, float]],
+                board: str = "") -> None:
+    """One evaluation of ``cid``: per case tag "L2c-bf16", (evo us, SDPA's default us); on ``board`` (a GPU
+    UUID) when given."""
+    info = ({"rung": rung} if rung else {}) | ({"gpu_uuid": board} if board else {})
     eid = db.execute("insert into evo_evaluations (candidate_id, device, device_info, status, reason, green_seconds, "
                      "fast_seconds, created) values (?, 'NVIDIA H200', ?, 'fast', '', 0, 0, ?)",
-                     (cid, json.dumps({"rung": rung} if rung else {}), at.isoformat())).lastrowid
+                     (cid, json.dumps(info), at.isoformat())).lastrowid
     for tag, (evo, sdpa) in times.items():
         case, dtype = tag.split("-")
         for backend, us in (("evo", evo), ("sdpa_default", sdpa)):
@@ -103,8 +106,19 @@ def test_re_measurements_split_by_session_and_copies_of_the_same_samples_are_not
     _evaluation(db, "c" * 64, T0 + timedelta(days=2), "", {"L2c-bf16": (110.0, 121.0)})
     out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
     # same session: T0 (its copy left out) -> +1 h: 10 %; across: 1.1 and 1.21 -> 1.1 two days on
-    assert "same session         1 pairs: median 10.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
-    assert "across sessions      2 pairs: median 5.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
+    assert "same session, board unknown        1 pairs: median 10.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
+    assert "across sessions, board unknown     2 pairs: median 5.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
+
+
+def test_re_measurements_with_a_board_are_split_by_board_not_by_time(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _candidate(db, "d" * 64)
+    _evaluation(db, "d" * 64, T0, "full", {"L8c-fp16": (100.0, 100.0)}, board="aa" * 16)
+    _evaluation(db, "d" * 64, T0 + timedelta(days=3), "", {"L8c-fp16": (100.0, 102.0)}, board="aa" * 16)
+    _evaluation(db, "d" * 64, T0 + timedelta(minutes=5), "", {"L8c-fp16": (100.0, 95.0)}, board="bb" * 16)
+    out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
+    assert "same board                         1 pairs: median 2.0 %" in out       # three days apart, one board
+    assert "another board                      2 pairs: median 6.3 %, 90th percentile 7.4 %" in out
 
 
 def test_a_gene_pair_reads_an_ab_timed_in_one_session_from_bench_records(

@@ -40,7 +40,9 @@ from evo.gpu.timing import RECHECK_FAILED
 from evo.products.verify import VerifyFailed, refusal
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
-DEVICE = {"name": "NVIDIA H200", "sm": "90", "torch": "2.11.0+cu130", "cuda": "13.0", "driver": "580.65.06"}
+BOARD = "8a2d" * 8                     # the stand-in GPU's UUID (evo.toolchain.smi.board)
+DEVICE = {"name": "NVIDIA H200", "sm": "90", "torch": "2.11.0+cu130", "cuda": "13.0", "driver": "580.65.06",
+          "gpu_uuid": BOARD}
 SHORT = Shape("F3", 32, 8, 128, 64, False)
 MID = Shape("F1", 1, 8, 512, 64, False)
 MID_C = Shape("F1", 1, 8, 512, 64, True)
@@ -808,6 +810,7 @@ def fake_confirm(monkeypatch: pytest.MonkeyPatch, fake_gpu_verify: dict[str, Any
     """The GPU's interleaved timing as a stand-in: ``now[(candidate, shape)]`` is the candidate's
     time beside SDPA (SDPA at BASE_US); a pair not listed times as the database had it."""
     seen: dict[str, Any] = {"calls": [], "now": {}}
+    monkeypatch.setattr("evo.toolchain.smi.boards", lambda: frozenset({BOARD}))   # this host: the stand-in's board
 
     def confirm_speed(kernels, seed, **kw):
         seen["calls"].append({cid: sorted(s.tag for s in shapes) for cid, _, _, shapes in kernels})
@@ -892,6 +895,26 @@ def test_a_second_confirm_times_only_what_the_first_did_not_store(tmp_path: Path
     long_route, = [r for r in again.routes if LONG in r.shapes]
     assert long_route.winner == b and long_route.speedup == pytest.approx(100 / 90)
     assert again.confirmed[a]["F5-fp16"] == [pytest.approx(2.0), pytest.approx(100 / 120)]
+
+
+def test_a_confirmation_from_another_machine_is_timed_again(tmp_path: Path, db: dict[str, str], db_copy: str,
+                                                           fake_confirm: dict[str, Any],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same kernel's speedup moved 7 % between two H200 machines (dev/perf-notes.md, 2026-11-29 w):
+    a later promote on another machine of the same kind times every winner again on its own board, and
+    reads the earlier machine's confirmation as the number the database held, not as a confirmation."""
+    a, b = db["A"], db["B"]
+    fake_confirm["db"] = {db[k]: v for k, v in DB_US.items()}
+    fake_confirm["now"] = {(a, LONG): 120.0, (b, LONG): 90.0}
+    promote(NAME, tmp_path / "first", db_url=db_copy, study="s", confirm=True)
+    first = len(fake_confirm["calls"])
+    monkeypatch.setattr("evo.toolchain.smi.boards", lambda: frozenset({"77" * 16}))   # another machine
+    fake_confirm["device"] = DEVICE | {"gpu_uuid": "77" * 16}
+    again = promote(NAME, tmp_path / "again", db_url=db_copy, study="s", confirm=True)
+    timed = {(cid, tag) for call in fake_confirm["calls"][first:] for cid, tags in call.items() for tag in tags}
+    served = {(r.winner, s.tag) for r in again.routes if r.winner for s in r.shapes}
+    assert timed == served                                   # every winner on every case it serves, here
+    assert again.confirmed[b]["F5-fp16"] == [pytest.approx(100 / 90)] * 2   # the first machine's, then this one's
 
 
 def test_a_confirmation_keeps_a_case_the_database_never_had_for_the_winner() -> None:

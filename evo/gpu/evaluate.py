@@ -187,6 +187,7 @@ def device_info() -> dict[str, str]:
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "name": props.name,      # the store matches evaluations of one device by this key
+        "gpu_uuid": smi.board(str(getattr(props, "uuid", ""))),   # the physical board (promote's recall)
         "sm": f"{props.major}{props.minor}",
         "l2_mb": f"{props.L2_cache_size / 2**20:.0f}",
         "torch": torch.__version__,

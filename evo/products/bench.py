@@ -292,6 +292,7 @@ def make_record(results: Sequence[tuple[str | None, Evaluation]], *, gemm_tflops
     device = results[0][1].device
     record: dict[str, Any] = {
         "gpu": device.get("name", "unknown"),
+        "board": device.get("gpu_uuid", ""),   # which physical GPU: records of one board compare without its spread
         "versions": {k: device.get(k, "unknown") for k in VERSION_KEYS},
         "git_sha": sha,
         "created": created.astimezone(UTC).isoformat(timespec="seconds"),

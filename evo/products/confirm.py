@@ -15,16 +15,20 @@ in turn, or to SDPA. After :data:`ROUNDS` rounds, the FAST cases still served by
 winner keep only confirmed measurements, so no bucket is routed on a search-time number alone.
 
 Each confirmation is stored as soon as it is measured, marked :data:`CONFIRMED` (the baseline it
-was timed beside), and a (winner, case) whose newest evaluation on this GPU is such a confirmation
-is not timed again (:func:`stored`): a promote killed mid-way (an H100's call limit ended one
-after 6 of its minutes of confirmation, 2026-11-28) resumes where it stopped, and a later promote
-of the same database confirms only what is new.
+was timed beside) and with the board it ran on (the GPU's UUID), and a (winner, case) whose newest
+evaluation on this GPU kind is such a confirmation from a board of this host is not timed again
+(:func:`stored`): a promote killed mid-way (an H100's call limit ended one after 6 of its minutes
+of confirmation, 2026-11-28) resumes where it stopped, and a later promote on the same machine
+confirms only what is new. A confirmation from another machine of the same kind is timed again:
+the same kernel's speedup over SDPA moved by up to 7 % between two H200 machines with its code byte
+for byte the same (dev/perf-notes.md, 2026-11-29 w), more than most routes are won by, so a route
+is never decided between numbers from two machines.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,7 @@ from typing import Any
 from evo.family.render import Entry
 from evo.products.routes import Contender, Measured, Route, Shipped, measurements
 from evo.results import Evaluation, Shape, Timing
+from evo.toolchain.smi import board
 
 ROUNDS = 4
 CONFIRMED = "confirmed_beside"   # device info of a stored confirmation: the baseline it was timed beside
@@ -39,14 +44,18 @@ Todo = tuple[str, Path, list[Entry], list[Shape]]
 Recalled = dict[Shape, list[float | None]]   # per FAST case: [the speedup before it, the confirmed one]
 
 
-def stored(store: Any, cid: str, device: str, baseline: str) -> Recalled:
+def stored(store: Any, cid: str, device: str, baseline: str, boards: Collection[str]) -> Recalled:
     """The FAST cases of ``cid`` whose newest evaluation on ``device`` is a confirmation beside
-    ``baseline``, each with the speedup of the newest evaluation before it that was not one (None
-    if none) and the confirmed speedup."""
+    ``baseline`` measured on one of ``boards`` (this host's GPUs: :func:`evo.toolchain.smi.boards`),
+    each with the speedup of the newest evaluation before it that was not a confirmation (None if
+    none) and the confirmed speedup. A confirmation from another board is not one here."""
     newest: dict[Shape, tuple[bool, Measured]] = {}
     before: dict[Shape, Measured] = {}
     for ev in store.evaluations(cid, device):           # oldest first
-        confirmed = ev.device_info.get(CONFIRMED) == baseline
+        marked = ev.device_info.get(CONFIRMED) == baseline
+        confirmed = marked and board(str(ev.device_info.get("gpu_uuid", ""))) in boards
+        if marked and not confirmed:                    # another machine's: neither recalled nor "before"
+            continue
         for m in measurements(ev.timings, baseline):
             if not confirmed:
                 before[m.shape] = m

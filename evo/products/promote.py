@@ -282,7 +282,8 @@ def _settle(store: Store, contest: _Contest, baseline: str, dev: str, min_speedu
     confirmation."""
     passed: dict[str, tuple[tuple[verifier.Bucket, ...], int]] = {}   # verified: buckets, checks
     seed = secrets.randbelow(2**31)
-    confirmation = confirming.Confirmation(recall=lambda cid: confirming.stored(store, cid, dev, baseline))
+    boards = smi.boards()               # confirmations from these GPUs are recalled, not timed again
+    confirmation = confirming.Confirmation(recall=lambda cid: confirming.stored(store, cid, dev, baseline, boards))
     while True:
         routes, shipped, contest.contenders = _plan(store, contest.contenders, contest.red, contest.excluded,
                                                     baseline, dev, min_speedup,
