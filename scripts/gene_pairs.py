@@ -4,6 +4,7 @@ is faster), with the genes in which the two differ (issue 33's TILE_SCHED measur
 
     python scripts/gene_pairs.py db/evo.sqlite 860b661f5aec:aef2cf22fafb [A:B ...] [--device "NVIDIA H200"]
     python scripts/gene_pairs.py db/evo.sqlite A:B --bench ab/benchmarks/*.json
+    python scripts/gene_pairs.py db/evo.sqlite --gene EXP_EMU_D64     # every pair differing in that gene alone
 
 From the database, the two of a pair may have been timed in different sessions (different machines of one
 kind): the time ratio then carries the machines' difference too, the speedup column does not (each
@@ -64,13 +65,63 @@ def per_case_benched(records: list[dict[str, Any]], cid: str) -> dict[str, tuple
             for r in records for c in r["cases"] if c.get("candidate_id") == cid and c["us"].get("evo")}
 
 
+def clean_pairs(db: sqlite3.Connection, gene: str, device: str) -> list[tuple[str, str]]:
+    """Every pair of candidates timed in full on ``device`` whose genes differ in ``gene`` alone: within each
+    group of one family and otherwise equal genes, the candidate at the gene's default (else its first value
+    stored) as A beside each at another value as B."""
+    timed = db.execute("select distinct c.id, c.family from evo_candidates c join evo_evaluations e "
+                       "on e.candidate_id = c.id where e.device = ? and json_extract(e.device_info, '$.rung') = 'full' "
+                       "order by c.id", (device,)).fetchall()
+    groups: dict[str, dict[str, str]] = defaultdict(dict)   # family and the other genes -> the gene's value -> one
+    for cid, family in timed:
+        p = params(db, cid)
+        if gene in p:
+            rest = json.dumps([family, {k: v for k, v in p.items() if k != gene}], sort_keys=True)
+            groups[rest].setdefault(json.dumps(p[gene]), cid)
+    pairs = []
+    for rest, by_value in groups.items():
+        default = json.dumps(defaults(json.loads(rest)[0]).get(gene))
+        a = by_value.get(default) or min(by_value.items())[1]
+        pairs += [(a, b) for b in sorted(by_value.values()) if b != a]
+    return pairs
+
+
+def show_pair(db: sqlite3.Connection, a: str, b: str, records: list[dict[str, Any]], device: str) -> list[float]:
+    """Print the pair's genes that differ and its cases; return B's speedup over A's per case."""
+    pa, pb = params(db, a), params(db, b)
+    diff = {k: (pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)}
+    print(f"{a[:12]} -> {b[:12]}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in diff.items()))
+    if records:
+        ta, tb = per_case_benched(records, a), per_case_benched(records, b)
+    else:
+        ta, tb = per_case(db, a, device), per_case(db, b, device)
+    ratios, gains = [], []
+    for tag in sorted(set(ta) & set(tb)):
+        (ea, sa), (eb, sb) = ta[tag], tb[tag]
+        xa = f"x{sa / ea:.3f}" if sa else "   -  "
+        xb = f"x{sb / eb:.3f}" if sb else "   -  "
+        ratios.append(ea / eb)
+        if sa and sb:
+            gains.append((sb / eb) / (sa / ea))
+        print(f"  {tag:10} A {ea:8.1f} us ({xa})   B {eb:8.1f} us ({xb})   A/B {ea / eb:.3f}")
+    if ratios:
+        print(f"  geomean A/B over {len(ratios)} cases: {statistics.geometric_mean(ratios):.3f}"
+              + (f"; B's speedup over A's: {statistics.geometric_mean(gains):.3f}" if gains else ""))
+    else:
+        print(f"  no case timed for both in {'the bench records' if records else f'full on {device}'}")
+    return gains
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("db", help="an evo SQLite database")
-    ap.add_argument("pairs", nargs="+", help="A:B, two candidate ids or unique prefixes")
+    ap.add_argument("pairs", nargs="*", help="A:B, two candidate ids or unique prefixes")
+    ap.add_argument("--gene", help="instead of pairs: every pair in the database that differs in this gene alone")
     ap.add_argument("--device", default="NVIDIA H200", help="the GPU whose timings are read")
     ap.add_argument("--bench", nargs="+", default=[], metavar="JSON", help="read the times from these bench records")
     args = ap.parse_args()
+    if bool(args.pairs) == bool(args.gene):
+        ap.error("give pairs A:B or --gene NAME")
     try:
         records = [json.loads(Path(f).read_text()) for f in args.bench]
     except (OSError, ValueError) as exc:
@@ -83,31 +134,18 @@ def main() -> int:
     if head != b"SQLite format 3\x00":
         ap.error(f"{args.db}: not an SQLite database (gunzip a .sqlite.gz first)")
     db = sqlite3.connect(args.db)
-    for pair in args.pairs:
-        if pair.count(":") != 1:
-            ap.error(f"{pair!r}: a pair is A:B")
-        a, b = (full_id(db, p) for p in pair.split(":"))
-        pa, pb = params(db, a), params(db, b)
-        diff = {k: (pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)}
-        print(f"{a[:12]} -> {b[:12]}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in diff.items()))
-        if records:
-            ta, tb = per_case_benched(records, a), per_case_benched(records, b)
-        else:
-            ta, tb = per_case(db, a, args.device), per_case(db, b, args.device)
-        ratios, gains = [], []
-        for tag in sorted(set(ta) & set(tb)):
-            (ea, sa), (eb, sb) = ta[tag], tb[tag]
-            xa = f"x{sa / ea:.3f}" if sa else "   -  "
-            xb = f"x{sb / eb:.3f}" if sb else "   -  "
-            ratios.append(ea / eb)
-            if sa and sb:
-                gains.append((sb / eb) / (sa / ea))
-            print(f"  {tag:10} A {ea:8.1f} us ({xa})   B {eb:8.1f} us ({xb})   A/B {ea / eb:.3f}")
-        if ratios:
-            print(f"  geomean A/B over {len(ratios)} cases: {statistics.geometric_mean(ratios):.3f}"
-                  + (f"; B's speedup over A's: {statistics.geometric_mean(gains):.3f}" if gains else ""))
-        else:
-            print(f"  no case timed for both in {'the bench records' if records else f'full on {args.device}'}")
+    if args.gene:
+        pairs = clean_pairs(db, args.gene, args.device)
+    else:
+        for pair in args.pairs:
+            if pair.count(":") != 1:
+                ap.error(f"{pair!r}: a pair is A:B")
+        pairs = [(full_id(db, x), full_id(db, y)) for x, y in (p.split(":") for p in args.pairs)]
+    gains = [g for a, b in pairs for g in show_pair(db, a, b, records, args.device)]
+    if args.gene:
+        print(f"{args.gene}: {len(pairs)} clean pair(s) on {args.device}"
+              + (f"; B's speedup over A's, geomean over their {len(gains)} cases: "
+                 f"{statistics.geometric_mean(gains):.3f}" if gains else ""))
     return 0
 
 

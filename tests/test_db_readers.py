@@ -135,3 +135,20 @@ def test_a_gene_pair_reads_an_ab_timed_in_one_session_from_bench_records(
                capsys)
     assert "L2c-bf16   A    100.0 us (x1.200)   B     96.0 us (x1.250)   A/B 1.042" in out
     assert "L7" not in out and "geomean A/B over 1 cases: 1.042; B's speedup over A's: 1.042" in out
+
+
+def test_gene_finds_every_clean_pair_with_the_default_as_a(db: sqlite3.Connection, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A pair differs in the gene alone (a gene missing from a stored candidate is at its default); a
+    candidate differing in another gene too, or never timed in full, makes no pair."""
+    _candidate(db, "1" * 64, TILE_SCHED="dynamic")
+    _candidate(db, "2" * 64)                                          # static by default: A of the pair
+    _candidate(db, "3" * 64, TILE_SCHED="dynamic", PRODUCER_REGS=40)   # two genes off
+    _candidate(db, "4" * 64, PRODUCER_REGS=40)                        # screened only
+    for cid, evo in (("1", 90.0), ("2", 100.0), ("3", 95.0)):
+        _evaluation(db, cid * 64, T0, "full", {"L2c-bf16": (evo, 110.0)})
+    _evaluation(db, "4" * 64, T0, "screen", {"L2c-bf16": (80.0, 110.0)})
+    out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "--gene", "TILE_SCHED"], capsys)
+    assert out.splitlines()[0] == "222222222222 -> 111111111111: TILE_SCHED static -> dynamic"
+    assert out.splitlines()[-1] == ("TILE_SCHED: 1 clean pair(s) on NVIDIA H200; B's speedup over A's, geomean over "
+                                    "their 1 cases: 1.111")
