@@ -25,6 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from evo.store.engine import sqlite_header_error
+
 TIMES = """select t."case", t.causal, t.dtype, t.backend, t.median_us
            from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
            where e.candidate_id = ? and e.device = ? and json_extract(e.device_info, '$.rung') = 'full'"""
@@ -126,13 +128,8 @@ def main() -> int:
         records = [json.loads(Path(f).read_text()) for f in args.bench]
     except (OSError, ValueError) as exc:
         ap.error(f"--bench: {exc}")
-    try:                             # a gzipped dump or a typo: one line, not sqlite3's traceback
-        with open(args.db, "rb") as f:
-            head = f.read(16)
-    except OSError as exc:
-        ap.error(f"{args.db}: {exc.strerror}")
-    if head != b"SQLite format 3\x00":
-        ap.error(f"{args.db}: not an SQLite database (gunzip a .sqlite.gz first)")
+    if problem := sqlite_header_error(Path(args.db)):
+        ap.error(problem)
     db = sqlite3.connect(args.db)
     if args.gene:
         pairs = clean_pairs(db, args.gene, args.device)

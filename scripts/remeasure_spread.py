@@ -18,6 +18,9 @@ import sqlite3
 import statistics
 from collections import defaultdict
 from datetime import datetime
+from pathlib import Path
+
+from evo.store.engine import sqlite_header_error
 
 ROWS = """select e.id, e.candidate_id, e.created, coalesce(json_extract(e.device_info, '$.gpu_uuid'), ''),
                  t."case", t.causal, t.dtype, t.backend, t.median_us
@@ -37,13 +40,8 @@ def main() -> int:
     ap.add_argument("--cases", default="L", help="case names starting with this (default L: issue 33's suite)")
     ap.add_argument("--session-hours", type=float, default=3.0, help="two measurements this close: one session")
     args = ap.parse_args()
-    try:                             # a gzipped dump or a typo: one line, not sqlite3's traceback
-        with open(args.db, "rb") as f:
-            head = f.read(16)
-    except OSError as exc:
-        ap.error(f"{args.db}: {exc.strerror}")
-    if head != b"SQLite format 3\x00":
-        ap.error(f"{args.db}: not an SQLite database (gunzip a .sqlite.gz first)")
+    if problem := sqlite_header_error(Path(args.db)):
+        ap.error(problem)
     db = sqlite3.connect(args.db)
     # (candidate, case tag) -> evaluation -> (created, board, {backend: us})
     seen: dict[tuple[str, str], dict[int, tuple[datetime, str, dict[str, float]]]] = defaultdict(dict)

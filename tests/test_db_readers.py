@@ -152,3 +152,19 @@ def test_gene_finds_every_clean_pair_with_the_default_as_a(db: sqlite3.Connectio
     assert out.splitlines()[0] == "222222222222 -> 111111111111: TILE_SCHED static -> dynamic"
     assert out.splitlines()[-1] == ("TILE_SCHED: 1 clean pair(s) on NVIDIA H200; B's speedup over A's, geomean over "
                                     "their 1 cases: 1.111")
+
+
+@pytest.mark.parametrize("name", ["gene_pairs", "remeasure_spread"])
+def test_a_file_that_is_not_a_database_is_one_line_and_exit_2(name: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    dump = tmp_path / "evo.sqlite.gz"
+    dump.write_bytes(b"\x1f\x8b\x08\x00")                   # a gzipped dump passed as it is
+    old = sys.argv
+    sys.argv = [name, str(dump), *(["a:b"] if name == "gene_pairs" else [])]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            _script(name).main()
+    finally:
+        sys.argv = old
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("not an SQLite database (gunzip a .sqlite.gz first)")

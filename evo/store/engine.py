@@ -133,6 +133,17 @@ def writable(path: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
+def sqlite_header_error(path: Path) -> str:
+    """Why ``path`` is not an SQLite database file to read ("" when it is one): a missing file, or
+    another file (a gzipped dump passed as it is, a typo), in one line rather than sqlite3's traceback."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    return "" if head == b"SQLite format 3\x00" else f"{path}: not an SQLite database (gunzip a .sqlite.gz first)"
+
+
 def is_read_only(url: str) -> bool:
     """Whether ``url`` opens its SQLite file read-only (:func:`read_only_url`)."""
     try:
