@@ -1,5 +1,6 @@
 """``evo show`` prints what makes an evaluation reproducible and its timings attributable: the
-GREEN seed (salt), how many cases were drawn, how many timed outputs were checked, the cubin."""
+GREEN seed (salt), how many cases were drawn, how many timed outputs were checked, the cubin and the
+board (the GPU's UUID: two boards of one kind read the same kernel several % apart)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def test_show_prints_the_seed_draws_checked_outputs_and_cubin(capsys: pytest.Cap
         populate(store)
         ev = evaluation(CHILD, 4.0)
         ev.device |= {"salt": "123456", "green_drawn": "12", "fast_outputs_checked": "130",
-                      "cubin_sha256": "f00d" * 16}
+                      "cubin_sha256": "f00d" * 16, "gpu_uuid": "8a2d" * 8}
         store.record_evaluation(ev)
     assert main(["show", CHILD[:8], "--db", url]) == 0
     out = capsys.readouterr().out
-    assert "salt 123456, green_drawn 12, fast_outputs_checked 130, cubin_sha256 f00df00df00df00d" in out
+    assert ("salt 123456, green_drawn 12, fast_outputs_checked 130, cubin_sha256 f00df00df00df00d, "
+            "board 8a2d8a2d8a2d8a2d") in out

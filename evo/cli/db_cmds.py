@@ -99,10 +99,11 @@ def _print_report(report: api.CandidateReport) -> None:
 def _print_evaluation(ev: api.EvaluationView) -> None:
     console.print(f"evaluation {ev.id} on {escape(ev.device or '?')}: {_status(ev.status, ev.reason)} "
                   f"[dim](GREEN {ev.green_seconds:.1f} s, FAST {ev.fast_seconds:.1f} s, run {ev.run_id})[/]")
-    trust = {k: ev.device_info[k] for k in ("salt", "green_drawn", "fast_outputs_checked", "cubin_sha256")
-             if k in ev.device_info}
+    trust = {k: ev.device_info[k] for k in ("salt", "green_drawn", "fast_outputs_checked", "cubin_sha256", "gpu_uuid")
+             if ev.device_info.get(k)}
     if trust:
-        console.print("[dim]  " + ", ".join(f"{k} {v[:16] if k == 'cubin_sha256' else v}"
+        console.print("[dim]  " + ", ".join(f"{'board' if k == 'gpu_uuid' else k} "
+                                             f"{v[:16] if k in ('cubin_sha256', 'gpu_uuid') else v}"
                                              for k, v in trust.items()) + "[/]")
     if ev.checks:
         _print_checks(ev.checks)
