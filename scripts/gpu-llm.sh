@@ -45,7 +45,7 @@
 #   enqueued before the ids and the studies (at 2026-11-28 q a seed named last was not reached in 180 s).
 #   None by default. Earlier sessions' seeds: the TILE_SCHED dynamic variants of 2d8e8f97308d,
 #   ee9300df93b7, 860b661f5aec and 8dba5b1374ec, and of 594b392bfa05 and 0698f109eda7 at 48 MB sections,
-#   each with PRODUCER_REGS 32 (2026-11-29b: no gain above the noise, dev/perf-notes.md, w);
+#   each with PRODUCER_REGS 32 (2026-11-29b: no effect resolved across two boards, dev/perf-notes.md, w);
 #   2d8e8f97308d and 5f18442e97ad with SECTION_DEAL rotate,
 #   860b661f5aec and 6c23f54583ae (under sections) with even (2026-11-29: dev/perf-notes.md, u);
 #   29a1cf7bf11c at L2_SECTION_MB 16 and 8 (2026-11-28s); 594b392bfa05 SPLIT_MASK=true (2026-11-28r).
