@@ -23,11 +23,11 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from evo.store.engine import sqlite_header_error
 
-TIMES = """select t."case", t.causal, t.dtype, t.backend, t.median_us
+TIMES = """select t."case", t.causal, t.dtype, t."D", t.backend, t.median_us
            from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
            where e.candidate_id = ? and e.device = ? and json_extract(e.device_info, '$.rung') = 'full'"""
 
@@ -52,19 +52,42 @@ def params(db: sqlite3.Connection, cid: str) -> dict[str, object]:
     return defaults(family) | json.loads(stored)
 
 
-def per_case(db: sqlite3.Connection, cid: str, device: str) -> dict[str, tuple[float, float | None]]:
-    """Case tag -> (the candidate's median FAST us, SDPA's default's) over its full evaluations."""
-    got: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for case, causal, dtype, backend, us in db.execute(TIMES, (cid, device)):
-        got[f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}"][backend].append(us)
-    return {tag: (statistics.median(b["evo"]), statistics.median(b["sdpa_default"]) if b["sdpa_default"] else None)
-            for tag, b in got.items() if b["evo"]}
+class Case(NamedTuple):
+    evo_us: float
+    sdpa_us: float | None      # SDPA's default, timed beside it
+    entry: str                 # the kernel entry that serves the case
 
 
-def per_case_benched(records: list[dict[str, Any]], cid: str) -> dict[str, tuple[float, float | None]]:
-    """Case tag -> (the candidate's us, SDPA's default's) in `evo bench` records."""
-    return {f"{c['case']}{'c' if c['causal'] else ''}-{c['dtype']}": (c["us"]["evo"], c["us"].get("sdpa_default"))
-            for r in records for c in r["cases"] if c.get("candidate_id") == cid and c["us"].get("evo")}
+def tag_entry(case: str, causal: bool, dtype: str, head_dim: int) -> tuple[str, str]:
+    """A case's tag ("L2c-bf16") and the entry of the flash_wgmma ABI that serves it."""
+    return (f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}",
+            f"evo_attn_d{head_dim}_{dtype}_{'causal' if causal else 'full'}")
+
+
+def per_case(db: sqlite3.Connection, cid: str, device: str) -> dict[str, Case]:
+    """Case tag -> the candidate's median FAST us and SDPA's default's over its full evaluations."""
+    got: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for case, causal, dtype, head_dim, backend, us in db.execute(TIMES, (cid, device)):
+        got[tag_entry(case, bool(causal), dtype, head_dim)][backend].append(us)
+    return {tag: Case(statistics.median(b["evo"]), statistics.median(b["sdpa_default"]) if b["sdpa_default"] else None,
+                      entry) for (tag, entry), b in got.items() if b["evo"]}
+
+
+def per_case_benched(records: list[dict[str, Any]], cid: str) -> dict[str, Case]:
+    """Case tag -> the candidate's us and SDPA's default's in `evo bench` records."""
+    out = {}
+    for c in (c for r in records for c in r["cases"] if c.get("candidate_id") == cid and c["us"].get("evo")):
+        tag, entry = tag_entry(c["case"], c["causal"], c["dtype"], c["D"])
+        out[tag] = Case(c["us"]["evo"], c["us"].get("sdpa_default"), entry)
+    return out
+
+
+def kernel_hashes(db: sqlite3.Connection, cid: str) -> dict[str, str]:
+    """Entry -> the SHA-256 of its machine code, as the candidate's newest evaluation that read them says."""
+    row = db.execute("select json_extract(device_info, '$.kernel_sha256') from evo_evaluations where candidate_id = ? "
+                     "and json_extract(device_info, '$.kernel_sha256') is not null order by id desc limit 1",
+                     (cid,)).fetchone()
+    return dict(json.loads(row[0])) if row else {}
 
 
 def clean_pairs(db: sqlite3.Connection, gene: str, device: str) -> list[tuple[str, str]]:
@@ -89,7 +112,9 @@ def clean_pairs(db: sqlite3.Connection, gene: str, device: str) -> list[tuple[st
 
 
 def show_pair(db: sqlite3.Connection, a: str, b: str, records: list[dict[str, Any]], device: str) -> list[float]:
-    """Print the pair's genes that differ and its cases; return B's speedup over A's per case."""
+    """Print the pair's genes that differ and its cases; return B's speedup over A's per case whose kernel
+    differs. A case whose entry has the same machine code in A and B is a control: what it reads is the
+    two measurements' own spread (another board, another day), printed apart, never counted as the gene's."""
     pa, pb = params(db, a), params(db, b)
     diff = {k: (pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)}
     print(f"{a[:12]} -> {b[:12]}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in diff.items()))
@@ -97,21 +122,26 @@ def show_pair(db: sqlite3.Connection, a: str, b: str, records: list[dict[str, An
         ta, tb = per_case_benched(records, a), per_case_benched(records, b)
     else:
         ta, tb = per_case(db, a, device), per_case(db, b, device)
-    ratios, gains = [], []
+    ha, hb = kernel_hashes(db, a), kernel_hashes(db, b)
+    ratios: dict[bool, list[float]] = {False: [], True: []}   # keyed by "the same kernel in A and B"
+    gains: dict[bool, list[float]] = {False: [], True: []}
     for tag in sorted(set(ta) & set(tb)):
-        (ea, sa), (eb, sb) = ta[tag], tb[tag]
-        xa = f"x{sa / ea:.3f}" if sa else "   -  "
-        xb = f"x{sb / eb:.3f}" if sb else "   -  "
-        ratios.append(ea / eb)
-        if sa and sb:
-            gains.append((sb / eb) / (sa / ea))
-        print(f"  {tag:10} A {ea:8.1f} us ({xa})   B {eb:8.1f} us ({xb})   A/B {ea / eb:.3f}")
-    if ratios:
-        print(f"  geomean A/B over {len(ratios)} cases: {statistics.geometric_mean(ratios):.3f}"
-              + (f"; B's speedup over A's: {statistics.geometric_mean(gains):.3f}" if gains else ""))
-    else:
+        ca, cb = ta[tag], tb[tag]
+        same = bool(ha.get(ca.entry)) and ha.get(ca.entry) == hb.get(cb.entry)
+        xa = f"x{ca.sdpa_us / ca.evo_us:.3f}" if ca.sdpa_us else "   -  "
+        xb = f"x{cb.sdpa_us / cb.evo_us:.3f}" if cb.sdpa_us else "   -  "
+        ratios[same].append(ca.evo_us / cb.evo_us)
+        if ca.sdpa_us and cb.sdpa_us:
+            gains[same].append((cb.sdpa_us / cb.evo_us) / (ca.sdpa_us / ca.evo_us))
+        print(f"  {tag:10} A {ca.evo_us:8.1f} us ({xa})   B {cb.evo_us:8.1f} us ({xb})   A/B {ca.evo_us / cb.evo_us:.3f}"
+              + ("   same kernel: control" if same else ""))
+    for same, what in ((False, "cases"), (True, "same-kernel controls")):
+        if ratios[same]:
+            print(f"  geomean A/B over {len(ratios[same])} {what}: {statistics.geometric_mean(ratios[same]):.3f}"
+                  + (f"; B's speedup over A's: {statistics.geometric_mean(gains[same]):.3f}" if gains[same] else ""))
+    if not ratios[False] and not ratios[True]:
         print(f"  no case timed for both in {'the bench records' if records else f'full on {device}'}")
-    return gains
+    return gains[False]
 
 
 def main() -> int:

@@ -44,10 +44,11 @@ def _candidate(db: sqlite3.Connection, cid: str, **params: object) -> None:
 
 
 def _evaluation(db: sqlite3.Connection, cid: str, at: datetime, rung: str, times: dict[str, tuple[float, float]],
-                board: str = "") -> None:
-    """One evaluation of ``cid``: per case tag "L2c-bf16", (evo us, SDPA's default us); on ``board`` (a GPU
-    UUID) when given."""
-    info = ({"rung": rung} if rung else {}) | ({"gpu_uuid": board} if board else {})
+                board: str = "", kernels: dict[str, str] | None = None) -> None:
+    """One evaluation of ``cid``: per case tag "L2c-bf16" (every case at D=128), (evo us, SDPA's default
+    us); on ``board`` (a GPU UUID) and with ``kernels`` (entry -> machine code hash) when given."""
+    info = (({"rung": rung} if rung else {}) | ({"gpu_uuid": board} if board else {})
+            | ({"kernel_sha256": json.dumps(kernels)} if kernels else {}))
     eid = db.execute("insert into evo_evaluations (candidate_id, device, device_info, status, reason, green_seconds, "
                      "fast_seconds, created) values (?, 'NVIDIA H200', ?, 'fast', '', 0, 0, ?)",
                      (cid, json.dumps(info), at.isoformat())).lastrowid
@@ -126,9 +127,9 @@ def test_a_gene_pair_reads_an_ab_timed_in_one_session_from_bench_records(
     _candidate(db, "a" * 64)
     _candidate(db, "b" * 64, TILE_SCHED="dynamic")
     _evaluation(db, "a" * 64, T0, "full", {"L2c-bf16": (1.0, 1.0)})      # the database's times are not read
-    rows = [{"case": "L2", "causal": True, "dtype": "bf16", "candidate_id": cid, "us": {"evo": evo, "sdpa_default": 120.0}}
-            for cid, evo in (("a" * 64, 100.0), ("b" * 64, 96.0))]
-    rows.append({"case": "L7", "causal": False, "dtype": "bf16", "candidate_id": "a" * 64,   # A alone: no pair
+    rows = [{"case": "L2", "causal": True, "dtype": "bf16", "D": 128, "candidate_id": cid,
+             "us": {"evo": evo, "sdpa_default": 120.0}} for cid, evo in (("a" * 64, 100.0), ("b" * 64, 96.0))]
+    rows.append({"case": "L7", "causal": False, "dtype": "bf16", "D": 64, "candidate_id": "a" * 64,   # A alone
                  "us": {"evo": 50.0, "sdpa_default": 50.0}})
     (tmp_path / "ab.json").write_text(json.dumps({"cases": rows}))
     out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "aaaa:bbbb", "--bench", str(tmp_path / "ab.json")],
@@ -168,3 +169,20 @@ def test_a_file_that_is_not_a_database_is_one_line_and_exit_2(name: str, tmp_pat
         sys.argv = old
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith("not an SQLite database (gunzip a .sqlite.gz first)")
+
+
+def test_a_case_served_by_the_same_machine_code_in_a_and_b_is_a_control_not_the_genes(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2026-11-29 w: TILE_SCHED's pair read 0.972 across two boards, and its byte-identical D=256 kernels 0.959:
+    the boards, not the gene. A case whose entry hashes alike in both is printed as a control, apart."""
+    _candidate(db, "a" * 64)
+    _candidate(db, "b" * 64, TILE_SCHED="dynamic")
+    causal = "evo_attn_d128_bf16_causal"
+    _evaluation(db, "a" * 64, T0, "full", {"L2c-bf16": (100.0, 110.0), "L8c-fp16": (50.0, 55.0)},
+                kernels={causal: "11" * 32, "evo_attn_d128_fp16_causal": "33" * 32})
+    _evaluation(db, "b" * 64, T0, "full", {"L2c-bf16": (104.0, 110.0), "L8c-fp16": (55.0, 55.0)},
+                kernels={causal: "22" * 32, "evo_attn_d128_fp16_causal": "33" * 32})
+    out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "aaaa:bbbb"], capsys)
+    assert "L8c-fp16   A     50.0 us (x1.100)   B     55.0 us (x1.000)   A/B 0.909   same kernel: control" in out
+    assert "geomean A/B over 1 cases: 0.962; B's speedup over A's: 0.962" in out
+    assert "geomean A/B over 1 same-kernel controls: 0.909; B's speedup over A's: 0.909" in out
