@@ -1,18 +1,21 @@
-"""How far one candidate's speedup over SDPA's default moves when the same case is measured again on the
-same GPU kind: on the same board or another (the evaluations' GPU UUIDs, recorded since 2026-11-29 w), or,
+"""How far a kernel's speedup over SDPA's default moves when the same case is measured again on the same
+GPU kind (the same machine code: one candidate measured twice, or two candidates whose entry serving the
+case compiled to the same bytes, as a gene that touches other head dims leaves it): on the same board or another (the evaluations' GPU UUIDs, recorded since 2026-11-29 w), or,
 for evaluations from before that, within one session (both within --session-hours of each other: one
 machine held for the session) and across sessions. The noise floor of any A/B read from a database
 (scripts/gene_pairs.py) and of a search that ranks trials timed in different sessions (dev/perf-notes.md, w).
 
     python scripts/remeasure_spread.py db/evo.sqlite [--device "NVIDIA H200"] [--cases L]
 
-Each measurement is one evaluation's median FAST time of the candidate and of SDPA's default timed beside
-it; a pair is two evaluations of one candidate that both timed the case.
+Each measurement is one evaluation's median FAST time of the kernel and of SDPA's default timed beside it
+(a search's screens, a shorter protocol, left out); a pair is two evaluations that both timed the case
+with the same machine code.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sqlite3
 import statistics
@@ -23,9 +26,11 @@ from pathlib import Path
 from evo.store.engine import sqlite_header_error
 
 ROWS = """select e.id, e.candidate_id, e.created, coalesce(json_extract(e.device_info, '$.gpu_uuid'), ''),
-                 t."case", t.causal, t.dtype, t.backend, t.median_us
+                 coalesce(json_extract(e.device_info, '$.kernel_sha256'), '{}'),
+                 t."case", t.causal, t.dtype, t."D", t.backend, t.median_us
           from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
-          where e.device = ? and t.backend in ('evo', 'sdpa_default') and t."case" like ?"""
+          where e.device = ? and t.backend in ('evo', 'sdpa_default') and t."case" like ?
+            and coalesce(json_extract(e.device_info, '$.rung'), '') != 'screen'"""   # the full protocol's numbers
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -43,12 +48,15 @@ def main() -> int:
     if problem := sqlite_header_error(Path(args.db)):
         ap.error(problem)
     db = sqlite3.connect(args.db)
-    # (candidate, case tag) -> evaluation -> (created, board, {backend: us})
+    # (the machine code serving the case, else the candidate; case tag) -> evaluation -> (created, board, {backend: us})
     seen: dict[tuple[str, str], dict[int, tuple[datetime, str, dict[str, float]]]] = defaultdict(dict)
-    for eid, cid, created, board, case, causal, dtype, backend, us in db.execute(ROWS, (args.device,
-                                                                                      args.cases + "%")):
+    hashes: dict[int, dict[str, str]] = {}
+    for eid, cid, created, board, kernels, case, causal, dtype, head_dim, backend, us in db.execute(
+            ROWS, (args.device, args.cases + "%")):
         tag = f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}"
-        seen[(cid, tag)].setdefault(eid, (datetime.fromisoformat(created), board, {}))[2][backend] = us
+        code = hashes.setdefault(eid, json.loads(kernels)).get(
+            f"evo_attn_d{head_dim}_{dtype}_{'causal' if causal else 'full'}", cid)
+        seen[(code, tag)].setdefault(eid, (datetime.fromisoformat(created), board, {}))[2][backend] = us
     moves: dict[str, list[float]] = {k: [] for k in ("same board", "another board", "same session, board unknown",
                                                      "across sessions, board unknown")}
     for evals in seen.values():
@@ -65,7 +73,7 @@ def main() -> int:
                     hours = (at_j - at_i).total_seconds() / 3600
                     kind = f"{'same session' if hours <= args.session_hours else 'across sessions'}, board unknown"
                 moves[kind].append(abs(math.log(x_j / x_i)))
-    print(f"{args.device}, cases {args.cases}*: |change| of one candidate's speedup over SDPA's default "
+    print(f"{args.device}, cases {args.cases}*: |change| of one kernel's speedup over SDPA's default "
           "between two measurements of one case")
     for kind, xs in moves.items():
         if not xs:

@@ -186,3 +186,17 @@ def test_a_case_served_by_the_same_machine_code_in_a_and_b_is_a_control_not_the_
     assert "L8c-fp16   A     50.0 us (x1.100)   B     55.0 us (x1.000)   A/B 0.909   same kernel: control" in out
     assert "geomean A/B over 1 cases: 0.962; B's speedup over A's: 0.962" in out
     assert "geomean A/B over 1 same-kernel controls: 0.909; B's speedup over A's: 0.909" in out
+
+
+def test_two_candidates_whose_entry_compiled_alike_are_one_kernel_measured_twice(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A gene that touches another head dim leaves this case's machine code as it was: the two candidates'
+    timings of it are a re-measurement; a screen's (a shorter protocol) is not counted."""
+    causal = {"evo_attn_d128_bf16_causal": "11" * 32}
+    _candidate(db, "e" * 64)
+    _candidate(db, "f" * 64, BLOCK_N_D96=128)
+    _evaluation(db, "e" * 64, T0, "full", {"L2c-bf16": (100.0, 110.0)}, kernels=causal)
+    _evaluation(db, "f" * 64, T0 + timedelta(minutes=30), "full", {"L2c-bf16": (100.0, 121.0)}, kernels=causal)
+    _evaluation(db, "f" * 64, T0 + timedelta(minutes=40), "screen", {"L2c-bf16": (50.0, 121.0)}, kernels=causal)
+    out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
+    assert "same session, board unknown        1 pairs: median 10.0 %, 90th percentile 10.0 %, largest 10.0 %" in out

@@ -19,10 +19,10 @@ was timed beside) and with the board it ran on (the GPU's UUID), and a (winner, 
 evaluation on this GPU kind is such a confirmation from a board of this host is not timed again
 (:func:`stored`): a promote killed mid-way (an H100's call limit ended one after 6 of its minutes
 of confirmation, 2026-11-28) resumes where it stopped, and a later promote on the same machine
-confirms only what is new. A confirmation from another machine of the same kind is timed again:
-the same kernel's speedup over SDPA moved by up to 7 % between two H200 machines with its code byte
-for byte the same (dev/perf-notes.md, 2026-11-29 w), more than most routes are won by, so a route
-is never decided between numbers from two machines.
+confirms only what is new. A confirmation from another machine of the same kind is timed again, so
+that the routes and the provenance are this machine's numbers: one kernel's speedup over SDPA moved
+7 % between two H200 machines with its code byte for byte the same (a tail reading; the median move
+is 1.5 %: dev/perf-notes.md, 2026-11-29 w), more than many routes are won by.
 """
 
 from __future__ import annotations
