@@ -25,6 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from evo.family.manifest import load_family
+from evo.family.render import entry_name
 from evo.store.engine import sqlite_header_error
 
 TIMES = """select t."case", t.causal, t.dtype, t."D", t.backend, t.median_us
@@ -43,7 +45,6 @@ def full_id(db: sqlite3.Connection, prefix: str) -> str:
 @functools.cache
 def defaults(family: str) -> dict[str, object]:
     """The family's genes at their defaults (a stored candidate older than a gene lacks it)."""
-    from evo.family.manifest import load_family
     return {name: spec.default for name, spec in load_family(family).params.items()}
 
 
@@ -60,8 +61,7 @@ class Case(NamedTuple):
 
 def tag_entry(case: str, causal: bool, dtype: str, head_dim: int) -> tuple[str, str]:
     """A case's tag ("L2c-bf16") and the entry of the flash_wgmma ABI that serves it."""
-    return (f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}",
-            f"evo_attn_d{head_dim}_{dtype}_{'causal' if causal else 'full'}")
+    return f"{case}{'c' if causal else ''}-{dtype}", entry_name(head_dim, dtype, causal)   # as Shape.tag spells it
 
 
 def per_case(db: sqlite3.Connection, cid: str, device: str) -> dict[str, Case]:
@@ -144,14 +144,14 @@ def show_pair(db: sqlite3.Connection, a: str, b: str, records: list[dict[str, An
     return gains[False]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("db", help="an evo SQLite database")
     ap.add_argument("pairs", nargs="*", help="A:B, two candidate ids or unique prefixes")
     ap.add_argument("--gene", help="instead of pairs: every pair in the database that differs in this gene alone")
     ap.add_argument("--device", default="NVIDIA H200", help="the GPU whose timings are read")
     ap.add_argument("--bench", nargs="+", default=[], metavar="JSON", help="read the times from these bench records")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if bool(args.pairs) == bool(args.gene):
         ap.error("give pairs A:B or --gene NAME")
     try:

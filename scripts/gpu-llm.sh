@@ -68,8 +68,8 @@
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/${BURST_OUT:-burst}
 #   (BURST_OUT=burst-again for a repeat, read with the first on each case's median by scripts/llm_bars.py).
-# ab: a gene's A/B timed in one session (dev/perf-notes.md, w: read across sessions, one case moves 2 % at
-#   the median and up to 10 %): `evo bench --id A --id B ...` over the LLM suite in bf16 and fp16 beside
+# ab: a gene's A/B timed in one session (dev/perf-notes.md, w: the same machine code measured again moves
+#   one case 1.5-1.7 % at the median and up to 10 %): `evo bench --id A --id B ...` over the LLM suite in bf16 and fp16 beside
 #   SDPA's default, each candidate rebuilt from today's templates, into $OUT/ab (AB_IDS=A,B[,...]; the carried
 #   database or the search call's). Read it with `python scripts/gene_pairs.py <database> A:B --bench
 #   <the records>`. About 60 s a candidate and dtype, builds included.
@@ -93,6 +93,9 @@ LLM_STUDY=${LLM_STUDY:-llm10}
 FAST_STUDY=${FAST_STUDY:-fast7}
 LLM_FROM=${LLM_FROM:-594b392bfa05,0698f109eda7,llm9,llm8,llm7}
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
+carried_db() {   # the search call's database, else the carried db/evo.sqlite.gz unpacked (exit when neither)
+  if [ ! -f "$DBF" ]; then mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1; fi
+}
 save_db() {
   python3 -c 'import sqlite3, sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$DBF"
   gzip -c "$DBF" > "$OUT/evo.sqlite.gz"
@@ -138,7 +141,7 @@ case ${1:-} in
     done
     save_db ;;
   specialists)
-    if [ ! -f "$DBF" ]; then mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1; fi
+    carried_db
     for c in ${SPEC_CASES:-L3 L4 L7}; do
       s=spec-$(echo "$c" | tr 'A-Z' 'a-z')
       stage "$s" $(( ${SPEC_BUDGET:-150} + 40 )) $EVO run --study "$s" --families flash_wgmma --cases "$c,$c-fp16" \
@@ -177,7 +180,7 @@ case ${1:-} in
     bench_llm bf16 burst "${BURST_OUT:-burst}/benchmarks"
     bench_llm fp16 burst "${BURST_OUT:-burst}/benchmarks" ;;
   ab)   # stored candidates (AB_IDS, comma-separated) benched in this session over the LLM suite beside SDPA's default
-    if [ ! -f "$DBF" ]; then mkdir -p "$EVO_HOME/db" && gunzip -c db/evo.sqlite.gz > "$DBF" || exit 1; fi
+    carried_db
     [ -n "${AB_IDS:-}" ] || { echo "ab: name the candidates in AB_IDS (e.g. AB_IDS=860b661f5aec,aef2cf22fafb)"; exit 2; }
     ids=""; for i in ${AB_IDS//,/ }; do ids="$ids --id $i"; done
     for dt in bf16 fp16; do

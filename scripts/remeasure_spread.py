@@ -23,6 +23,7 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
+from evo.family.render import entry_name
 from evo.store.engine import sqlite_header_error
 
 ROWS = """select e.id, e.candidate_id, e.created, coalesce(json_extract(e.device_info, '$.gpu_uuid'), ''),
@@ -38,13 +39,13 @@ def quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("db", help="an evo SQLite database")
     ap.add_argument("--device", default="NVIDIA H200", help="the GPU kind whose timings are read")
     ap.add_argument("--cases", default="L", help="case names starting with this (default L: issue 33's suite)")
     ap.add_argument("--session-hours", type=float, default=3.0, help="two measurements this close: one session")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if problem := sqlite_header_error(Path(args.db)):
         ap.error(problem)
     db = sqlite3.connect(args.db)
@@ -53,9 +54,10 @@ def main() -> int:
     hashes: dict[int, dict[str, str]] = {}
     for eid, cid, created, board, kernels, case, causal, dtype, head_dim, backend, us in db.execute(
             ROWS, (args.device, args.cases + "%")):
-        tag = f"{case}{'c' if causal and not case.endswith('c') else ''}-{dtype}"
-        code = hashes.setdefault(eid, json.loads(kernels)).get(
-            f"evo_attn_d{head_dim}_{dtype}_{'causal' if causal else 'full'}", cid)
+        tag = f"{case}{'c' if causal else ''}-{dtype}"                 # as evo.results.Shape.tag spells it
+        if eid not in hashes:
+            hashes[eid] = json.loads(kernels)
+        code = hashes[eid].get(entry_name(head_dim, dtype, bool(causal)), cid)
         seen[(code, tag)].setdefault(eid, (datetime.fromisoformat(created), board, {}))[2][backend] = us
     moves: dict[str, list[float]] = {k: [] for k in ("same board", "another board", "same session, board unknown",
                                                      "across sessions, board unknown")}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sqlite3
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from collections.abc import Iterator
@@ -63,12 +62,7 @@ def _evaluation(db: sqlite3.Connection, cid: str, at: datetime, rung: str, times
 
 
 def _run(module: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    old = sys.argv
-    sys.argv = [module.__name__, *argv]
-    try:
-        assert module.main() == 0
-    finally:
-        sys.argv = old
+    assert module.main(argv) == 0
     return capsys.readouterr().out
 
 
@@ -90,12 +84,8 @@ def test_a_gene_pair_reads_full_evaluations_case_by_case_and_names_the_genes_tha
 def test_a_gene_pair_refuses_a_prefix_that_names_no_candidate(db: sqlite3.Connection, tmp_path: Path) -> None:
     _candidate(db, "a" * 64)
     module = _script("gene_pairs")
-    sys.argv, old = ["gene_pairs", str(tmp_path / "evo.sqlite"), "aaaa:ffff"], sys.argv
-    try:
-        with pytest.raises(SystemExit, match="'ffff' names 0 candidates, not one"):
-            module.main()
-    finally:
-        sys.argv = old
+    with pytest.raises(SystemExit, match="'ffff' names 0 candidates, not one"):
+        module.main([str(tmp_path / "evo.sqlite"), "aaaa:ffff"])
 
 
 def test_re_measurements_split_by_session_and_copies_of_the_same_samples_are_not_counted(
@@ -160,13 +150,8 @@ def test_a_file_that_is_not_a_database_is_one_line_and_exit_2(name: str, tmp_pat
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     dump = tmp_path / "evo.sqlite.gz"
     dump.write_bytes(b"\x1f\x8b\x08\x00")                   # a gzipped dump passed as it is
-    old = sys.argv
-    sys.argv = [name, str(dump), *(["a:b"] if name == "gene_pairs" else [])]
-    try:
-        with pytest.raises(SystemExit) as stop:
-            _script(name).main()
-    finally:
-        sys.argv = old
+    with pytest.raises(SystemExit) as stop:
+        _script(name).main([str(dump), *(["a:b"] if name == "gene_pairs" else [])])
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith("not an SQLite database (gunzip a .sqlite.gz first)")
 

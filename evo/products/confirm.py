@@ -36,7 +36,6 @@ from typing import Any
 from evo.family.render import Entry
 from evo.products.routes import Contender, Measured, Route, Shipped, measurements
 from evo.results import Evaluation, Shape, Timing
-from evo.toolchain.smi import board
 
 ROUNDS = 4
 CONFIRMED = "confirmed_beside"   # device info of a stored confirmation: the baseline it was timed beside
@@ -53,7 +52,7 @@ def stored(store: Any, cid: str, device: str, baseline: str, boards: Collection[
     before: dict[Shape, Measured] = {}
     for ev in store.evaluations(cid, device):           # oldest first
         marked = ev.device_info.get(CONFIRMED) == baseline
-        confirmed = marked and board(str(ev.device_info.get("gpu_uuid", ""))) in boards
+        confirmed = marked and ev.device_info.get("gpu_uuid") in boards   # stored as smi.board() writes it
         if marked and not confirmed:                    # another machine's: neither recalled nor "before"
             continue
         for m in measurements(ev.timings, baseline):
