@@ -29,6 +29,7 @@ from evo.family.manifest import load_family
 from evo.family.render import entry_name
 from evo.store.engine import sqlite_header_error
 
+STORED_CODE = "coalesce(json_extract(device_info, '$.kernel_code_sha256'), json_extract(device_info, '$.kernel_sha256'))"
 TIMES = """select t."case", t.causal, t.dtype, t."D", t.backend, t.median_us
            from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
            where e.candidate_id = ? and e.device = ? and json_extract(e.device_info, '$.rung') = 'full'"""
@@ -83,10 +84,12 @@ def per_case_benched(records: list[dict[str, Any]], cid: str) -> dict[str, Case]
 
 
 def kernel_hashes(db: sqlite3.Connection, cid: str) -> dict[str, str]:
-    """Entry -> the SHA-256 of its machine code, as the candidate's newest evaluation that read them says."""
-    row = db.execute("select json_extract(device_info, '$.kernel_sha256') from evo_evaluations where candidate_id = ? "
-                     "and json_extract(device_info, '$.kernel_sha256') is not null order by id desc limit 1",
-                     (cid,)).fetchone()
+    """Entry -> the SHA-256 of its machine code, as the candidate's newest evaluation that read them says:
+    the portable digests (``kernel_code_sha256``) where recorded, since the file-bound ones
+    (``kernel_sha256``) carry the cubin's symbol indices, so one kernel built beside other head dims'
+    kernels reads as another (evo.toolchain.machine_code)."""
+    row = db.execute("select " + STORED_CODE + " from evo_evaluations where candidate_id = ? and " + STORED_CODE
+                     + " is not null order by id desc limit 1", (cid,)).fetchone()
     return dict(json.loads(row[0])) if row else {}
 
 

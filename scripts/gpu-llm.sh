@@ -58,6 +58,8 @@
 #   H200: L3 chunked prefill 0.94x, L4 D=256 0.94x, L7 cross-attention D=64 0.96x, steady clocks), one
 #   per case in both dtypes (spec-l3, spec-l4, spec-l7; SPEC_BUDGET s each, 150), started from the best
 #   of the LLM studies; promote routes each case to its best winner, so a specialist ships where it wins.
+#   (2026-11-29c: spec-l8 and spec-l6, 230 s each, found only the package's D=128 code again, and 36-45 % of
+#   their screens re-timed code timed before: a search now answers those from the store, evo.search.twins.)
 # bench-llm: the package's launcher built first (`prepare()`, a minute, outside any benchmark's
 #   limit), then the LLM suite benched in bf16 and fp16 beside cuDNN, SDPA's default and FA4.
 #   LLM_OUT (a folder under $OUT, default benchmarks): a repeat bench in the same session goes to another
@@ -68,8 +70,8 @@
 # bench-burst: the LLM suite again, `--clocks burst` (each op near boost clocks, as the harness that set
 #   issue 33's bar against SDPA timed them: dev/perf-notes.md, 2026-11-28 i), into $OUT/${BURST_OUT:-burst}
 #   (BURST_OUT=burst-again for a repeat, read with the first on each case's median by scripts/llm_bars.py).
-# ab: a gene's A/B timed in one session (dev/perf-notes.md, w: the same machine code measured again moves
-#   one case 1.5-1.7 % at the median and up to 10 %): `evo bench --id A --id B ...` over the LLM suite in bf16 and fp16 beside
+# ab: a gene's A/B timed in one session (dev/perf-notes.md, w and 2026-11-29 c: the same machine code measured
+#   again moves one case 1.7-1.8 % at the median and up to 11 %; TILE_SCHED's A/B took 240 s): `evo bench --id A --id B ...` over the LLM suite in bf16 and fp16 beside
 #   SDPA's default, each candidate rebuilt from today's templates, into $OUT/ab (AB_IDS=A,B[,...]; the carried
 #   database or the search call's). Read it with `python scripts/gene_pairs.py <database> A:B --bench
 #   <the records>`. About 60 s a candidate and dtype, builds included.

@@ -9,7 +9,8 @@ machine held for the session) and across sessions. The noise floor of any A/B re
 
 Each measurement is one evaluation's median FAST time of the kernel and of SDPA's default timed beside it
 (a search's screens, a shorter protocol, left out); a pair is two evaluations that both timed the case
-with the same machine code.
+with the same machine code: the same portable digest (``kernel_code_sha256``, without the cubin's symbol
+indices) where both recorded one, else the same file-bound digest (``kernel_sha256``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from evo.family.render import entry_name
 from evo.store.engine import sqlite_header_error
 
 ROWS = """select e.id, e.candidate_id, e.created, coalesce(json_extract(e.device_info, '$.gpu_uuid'), ''),
-                 coalesce(json_extract(e.device_info, '$.kernel_sha256'), '{}'),
+                 coalesce(json_extract(e.device_info, '$.kernel_code_sha256'),
+                          json_extract(e.device_info, '$.kernel_sha256'), '{}'),
                  t."case", t.causal, t.dtype, t."D", t.backend, t.median_us
           from evo_timings t join evo_evaluations e on t.evaluation_id = e.id
           where e.device = ? and t.backend in ('evo', 'sdpa_default') and t."case" like ?

@@ -1,5 +1,5 @@
-"""scripts/gene_pairs.py and scripts/remeasure_spread.py read A/B pairs and re-measurements from a database
-made by evo's own store (its schema), with rows planted as a GPU run would leave them."""
+"""scripts/gene_pairs.py, scripts/remeasure_spread.py and scripts/twin_share.py read A/B pairs, re-measurements
+and twins from a database made by evo's own store (its schema), with rows planted as a GPU run would leave them."""
 
 from __future__ import annotations
 
@@ -43,14 +43,17 @@ def _candidate(db: sqlite3.Connection, cid: str, **params: object) -> None:
 
 
 def _evaluation(db: sqlite3.Connection, cid: str, at: datetime, rung: str, times: dict[str, tuple[float, float]],
-                board: str = "", kernels: dict[str, str] | None = None) -> None:
+                board: str = "", kernels: dict[str, str] | None = None,
+                code: dict[str, str] | None = None, run: int | None = None, status: str = "fast") -> None:
     """One evaluation of ``cid``: per case tag "L2c-bf16" (every case at D=128), (evo us, SDPA's default
-    us); on ``board`` (a GPU UUID) and with ``kernels`` (entry -> machine code hash) when given."""
+    us); on ``board`` (a GPU UUID) and with ``kernels`` (entry -> the file-bound machine code hash) and
+    ``code`` (entry -> the portable one) when given; of search run ``run``, with ``status``."""
     info = (({"rung": rung} if rung else {}) | ({"gpu_uuid": board} if board else {})
-            | ({"kernel_sha256": json.dumps(kernels)} if kernels else {}))
-    eid = db.execute("insert into evo_evaluations (candidate_id, device, device_info, status, reason, green_seconds, "
-                     "fast_seconds, created) values (?, 'NVIDIA H200', ?, 'fast', '', 0, 0, ?)",
-                     (cid, json.dumps(info), at.isoformat())).lastrowid
+            | ({"kernel_sha256": json.dumps(kernels)} if kernels else {})
+            | ({"kernel_code_sha256": json.dumps(code)} if code else {}))
+    eid = db.execute("insert into evo_evaluations (candidate_id, run_id, device, device_info, status, reason, "
+                     "green_seconds, fast_seconds, created) values (?, ?, 'NVIDIA H200', ?, ?, '', 0, 0, ?)",
+                     (cid, run, json.dumps(info), status, at.isoformat())).lastrowid
     for tag, (evo, sdpa) in times.items():
         case, dtype = tag.split("-")
         for backend, us in (("evo", evo), ("sdpa_default", sdpa)):
@@ -145,13 +148,13 @@ def test_gene_finds_every_clean_pair_with_the_default_as_a(db: sqlite3.Connectio
                                     "their 1 cases: 1.111")
 
 
-@pytest.mark.parametrize("name", ["gene_pairs", "remeasure_spread"])
+@pytest.mark.parametrize("name", ["gene_pairs", "remeasure_spread", "twin_share"])
 def test_a_file_that_is_not_a_database_is_one_line_and_exit_2(name: str, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     dump = tmp_path / "evo.sqlite.gz"
     dump.write_bytes(b"\x1f\x8b\x08\x00")                   # a gzipped dump passed as it is
     with pytest.raises(SystemExit) as stop:
-        _script(name).main([str(dump), *(["a:b"] if name == "gene_pairs" else [])])
+        _script(name).main([str(dump), *{"gene_pairs": ["a:b"], "twin_share": ["7"]}.get(name, [])])
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith("not an SQLite database (gunzip a .sqlite.gz first)")
 
@@ -185,3 +188,57 @@ def test_two_candidates_whose_entry_compiled_alike_are_one_kernel_measured_twice
     _evaluation(db, "f" * 64, T0 + timedelta(minutes=40), "screen", {"L2c-bf16": (50.0, 121.0)}, kernels=causal)
     out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
     assert "same session, board unknown        1 pairs: median 10.0 %, 90th percentile 10.0 %, largest 10.0 %" in out
+
+
+def test_the_portable_digest_decides_the_same_kernel_where_the_file_bound_ones_differ(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2026-11-29 c: one D=128 kernel built beside other D=96 kernels hashed apart by ``kernel_sha256`` (it
+    carries the cubin's symbol indices) and alike by ``kernel_code_sha256``: both readers take the portable
+    digest, so the case is a control of the pair and a re-measurement of the kernel."""
+    causal = "evo_attn_d128_bf16_causal"
+    _candidate(db, "a" * 64)
+    _candidate(db, "b" * 64, WGS_D96=1)
+    _evaluation(db, "a" * 64, T0, "full", {"L2c-bf16": (100.0, 110.0)},
+                kernels={causal: "11" * 32}, code={causal: "77" * 32})
+    _evaluation(db, "b" * 64, T0 + timedelta(minutes=30), "full", {"L2c-bf16": (100.0, 121.0)},
+                kernels={causal: "22" * 32}, code={causal: "77" * 32})
+    out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "aaaa:bbbb"], capsys)
+    assert "L2c-bf16   A    100.0 us (x1.100)   B    100.0 us (x1.210)   A/B 1.000   same kernel: control" in out
+    out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
+    assert "same session, board unknown        1 pairs: median 10.0 %" in out
+
+
+def test_kernels_with_the_same_file_bound_digest_and_other_portable_ones_are_not_one_kernel(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where both evaluations recorded portable digests, those alone decide: a file-bound match beside
+    portable digests that differ is no control (the rule cannot be met by the weaker digest)."""
+    causal = "evo_attn_d128_bf16_causal"
+    _candidate(db, "a" * 64)
+    _candidate(db, "b" * 64, TILE_SCHED="dynamic")
+    _evaluation(db, "a" * 64, T0, "full", {"L2c-bf16": (100.0, 110.0)},
+                kernels={causal: "11" * 32}, code={causal: "77" * 32})
+    _evaluation(db, "b" * 64, T0, "full", {"L2c-bf16": (90.0, 110.0)},
+                kernels={causal: "11" * 32}, code={causal: "88" * 32})
+    out = _run(_script("gene_pairs"), [str(tmp_path / "evo.sqlite"), "aaaa:bbbb"], capsys)
+    assert "control" not in out and "geomean A/B over 1 cases: 1.111" in out
+    out = _run(_script("remeasure_spread"), [str(tmp_path / "evo.sqlite")], capsys)
+    assert "same session, board unknown    no pairs" in out
+
+
+def test_twin_share_counts_a_runs_screens_of_code_timed_in_full_before_and_of_code_screened_before(
+        db: sqlite3.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run 7 screens four candidates: one whose code another candidate timed in full (and passed) before, one
+    whose code was only screened (pruned) before, one new, and one whose code the same candidate timed before
+    (the candidate again, not a twin); the earlier study's evaluations held more kernels than the run's."""
+    k, other = "evo_attn_d128_bf16_causal", "evo_attn_d96_bf16_causal"
+    for c in "abcdefg":
+        _candidate(db, c * 64)
+    times = {"L8c-bf16": (100.0, 110.0)}
+    _evaluation(db, "a" * 64, T0, "full", times, code={k: "11" * 32, other: "99" * 32}, run=6)
+    _evaluation(db, "b" * 64, T0, "screen", times, code={k: "22" * 32}, run=6, status="pruned")
+    _evaluation(db, "g" * 64, T0, "full", times, code={k: "44" * 32}, run=6)
+    for c, digest in (("c", "11"), ("d", "22"), ("e", "33"), ("g", "44")):
+        _evaluation(db, c * 64, T0 + timedelta(hours=1), "screen", times, code={k: digest * 32}, run=7)
+    out = _run(_script("twin_share"), [str(tmp_path / "evo.sqlite"), "7"], capsys)
+    assert out.strip() == ("run 7: 4 screens of 4 distinct codes of 1 kernel(s); twins of a kernel timed in full 1 (25%), "
+                           "else of a screened one 1")

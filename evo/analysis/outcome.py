@@ -74,7 +74,7 @@ class RunReport:
             "speedups": dict(self.speedups)}
         return {"study": s.study, "source": s.source, "run_id": s.run_id, "device": s.device or None,
                 "git_sha": self.git_sha, "requested": s.requested, "trials": s.finished, "study_trials": s.total,
-                "counts": dict(s.counts.most_common()), "reused": s.reused, "waited": s.waited,
+                "counts": dict(s.counts.most_common()), "reused": s.reused, "twins": s.twins, "waited": s.waited,
                 "recovered": s.recovered, "lost": s.lost, "stopped": s.stopped, "interrupted": s.interrupted,
                 "best": best, "measured": s.measured, "wall_s": s.wall_s, "workers": s.workers, "gpus": s.gpus,
                 "candidates_per_gpu_hour": s.candidates_per_gpu_hour, "trials_per_gpu_hour": s.trials_per_gpu_hour,

@@ -161,6 +161,8 @@ def print_summary(report: api.RunReport) -> None:
         counts.add_row(status, str(n))
     if s.reused:
         counts.add_row("(answered from the store)", str(s.reused))
+    if s.twins:
+        counts.add_row("(of them: kernels timed before, as another candidate's)", str(s.twins))
     if s.waited:
         counts.add_row("(measured by another worker meanwhile)", str(s.waited))
     if s.recovered:

@@ -22,7 +22,7 @@ of confirmation, 2026-11-28) resumes where it stopped, and a later promote on th
 confirms only what is new. A confirmation from another machine of the same kind is timed again, so
 that the routes and the provenance are this machine's numbers: one kernel's speedup over SDPA moved
 7 % between two H200 machines with its code byte for byte the same (a tail reading; the median move
-is 1.5 %: dev/perf-notes.md, 2026-11-29 w), more than many routes are won by.
+is 1.8 % across sessions: dev/perf-notes.md, 2026-11-29 w and c), more than many routes are won by.
 """
 
 from __future__ import annotations

@@ -191,6 +191,7 @@ def _merge_trials(out: RunSummary, parts: Sequence[RunSummary]) -> None:
         out.counts.update(p.counts)
     out.reused, out.recovered = sum(p.reused for p in parts), sum(p.recovered for p in parts)
     out.lost, out.waited = sum(p.lost for p in parts), sum(p.waited for p in parts)
+    out.twins = sum(p.twins for p in parts)
     out.stopped = "; ".join(dict.fromkeys(p.stopped for p in parts if p.stopped))
     bests = [p.best for p in parts if p.best is not None]
     out.best = max(bests, key=lambda b: b.score) if bests else None

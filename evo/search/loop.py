@@ -80,6 +80,7 @@ from evo.search.resume import RUN, Heartbeat, Retry, counted, release
 from evo.search.rungs import Ladder, Work
 from evo.search.storeview import Known, known_outcome, known_outcomes
 from evo.search.tell import Teller
+from evo.search.twins import Twins
 from evo.store.recording import record_key
 from evo.vocab import GATED
 
@@ -136,7 +137,9 @@ class Search:
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired, screening)
         self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
                                  period_s=interval / 2, ask_lock=self.ask_lock)
+        self._running = functools.partial(running, storage)
         self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
+        self.twins = Twins(store, evaluator.device)
         self.ladder = Ladder(study, storage, store, evaluator, self.scoring, self.summary, run_id, screening=screening,
                              finish=self._finish_all, out_of_time=self._out_of_time,
                              elapsed=lambda: self.clock() - self.began)
@@ -292,12 +295,6 @@ class Search:
             running = self._running(holder)
         return not running and self.store.take_over(bid, dev, holder, tid, name, number)
 
-    def _running(self, trial_id: int) -> bool:
-        try:
-            return self.rdb.get_trial(trial_id).state == TrialState.RUNNING
-        except KeyError:  # its study was deleted
-            return False
-
     def _await(self, groups: dict[str, list[Pending]]) -> None:
         """Wait for candidates other workers are measuring: answered from the store when they
         are done, measured here when their worker is gone (its trial failed as stale)."""
@@ -360,8 +357,9 @@ class Search:
                 self.heartbeat.discard(tid)
 
     def _built(self, prepared: Prepared, builds: Sequence[BuildResult | Unmeasured]) -> list[Work]:
-        """Record the batch's builds; tell the build failures (and, building only, the built);
-        the rest, with what the store held of each (a passed GREEN, a screen), are to evaluate."""
+        """Record the batch's builds; tell the build failures (building only, the built; and twins of
+        kernels timed before, :mod:`evo.search.twins`); the rest, with what the store held of each (a
+        passed GREEN, a screen), are to evaluate."""
         works = []
         for (bid, ps), res in zip(prepared.todo.items(), builds, strict=True):
             if isinstance(res, Unmeasured):
@@ -371,8 +369,11 @@ class Search:
             if res.status is not Status.BUILT:
                 self._finish_all(ps, Outcome(res.status.value, res.reason, candidate_id=cid))
                 continue
-            if self.evaluator.not_evaluated:
-                self._finish_all(ps, Outcome(NOT_EVALUATED, self.evaluator.not_evaluated, candidate_id=cid))
+            skip = self.evaluator.not_evaluated
+            done = (Outcome(NOT_EVALUATED, skip, candidate_id=cid) if skip   # else a twin: its kernels timed before
+                    else self.twins.answer(cid, res, ps[0].rendered, self.scoring))
+            if done is not None:
+                self._finish_all(ps, done)
                 continue
             k = prepared.known[bid]
             works.append(Work(ps, cid, res, k if k is not None and k.status in GATED else None))
@@ -401,6 +402,14 @@ class Search:
         what the liveness thread found meanwhile."""
         self.teller.finish(p, outcome, waited)
         self.liveness.report()
+
+
+def running(rdb: RDBStorage, trial_id: int) -> bool:
+    """Whether trial ``trial_id`` is RUNNING in ``rdb`` (not when its study was deleted)."""
+    try:
+        return rdb.get_trial(trial_id).state == TrialState.RUNNING
+    except KeyError:
+        return False
 
 
 def untried(search: Search, all_trials: Sequence[FrozenTrial]) -> int:

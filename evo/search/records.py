@@ -26,6 +26,7 @@ from evo.search.sampler_evo import fitness
 
 LABEL = "label"
 REUSED = "reused"
+BUILT_AS = "evo:built_as"   # a trial a twin answered: the candidate its parameters render to (evo.search.twins)
 PRIME_PART = "prime"   # gpu_s's part for the cached baselines measured at a run's start (Evaluator.prime)
 UNMEASURED = "unmeasured"
 NOT_EVALUATED = "built"
@@ -45,6 +46,7 @@ class Outcome:
     reused: bool = False
     speedups: dict[str, float] | None = None  # case tag -> speedup over the study's baseline
     shares: dict[int, float] | None = None    # head dim -> worst GREEN max|err| / tolerance (evo.gpu.margin)
+    built_as: str | None = None               # answered by a twin (evo.search.twins): the candidate built, not timed
 
 
 @dataclass
@@ -90,7 +92,9 @@ class RunSummary:
     its candidate; the rest this run handled itself. ``recovered`` and ``lost`` are not among
     them: trials of other, dead, workers this run failed as stale and re-queued, and trials of
     this run that were failed as stale before it could tell them (their retries are told as
-    trials of their own).
+    trials of their own). ``twins`` are among the ``reused``: candidates built whose kernels are
+    machine code timed before, answered from those timings (:mod:`evo.search.twins`); they never
+    become ``best``, which is what this run measured.
 
     Throughput: ``measured_ids`` are the candidates this run evaluated itself (``measured``:
     how many), each once however many trials told it: built and handed to the evaluator, which
@@ -128,6 +132,7 @@ class RunSummary:
     recovered: int = 0                # not this run's: dead workers' stale trials this run failed and re-queued
     lost: int = 0                     # this run's trials failed as stale before it could tell them
     waited: int = 0                   # of the finished: answered from the store once another worker measured them
+    twins: int = 0                    # of the reused: built, and answered from a twin's timings (evo.search.twins)
     stopped: str = ""
     best: Best | None = None
     metric_names: list[str] = field(default_factory=list)

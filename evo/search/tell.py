@@ -23,7 +23,7 @@ from evo.results import Status
 from evo.gpu.margin import GREEN_SHARE, over_share
 from evo.search.internals import one_write, tell
 from evo.search.params import CANDIDATE, SPEEDUPS
-from evo.search.records import LABEL, REUSED, Best, Outcome, Pending, Reporter, RunSummary
+from evo.search.records import BUILT_AS, LABEL, REUSED, Best, Outcome, Pending, Reporter, RunSummary
 from evo.search.resume import REASON, STATUS, Heartbeat
 
 
@@ -107,7 +107,9 @@ class Teller:
         s.counts[outcome.status] += 1
         s.waited += waited
         s.reused += outcome.reused and not waited
-        if outcome.values is not None and (s.best is None or Best(0, "", "", outcome.values).score > s.best.score):
+        s.twins += outcome.built_as is not None
+        if outcome.values is not None and outcome.built_as is None and (
+                s.best is None or Best(0, "", "", outcome.values).score > s.best.score):
             s.best = Best(number, outcome.candidate_id or "", label, outcome.values, over_share(outcome.shares or {}))
         self.reporter.advance(number, outcome, s.best)
 
@@ -121,6 +123,8 @@ def _attrs(outcome: Outcome, label: str) -> dict[str, Any]:
         attrs[CANDIDATE] = outcome.candidate_id
     if outcome.reused:
         attrs[REUSED] = True
+    if outcome.built_as is not None:
+        attrs[BUILT_AS] = outcome.built_as
     if outcome.speedups:  # per case, where Optuna's tools look (optuna-dashboard, load_study)
         attrs[SPEEDUPS] = outcome.speedups
     if outcome.shares:    # JSON keys are strings

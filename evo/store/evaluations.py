@@ -22,6 +22,7 @@ from evo.store.candidates import study_ids
 from evo.store.convert import eval_view, num, timing
 from evo.store.models import Candidate, Check, EvaluationRow, TimingRow
 from evo.store.views import EvaluationView
+from evo.vocab import FULL
 
 
 class EvaluationStore(StoreBase):
@@ -96,6 +97,20 @@ class EvaluationStore(StoreBase):
             q = q.where(EvaluationRow.candidate_id.in_(study_ids(study)))
         with self._read() as s:
             return [(cid, Status(st), dict(info)) for cid, st, info in s.execute(q) if "rung" in info]
+
+    def code_digests(self, device: str, after: int = 0) -> list[tuple[int, str, dict[str, str]]]:
+        """(evaluation id, candidate id, kernel function -> portable machine-code digest) of every ``fast``
+        evaluation on ``device`` after evaluation ``after`` that timed in the full protocol (a search's
+        full rung, or no rung) and recorded the digests (``kernel_code_sha256``), oldest first: what the
+        search knows a kernel timed before by (:mod:`evo.search.twins`). Checks and timings are not read."""
+        q = (select(EvaluationRow.id, EvaluationRow.candidate_id, EvaluationRow.device_info)
+             .where(EvaluationRow.device == device, EvaluationRow.id > after,
+                    EvaluationRow.status == Status.FAST.value)
+             .order_by(EvaluationRow.id))
+        with self._read() as s:
+            return [(eid, cid, {str(k): str(v) for k, v in json.loads(info["kernel_code_sha256"]).items()})
+                    for eid, cid, info in s.execute(q)
+                    if info.get("kernel_code_sha256") and info.get("rung", FULL) == FULL]
 
     def evaluations(self, candidate_id: str, device: str | None = None) -> list[EvaluationView]:
         """The candidate's evaluations, oldest first (only those on ``device`` when given)."""
