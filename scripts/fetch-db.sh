@@ -3,8 +3,8 @@
 # run databases stay out of the tree (dev/gpu-runs/DATABASES.md lists every one and its commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COMMIT=b4e48d4
-DUMP=dev/gpu-runs/2026-11-29c-h200/evo.sqlite.gz
+COMMIT=863fc48
+DUMP=dev/gpu-runs/2026-11-29c-h200/twins/evo.sqlite.gz
 DEST=${1:-db/evo.sqlite}
 if [ -e "$DEST" ]; then echo "fetch-db: $DEST exists; move it away first" >&2; exit 2; fi
 git show "$COMMIT:$DUMP" | gunzip > "$DEST"

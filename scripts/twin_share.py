@@ -6,10 +6,12 @@ For each screen the run stored (a search's first rung), the kernels it timed are
 digests (device info ``kernel_code_sha256``; a search builds only the kernels its cases run, so these are
 the study's kernels). A screen is counted as a *twin of a timed kernel* when an earlier evaluation on the
 device, of another candidate, timed the same code of every one of those kernels in full and passed
-(``fast``, the full protocol): what the search now answers from the store instead of timing (launch
-configurations are not compared here: they are in the code for flash_wgmma's genes). Else as a *twin of a
-screen* when an earlier screen of another candidate timed that code (the search still screens those
-again). Also printed: how many distinct codes the run's screens covered.
+(``fast``, the full protocol). That bounds from above what the search answers from the store instead of
+timing: it also asks that the earlier candidate launch the kernels alike and that its timings cover the
+study's cases beside its baseline, neither of which is read here (2026-11-29 c: a screen of spec-l7
+matched a kernel timed only on the FAST suite's cases). Else as a *twin of a screen* when an earlier screen
+of another candidate timed that code (the search still screens those again). Also printed: how many
+distinct codes the run's screens covered.
 """
 
 from __future__ import annotations
