@@ -14,6 +14,9 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import select
 
+from evo import api
+from evo.cli import run_cmds
+from evo.cli.output import console
 from evo.family.render import Rendered
 from evo.results import BuildResult, Evaluation, Shape, Status
 from evo.search import driver, twins
@@ -105,6 +108,10 @@ def test_a_candidate_whose_kernel_was_timed_before_is_answered_from_that_timing(
         stored = set(s.scalars(select(EvaluationRow.candidate_id)))
     assert not built_as & stored                             # nothing copied to them
     assert summary.best is not None and summary.best.candidate_id not in built_as
+    with console.capture() as printed:
+        run_cmds.print_summary(api.run_report(summary, f"sqlite:///{tmp_path / 'evo.sqlite'}"))
+    assert f"(of them: kernels timed before, as another candidate's) {len(answered)}" in " ".join(printed.get().split())
+    assert api.run_report(summary, f"sqlite:///{tmp_path / 'evo.sqlite'}").document()["twins"] == len(answered)
 
 
 def test_a_twin_answers_a_later_study_and_only_from_timings_of_its_own_kind(
