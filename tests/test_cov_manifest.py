@@ -36,6 +36,8 @@ LAUNCH = '[launch]\nthreads = "128"\nrows_per_cta = "64"\nsmem_bytes = "0"\n'
      r"\[launch\] threads must be an expression in a string"),
     (FAMILY + LAUNCH.replace('smem_bytes = "0"', 'smem_bytes = "A * D"'),
      r"\[launch\] smem_bytes 'A \* D' reads 'A', which is not a parameter"),
+    (FAMILY + LAUNCH + "[params.A]\nvalues = [1, 2]\nreads = \"A == 1\"\n",
+     r"\[params.A\] reads 'A == 1' reads 'A', which is not D, dtype or causal"),
 ])
 def test_a_manifest_that_cannot_be_used_names_the_file_and_the_problem(tmp_path: Path, text: str,
                                                                         message: str) -> None:

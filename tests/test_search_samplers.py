@@ -11,6 +11,7 @@ import pytest
 from evo.cli import main
 from evo.errors import EvoError
 from evo.family.manifest import load_family
+from evo.family.space import make_candidate
 from evo.search.params import FAMILY, from_trial_params, param_name
 from evo.search.proposal import PROPOSAL, SweepSampler, drawn_params
 from evo.search.sampler_evo import EvoSampler
@@ -89,3 +90,20 @@ def test_a_batch_may_leave_its_proposals_to_its_caller() -> None:
     assert all(PROPOSAL not in t.system_attrs for t in study.get_trials(deepcopy=False))
     assert a.suggest_categorical(FAMILY, ["flash_scalar"]) == kept[a._trial_id]["family"]
     assert sampler.unwritten() == {}  # outside a batch there is nothing to hand over
+
+
+def test_the_evolutionary_sampler_mutates_only_genes_the_studys_kernels_read() -> None:
+    """A study of the D=64 non-causal kernels (L7's) never gets a child that changes only the D=96, D=128 or
+    D=256 tiles (the same machine code for every case it times, tests/test_manifest_reads.py); a sampler told
+    no kernels, or every kernel, mutates them all."""
+    fam = load_family("flash_wgmma")
+    parent = make_candidate(fam, {"BLOCK_N_D64": 64, "BLOCK_N_D96": 64, "BLOCK_N_D128": 64, "BLOCK_N_D256": 48})
+    others = {n for n, p in fam.params.items() if p.reads and p.reads != "D == 64"}
+    l7 = EvoSampler([fam], 0, kernels=[(64, "bf16", False), (64, "fp16", False)])
+    changed = {n for g in (1, 2) for _, m, _ in l7.mutations_of(fam, parent, g) for n in m}
+    assert others and not changed & others
+    assert {"WGS_D64", "BLOCK_N_D64", "PINGPONG", "LAZY_D128"} <= changed   # its own tiles, shared genes
+    every = [(d, dt, c) for d in fam.head_dims for dt in fam.dtypes for c in (False, True)]
+    for sampler in (EvoSampler([fam], 0), EvoSampler([fam], 0, kernels=every)):
+        assert others <= {n for _, m, _ in sampler.mutations_of(fam, parent, 1) for n in m}
+    assert make_sampler("evo", [fam], 0, kernels=[(64, "bf16", False)]).kernels == ((64, "bf16", False),)  # type: ignore[attr-defined]

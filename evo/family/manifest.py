@@ -18,6 +18,7 @@ this one is not (:func:`default_families`).
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 from evo import paths
 from evo.errors import EvoError
-from evo.family.expr import names_in
+from evo.family.expr import evaluate, names_in
 from evo.vocab import KERNEL_BACKENDS, value_text
 
 Value = int | str | bool
@@ -49,6 +50,10 @@ class Param:
     # header names it only where it differs from its default, so that (with a template that renders
     # the old text at the default) every stored candidate keeps its source, its id and its measurements.
     keyed_at_default: bool = True
+    # Which kernels read the gene: an expression over a kernel's head dim D, its dtype and causal
+    # ("" for every kernel). A kernel that does not read a gene compiles to the same machine code
+    # whatever its value, so a search of other kernels leaves it alone (evo.search.sampler_evo).
+    reads: str = ""
 
     def parse(self, text: str) -> Value:
         """Turn CLI text into a domain value, or raise naming what is allowed."""
@@ -95,6 +100,12 @@ class Family:
     def defaults(self) -> dict[str, Value]:
         return {n: p.default for n, p in self.params.items()}
 
+    def read_by(self, gene: str, kernels: Collection[tuple[int, str, bool]]) -> bool:
+        """Whether any of ``kernels`` (head dim, dtype, causal) reads ``gene``: its ``reads``
+        expression (none: every kernel reads it)."""
+        reads = self.params[gene].reads
+        return not reads or any(bool(evaluate(reads, {"D": d, "dtype": dt, "causal": c})) for d, dt, c in kernels)
+
 
 def _param(name: str, spec: dict[str, Any], where: Path) -> Param:
     values = tuple(spec.get("values", ()))
@@ -104,7 +115,7 @@ def _param(name: str, spec: dict[str, Any], where: Path) -> Param:
     if default not in values:
         raise EvoError(f"{where}: default of {name} ({default!r}) is not in its values")
     return Param(name, values, default, spec.get("kind", "tile"), spec.get("doc", ""),
-                 bool(spec.get("keyed_at_default", True)))
+                 bool(spec.get("keyed_at_default", True)), spec.get("reads", ""))
 
 
 def load_family_dir(folder: Path) -> Family:
@@ -190,14 +201,17 @@ def _check_layouts(layouts: Any, abi: str, mf: Path) -> None:
 
 def _check_expressions(fam: Family, mf: Path) -> None:
     """Every constraint parses and reads only parameters; every launch formula parses and reads
-    only parameters and the head dim ``D`` (what :mod:`evo.family.space` binds)."""
+    only parameters and the head dim ``D`` (what :mod:`evo.family.space` binds); a gene's ``reads``
+    only a kernel's ``D``, ``dtype`` and ``causal``."""
     allowed = set(fam.params) | {"min", "max"}
     formulas = [(f"[launch] {k}", fam.launch[k])
                 for k in (*LAUNCH_FORMULAS, *SPLIT_FORMULAS, *SPLIT_OPTIONAL, "tile_counter") if k in fam.launch]
     formulas += [(f"[launch] tma_rows.{k}", v) for k, v in fam.launch.get("tma_rows", {}).items()]
-    checks = [("constraint", c.expr, allowed) for c in fam.constraints]
-    checks += [(what, text, allowed | {"D"}) for what, text in formulas]
-    for what, text, names in checks:
+    kernel = {"D", "dtype", "causal"}
+    checks = [("constraint", c.expr, allowed, "a parameter") for c in fam.constraints]
+    checks += [(what, text, allowed | {"D"}, "a parameter") for what, text in formulas]
+    checks += [(f"[params.{n}] reads", p.reads, kernel, "D, dtype or causal") for n, p in fam.params.items() if p.reads]
+    for what, text, names, noun in checks:
         if not isinstance(text, str):
             raise EvoError(f"{mf}: {what} must be an expression in a string, not {text!r}")
         try:
@@ -205,7 +219,7 @@ def _check_expressions(fam: Family, mf: Path) -> None:
         except EvoError as exc:
             raise EvoError(f"{mf}: {what}: {exc}") from None
         if unknown:
-            raise EvoError(f"{mf}: {what} {text!r} reads {unknown[0]!r}, which is not a parameter")
+            raise EvoError(f"{mf}: {what} {text!r} reads {unknown[0]!r}, which is not {noun}")
 
 
 @cache

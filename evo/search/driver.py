@@ -251,7 +251,8 @@ def run(opts: RunOptions, reporter: Reporter, note: Callable[[str], None] | None
             kind = settings["objective"]
             if isinstance(ev, GpuEvaluator):
                 ev.pair(settings["baseline"])
-            study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed), settings,
+            kernels = {(s.D, s.dtype, s.causal) for s in cases}   # the sampler mutates only genes these read
+            study = open_study(rdb, name, make_sampler(opts.sampler, families, opts.seed, kernels=kernels), settings,
                                ["maximize"] * len(objective.names(kind, cases)), objective.names(kind, cases),
                                pruner=(opts.pruner or EvoPruner()) if opts.screen else NopPruner())
             check_compatible(study, families)

@@ -60,6 +60,13 @@ conditions the GP on its window with those hyperparameters (one factorization); 
 ``prepare`` each ask fits the model itself. What each finished trial says about its move
 (:func:`move_outcomes`) is worked out once, and crossover checks each mix of two elites once.
 
+A study's kernels (``kernels``: head dim, dtype and causal of its FAST cases; the search loop
+passes them) bound the mutations: a gene whose manifest ``reads`` no kernel of the study is never
+mutated, since the child would compile to its parent's machine code for every case the study times
+(a twin, :mod:`evo.search.twins`). Study spec-l7 (L7 alone, 2026-11-29 c, before this) spent 168 of
+its 207 trials on such children of its elites' D=96, D=128 and D=256 tiles, with its GPU idle 62 %
+of the time while nvcc built them. Crossover and immigrants still draw every gene.
+
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
 study's lineage (:func:`move_weights`): moves whose children beat their parents are drawn
@@ -71,7 +78,7 @@ Nothing is learned from outside the study.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +87,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from evo.errors import InvalidCandidate
 from evo.family.manifest import Family, Value
+from evo.family.render import Kernel
 from evo.gpu.margin import GREEN_SHARE, over_share
 from evo.store.recording import record_key
 from evo.search.encoding import Encoder
@@ -248,8 +256,9 @@ class EvoSampler(ProposalSampler):
                  immigrant_rate: float = 0.1, crossover_rate: float = 0.2, two_gene_rate: float = 0.3,
                  switch_rate: float = 0.5, insight_strength: float = 8.0, warm: bool = True,
                  screen: int = 16, screen_min: int = 4, ard: bool = True,
-                 scan_elites: int = 3) -> None:
+                 scan_elites: int = 3, kernels: Collection[Kernel] | None = None) -> None:
         super().__init__(families, seed)
+        self.kernels = tuple(kernels) if kernels else None   # the study's kernels: genes none reads are left alone
         self.ard = ard
         self.scan_elites = scan_elites
         self.warm = warm
@@ -463,13 +472,15 @@ class EvoSampler(ProposalSampler):
 
     def mutations_of(self, fam: Family, parent: Candidate,
                      genes: int) -> list[tuple[Candidate, Mapping[str, tuple[Value, Value]], str]]:
-        """:func:`~evo.family.space.mutations` of ``parent`` with each child's record key, listed
+        """:func:`~evo.family.space.mutations` of ``parent`` that change only genes the study's
+        kernels read (all of them when the sampler was given no kernels), with each child's record key, listed
         once per parent (a popular elite was otherwise re-enumerated and re-validated dozens of
         times per ask), kept by the parent itself (a candidate is canonical: equal candidates are
         one point), not by its record key, a JSON text made anew on each of those calls."""
         at = (parent, genes)
         if at not in self._mutations:
-            self._mutations[at] = [(c, m, record_key(c.family, c.p)) for c, m in mutations(fam, parent, genes)]
+            self._mutations[at] = [(c, m, record_key(c.family, c.p)) for c, m in mutations(fam, parent, genes)
+                                   if self.kernels is None or all(fam.read_by(n, self.kernels) for n in m)]
         return self._mutations[at]
 
     def _checked(self, family: str, params: Mapping[str, Value]) -> tuple[Candidate, str] | None:

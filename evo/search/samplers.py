@@ -21,13 +21,14 @@ sampler starts from random points (the sampler benchmark's cold start).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import optuna
 
 from evo.errors import EvoError
 from evo.vocab import SAMPLERS
 from evo.family.manifest import Family
+from evo.family.render import Kernel
 from evo.search import surrogate
 from evo.search.proposal import SweepSampler
 from evo.search.sampler_evo import EvoSampler
@@ -37,11 +38,13 @@ PROPOSING = ("evo", "evo-gp", "random", "grid")  # samplers that never propose a
 
 
 def make_sampler(name: str, families: Sequence[Family], seed: int | None = None,
-                 warm: bool = True) -> optuna.samplers.BaseSampler:
+                 warm: bool = True, kernels: Collection[Kernel] | None = None) -> optuna.samplers.BaseSampler:
+    """Sampler ``name`` over ``families``; the evolutionary one mutates only genes that ``kernels``
+    (the study's: head dim, dtype, causal) read."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "evo":
-            return EvoSampler(families, seed, warm=warm)
+            return EvoSampler(families, seed, warm=warm, kernels=kernels)
         if name == "evo-gp":
             return GpSampler(families, seed, warm=warm)
         if name == "tpe":
