@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import optuna
@@ -107,3 +108,23 @@ def test_the_evolutionary_sampler_mutates_only_genes_the_studys_kernels_read() -
     for sampler in (EvoSampler([fam], 0), EvoSampler([fam], 0, kernels=every)):
         assert others <= {n for _, m, _ in sampler.mutations_of(fam, parent, 1) for n in m}
     assert make_sampler("evo", [fam], 0, kernels=[(64, "bf16", False)]).kernels == ((64, "bf16", False),)  # type: ignore[attr-defined]
+
+
+def test_a_crossover_takes_the_genes_no_study_kernel_reads_from_its_first_parent() -> None:
+    """Two elites that differ in their D=128 tiles alone, in a study of D=64 kernels: any mix of them would
+    compile as one of them, so no crossover is proposed. With their D=64 tiles differing too, every child
+    has the D=128 tiles of the parent it names first."""
+    fam = load_family("flash_wgmma")
+    d128 = ("BLOCK_N_D128", "STAGES_D128")
+    a = make_candidate(fam, {"BLOCK_N_D128": 64, "STAGES_D128": 3})
+    b = make_candidate(fam, {"BLOCK_N_D128": 96, "STAGES_D128": 2})
+    c = make_candidate(fam, {"BLOCK_N_D128": 96, "STAGES_D128": 2, "BLOCK_N_D64": 64, "STAGES_D64": 3})
+    sampler = EvoSampler([fam], 0, kernels=[(64, "bf16", False)])
+    elites = {0: a, 1: b, 2: c}
+    trials = {n: SimpleNamespace(number=n) for n in elites}
+    assert sampler.crossover([(trials[0], a), (trials[1], b)], set()) is None    # type: ignore[list-item]
+    children = [sampler.crossover([(trials[0], a), (trials[2], c)], set()) for _ in range(20)]  # type: ignore[list-item]
+    made = [p for p in children if p is not None]
+    assert made and all(tuple(p.candidate.p[g] for g in d128) == tuple(elites[p.parents[0]].p[g] for g in d128)
+                        for p in made)
+    assert {p.parents[0] for p in made} == {0, 2}       # either elite may come first

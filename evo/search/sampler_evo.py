@@ -65,7 +65,8 @@ passes them) bound the mutations: a gene whose manifest ``reads`` no kernel of t
 mutated, since the child would compile to its parent's machine code for every case the study times
 (a twin, :mod:`evo.search.twins`). Study spec-l7 (L7 alone, 2026-11-29 c, before this) spent 168 of
 its 207 trials on such children of its elites' D=96, D=128 and D=256 tiles, with its GPU idle 62 %
-of the time while nvcc built them. Crossover and immigrants still draw every gene.
+of the time while nvcc built them. A crossover takes such genes from its first parent; immigrants
+still draw every gene.
 
 Children equal to any tried point (complete, failed, running or queued) are never proposed.
 Mutations are weighted by the measured record of their moves ``(param, old, new)`` in this
@@ -527,10 +528,12 @@ class EvoSampler(ProposalSampler):
         if not pairs:
             return None
         group = self._rng.choice(pairs)
+        fam = self._by_name[group[0][1].family]
+        unread = {n for n in fam.params if self.kernels is not None and not fam.read_by(n, self.kernels)}
         for _ in range(tries):
             (ta, a), (tb, b) = self._rng.sample(group, 2)
-            pa, pb = a.p, b.p
-            mixed = {n: (pa[n] if self._rng.random() < 0.5 else pb[n]) for n in pa}
+            pa, pb = a.p, b.p   # genes the study's kernels do not read come from a (else a twin of a mix)
+            mixed = {n: (pa[n] if self._rng.random() < 0.5 or n in unread else pb[n]) for n in pa}
             got = self._checked(a.family, mixed)
             if got is None or got[0] in (a, b) or got[1] in seen:
                 continue
