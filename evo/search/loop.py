@@ -9,7 +9,9 @@ manifest is stored as ``invalid`` and told FAIL at once; the rest are rendered, 
 whose outcome the store already holds (same build id, same device, or a build failure for the
 same arch) is answered from it -- never built or evaluated twice. A candidate another worker is
 measuring on the same kind of device right now (it holds the store's claim on the build id and
-device) is waited for and then answered from the store. What is left is built as one batch; on
+device) is waited for and then answered from the store. What is left is built as one batch (a built
+candidate whose kernels are machine code timed before, as another candidate's, is answered from that
+candidate's timings: :mod:`evo.search.twins`); on
 a GPU (:attr:`Evaluator.overlaps_builds <evo.search.evaluators.Evaluator.overlaps_builds>`) by
 nvcc in a thread of its own while the GPU evaluates the batch before (the next batch is asked
 for first: one batch of trials is in flight ahead of the GPU, whose outcomes the sampler has
