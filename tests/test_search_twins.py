@@ -174,6 +174,7 @@ def test_only_a_timed_twin_answers_and_only_for_the_studys_head_dims(
     build = BuildResult("n" * 64, "h", "sm_90a", (), Status.BUILT, cubin_path=str(cubin))
     monkeypatch.setattr(twins.Twins, "launched_alike", lambda self, twin, rendered: True)
     index = twins.Twins(OneTwin(), "GPU")                                            # type: ignore[arg-type]
+    index.refresh()
     out = index.answer("n" * 64, build, object(), Answers(stored))                   # type: ignore[arg-type]
     if status != "fast":
         assert out is None

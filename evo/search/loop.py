@@ -139,8 +139,8 @@ class Search:
         self.scoring = Scoring(cases, baseline, objective_kind, evaluator.paired, screening)
         self.liveness = Liveness(study, storage, retry, store, run_id, self.heartbeat, self.summary, self.reporter,
                                  period_s=interval / 2, ask_lock=self.ask_lock)
-        self._running = functools.partial(running, storage)
-        self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter, self._running)
+        self.teller = Teller(study, storage, store, run_id, self.heartbeat, self.summary, self.reporter,
+                             functools.partial(running, storage))
         self.twins = Twins(store, evaluator.device)
         self.ladder = Ladder(study, storage, store, evaluator, self.scoring, self.summary, run_id, screening=screening,
                              finish=self._finish_all, out_of_time=self._out_of_time,
@@ -290,11 +290,11 @@ class Search:
         holder, holder_study = self.store.claim(bid, dev, tid, name, number)
         if holder == tid:
             return True
-        running = self._running(holder)
+        running = self.teller.running(holder)
         if running and holder_study != name:
             # a trial of another study, whose workers may all be gone: check its heartbeat here
             self.liveness.check_study(holder_study)
-            running = self._running(holder)
+            running = self.teller.running(holder)
         return not running and self.store.take_over(bid, dev, holder, tid, name, number)
 
     def _await(self, groups: dict[str, list[Pending]]) -> None:
@@ -362,6 +362,7 @@ class Search:
         """Record the batch's builds; tell the build failures (building only, the built; and twins of
         kernels timed before, :mod:`evo.search.twins`); the rest, with what the store held of each (a
         passed GREEN, a screen), are to evaluate."""
+        self.twins.refresh()   # once a batch: what this and other workers timed since the last one
         works = []
         for (bid, ps), res in zip(prepared.todo.items(), builds, strict=True):
             if isinstance(res, Unmeasured):

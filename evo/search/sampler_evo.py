@@ -260,6 +260,8 @@ class EvoSampler(ProposalSampler):
                  scan_elites: int = 3, kernels: Collection[Kernel] | None = None) -> None:
         super().__init__(families, seed)
         self.kernels = tuple(kernels) if kernels else None   # the study's kernels: genes none reads are left alone
+        self._unread = {f.name: frozenset(n for n in f.params if self.kernels and not f.read_by(n, self.kernels))
+                        for f in families}
         self.ard = ard
         self.scan_elites = scan_elites
         self.warm = warm
@@ -481,7 +483,7 @@ class EvoSampler(ProposalSampler):
         at = (parent, genes)
         if at not in self._mutations:
             self._mutations[at] = [(c, m, record_key(c.family, c.p)) for c, m in mutations(fam, parent, genes)
-                                   if self.kernels is None or all(fam.read_by(n, self.kernels) for n in m)]
+                                   if self._unread[fam.name].isdisjoint(m)]
         return self._mutations[at]
 
     def _checked(self, family: str, params: Mapping[str, Value]) -> tuple[Candidate, str] | None:
@@ -528,8 +530,7 @@ class EvoSampler(ProposalSampler):
         if not pairs:
             return None
         group = self._rng.choice(pairs)
-        fam = self._by_name[group[0][1].family]
-        unread = {n for n in fam.params if self.kernels is not None and not fam.read_by(n, self.kernels)}
+        unread = self._unread[group[0][1].family]
         for _ in range(tries):
             (ta, a), (tb, b) = self._rng.sample(group, 2)
             pa, pb = a.p, b.p   # genes the study's kernels do not read come from a (else a twin of a mix)

@@ -39,8 +39,10 @@ from evo.search.storeview import known_outcome
 from evo.store import Store, short_id
 from evo.toolchain.machine_code import kernel_digests
 
+
 class Twins:
-    """The kernels timed in full on ``device``, by portable digest, read from the store incrementally."""
+    """The kernels timed in full on ``device``, by portable digest, read from the store incrementally
+    (:meth:`refresh`, which the search calls once a batch, before the batch's twins are looked up)."""
 
     def __init__(self, store: Store, device: str) -> None:
         self.store, self.device = store, device
@@ -67,8 +69,8 @@ class Twins:
         its parameters, launches every entry of ``rendered`` as ``rendered`` does: a gene of the
         launch alone (threads, shared memory, TMA boxes, a persistent grid, a tile counter) leaves
         the machine code as it was and changes what runs."""
-        view = self.store.get(twin).candidate
-        if view.family != rendered.candidate.family:
+        view = self.store.candidate(twin)
+        if view is None or view.family != rendered.candidate.family:
             return False
         family = load_family(view.family)
         try:
@@ -79,14 +81,13 @@ class Twins:
 
     def answer(self, cid: str, build: BuildResult, rendered: Rendered | None, scoring: Scoring) -> Outcome | None:
         """The outcome of ``cid``'s trial (its build and rendering) from its twin's timings, or None
-        when it has none (no cubin, no machine code to digest: a Triton module; or no twin that
-        answers the study)."""
+        when it has none (no cubin, no machine code to digest: a Triton module; or no twin, among the
+        evaluations read by the last :meth:`refresh`, that answers the study)."""
         if rendered is None or not build.cubin_path or not Path(build.cubin_path).is_file():
             return None
         digests = kernel_digests(Path(build.cubin_path), portable=True)
         if not digests:
             return None
-        self.refresh()
         dims = {s.D for s in scoring.cases}
         for twin in self.matches(digests, cid):
             if not self.launched_alike(twin, rendered):

@@ -98,6 +98,12 @@ class CandidateStore(StoreBase):
             raise EvoError(f"candidate id prefix {id_or_prefix!r} is ambiguous; give more characters")
         return found[0]
 
+    def candidate(self, cid: str) -> CandidateView | None:
+        """One candidate's row (family, parameters, status) and nothing linked to it; None when unknown."""
+        with self._read() as s:
+            row = s.get(Candidate, cid)
+            return cand_view(row) if row is not None else None
+
     def find_candidates(self, *, family: str | None = None, status: Status | str | Iterable[Status | str] | None = None,
                         study: str | None = None, run_id: int | None = None, arch: str | None = None,
                         limit: int | None = None) -> list[CandidateView]:
